@@ -1,0 +1,61 @@
+# kiln - top-level convenience targets. See README.md.
+#   make run    install missing Debian packages, build, run kiln on the default model
+#   make test   same set-up, then the whole CTest suite: normal build, ASan+UBSan build,
+#               and the libFuzzer targets for a bounded time each
+
+MODEL  ?= ../shared/models/stories260K/stories260K-f32.gguf
+PROMPT ?= Once upon a time
+ARGS   ?= -n 128
+JOBS   ?= $(shell nproc)
+FUZZ_SECONDS ?= 30
+
+DEB_PACKAGES := cmake make gcc clang libclang-rt-14-dev pkg-config libjansson-dev libpcre2-dev \
+                libutf8proc-dev libxxhash-dev libmicrohttpd-dev
+
+.PHONY: all deps build build-asan build-fuzz run test test-normal test-asan test-fuzz clean format
+
+all: build
+
+deps:
+	@missing=""; for p in $(DEB_PACKAGES); do \
+	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "install ok installed" || missing="$$missing $$p"; \
+	done; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing:$$missing"; \
+	  SUDO=""; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing; \
+	fi
+
+build: deps
+	cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
+	cmake --build build -j $(JOBS)
+
+build-asan: deps
+	cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DKILN_SANITIZE=ON >/dev/null
+	cmake --build build-asan -j $(JOBS)
+
+build-fuzz: deps
+	CC=clang cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKILN_FUZZ=ON \
+	  -DKILN_FUZZ_SECONDS=$(FUZZ_SECONDS) >/dev/null
+	cmake --build build-fuzz -j $(JOBS)
+
+run: build
+	./build/kiln run -m "$(MODEL)" -p "$(PROMPT)" $(ARGS)
+
+test-normal: build
+	cd build && ctest --output-on-failure -j $(JOBS) -LE fuzz
+
+test-asan: build-asan
+	cd build-asan && ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1 \
+	  ctest --output-on-failure -j $(JOBS) -LE fuzz
+
+test-fuzz: build-fuzz
+	cd build-fuzz && ctest --output-on-failure -L fuzz
+
+test: test-normal test-asan test-fuzz
+
+format:
+	clang-format -i $$(git ls-files '*.c' '*.h')
+
+clean:
+	rm -rf build build-asan build-fuzz

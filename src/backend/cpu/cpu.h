@@ -1,0 +1,63 @@
+/*
+ * cpu.h - CPU feature detection and the weight-type kernels: dot products and matmul of
+ * quantized/half/f32 weights against f32 activations.
+ *
+ * Batch invariance (DESIGN.md principle 3): the value written for output (t, o) depends
+ * only on weight row o and activation row t, never on n_tok, the thread count or the
+ * tiling: every path fixes its reduction order per output element.
+ */
+#ifndef KILN_BACKEND_CPU_CPU_H
+#define KILN_BACKEND_CPU_CPU_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "tensor/dtype.h"
+#include "util/threadpool.h"
+
+typedef enum kiln_simd {
+    KILN_SIMD_SCALAR = 0,
+    KILN_SIMD_AVX2 = 1,   /* AVX2 + FMA + F16C */
+    KILN_SIMD_AVX512 = 2, /* AVX-512 F/BW/VL (+VNNI, BF16 where present) */
+} kiln_simd;
+
+typedef struct kiln_cpu_features {
+    bool avx2, fma, f16c, avx512f, avx512bw, avx512vl, avx512vnni, avx512bf16;
+} kiln_cpu_features;
+
+/** Features from cpuid/xgetbv, detected once. Never NULL. */
+const kiln_cpu_features *kiln_cpu_features_get(void);
+
+/** True when the CPU (and OS) support the path. SCALAR is always supported. */
+bool kiln_simd_supported(kiln_simd s);
+
+/** Best supported path, or the one named by env KILN_SIMD=scalar|avx2|avx512 if supported. */
+kiln_simd kiln_simd_active(void);
+
+/** "scalar", "avx2", "avx512". */
+const char *kiln_simd_name(kiln_simd s);
+
+/**
+ * Dot product of one weight row of dtype t (n elements, n % block_size == 0) with f32 x.
+ * Returns sum_i dequant(w)[i] * x[i] with a fixed per-path reduction order.
+ */
+typedef float (*kiln_vec_dot_fn)(int64_t n, const void *w, const float *x);
+
+/** The kernel for (t, path), or NULL when t has no kernel or the path is unsupported here. */
+kiln_vec_dot_fn kiln_cpu_vec_dot(kiln_dtype t, kiln_simd path);
+
+/**
+ * y[t * n_out + o] = dot(row o of W, x[t * n_in .. + n_in]) for t < n_tok, o < n_out.
+ * W: n_out rows of n_in elements of dtype wt, contiguous (row stride =
+ * kiln_dtype_row_size(wt, n_in)). x: [n_tok, n_in] f32. y: [n_tok, n_out] f32.
+ * Uses kiln_simd_active(); work is split over tp's threads by output rows.
+ * n_in must be a multiple of wt's block size (callers check at load time).
+ */
+void kiln_cpu_matmul(kiln_threadpool *tp, const void *w, kiln_dtype wt, int64_t n_out,
+                     int64_t n_in, const float *x, int64_t n_tok, float *y);
+
+/** As kiln_cpu_matmul with an explicit path (for tests comparing paths). */
+void kiln_cpu_matmul_path(kiln_threadpool *tp, kiln_simd path, const void *w, kiln_dtype wt,
+                          int64_t n_out, int64_t n_in, const float *x, int64_t n_tok, float *y);
+
+#endif

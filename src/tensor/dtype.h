@@ -1,0 +1,62 @@
+/*
+ * dtype.h - element types and their block formats: one row of traits per dtype
+ * (in the style of ggml's type-traits table), never a switch in every kernel.
+ *
+ * The enum values equal GGML's `ggml_type` ids, so a GGUF tensor's type field maps
+ * directly (source: ggml/include/ggml.h, GGUF spec in ggml/docs/gguf.md).
+ * Block layouts are GGML's (ggml-common.h): Q4_0/Q8_0 blocks of 32, Q4_K/Q6_K
+ * super-blocks of 256.
+ */
+#ifndef KILN_TENSOR_DTYPE_H
+#define KILN_TENSOR_DTYPE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kiln.h"
+
+typedef enum kiln_dtype {
+    KILN_DTYPE_F32 = 0,
+    KILN_DTYPE_F16 = 1,
+    KILN_DTYPE_Q4_0 = 2,
+    KILN_DTYPE_Q8_0 = 8,
+    KILN_DTYPE_Q4_K = 12,
+    KILN_DTYPE_Q6_K = 14,
+    KILN_DTYPE_I32 = 26,
+    KILN_DTYPE_BF16 = 30,
+    KILN_DTYPE_COUNT = 40 /* size of id space covered by the traits table */
+} kiln_dtype;
+
+/** Per-dtype traits. Function pointers are the scalar reference implementations. */
+typedef struct kiln_dtype_traits {
+    const char *name;    /* GGML spelling: "f32", "f16", "q4_0", "q8_0", "q4_K", "q6_K", "bf16", "i32" */
+    int32_t block_size;  /* elements per block (1 for plain types) */
+    size_t type_size;    /* bytes per block */
+    bool is_quantized;
+    /* Dequantize n elements (n % block_size == 0) from src to dst. NULL for I32. */
+    void (*to_float)(const void *src, float *dst, int64_t n);
+    /* Reference quantizer: n elements (n % block_size == 0) from src to dst. NULL for I32. */
+    void (*from_float)(const float *src, void *dst, int64_t n);
+} kiln_dtype_traits;
+
+/** Traits of `t`, or NULL when kiln does not support `t` (unknown or unimplemented id). */
+const kiln_dtype_traits *kiln_dtype_traits_of(int32_t t);
+
+/** Name of dtype id `t`, "unknown" when unsupported. Never NULL. */
+const char *kiln_dtype_name(int32_t t);
+
+/**
+ * Bytes needed for a row of n elements of dtype t. Returns 0 when t is unsupported,
+ * n is not a multiple of the block size, or the size would overflow.
+ */
+size_t kiln_dtype_row_size(kiln_dtype t, int64_t n);
+
+/** IEEE half <-> float (round-to-nearest-even on the way down). */
+float kiln_fp16_to_fp32(uint16_t h);
+uint16_t kiln_fp32_to_fp16(float f);
+/** bfloat16 <-> float (round-to-nearest-even on the way down; NaN stays NaN). */
+float kiln_bf16_to_fp32(uint16_t h);
+uint16_t kiln_fp32_to_bf16(float f);
+
+#endif

@@ -1,0 +1,55 @@
+/*
+ * vocab.h - a tokenizer vocabulary as GGUF stores it (tokenizer.ggml.* keys, see the GGUF
+ * spec and llama.cpp's llama-vocab.cpp for semantics): token texts, scores, token types,
+ * BPE merges, special ids and flags. Shared by the SPM, BPE and WordPiece encoders.
+ */
+#ifndef KILN_TOKENIZER_VOCAB_H
+#define KILN_TOKENIZER_VOCAB_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kiln.h"
+
+typedef enum kiln_vocab_type {
+    KILN_VOCAB_SPM = 1,     /* SentencePiece-style BPE with scores, byte fallback ("llama") */
+    KILN_VOCAB_BPE = 2,     /* byte-level BPE with merges ("gpt2") */
+    KILN_VOCAB_WPM = 3,     /* WordPiece ("bert") */
+    KILN_VOCAB_LLAMA2C = 4, /* llama2.c tokenizer.bin, encoded exactly as run.c does */
+} kiln_vocab_type;
+
+/* tokenizer.ggml.token_type values (llama.cpp llama_token_type). */
+typedef enum kiln_token_type {
+    KILN_TOKEN_UNDEFINED = 0,
+    KILN_TOKEN_NORMAL = 1,
+    KILN_TOKEN_UNKNOWN = 2,
+    KILN_TOKEN_CONTROL = 3,
+    KILN_TOKEN_USER_DEFINED = 4,
+    KILN_TOKEN_UNUSED = 5,
+    KILN_TOKEN_BYTE = 6,
+} kiln_token_type;
+
+typedef struct kiln_vocab {
+    kiln_vocab_type type;
+    int32_t n_tokens;
+    char **text;         /* [n_tokens] owned, NUL-terminated token texts as stored */
+    uint32_t *text_len;  /* [n_tokens] byte lengths */
+    float *scores;       /* [n_tokens] or NULL */
+    int32_t *token_type; /* [n_tokens] kiln_token_type */
+    int32_t n_merges;
+    char **merges; /* [n_merges] owned "left right" strings, rank = index; BPE only */
+    char *pre;     /* tokenizer.ggml.pre, or NULL ("default") */
+
+    /* special ids, -1 when absent */
+    int32_t bos_id, eos_id, eot_id, unk_id, sep_id, pad_id, cls_id, mask_id;
+    bool add_bos, add_eos, add_space_prefix, remove_extra_whitespaces;
+
+    void *index;     /* text -> id hash, private to vocab.c */
+    void *bpe;       /* BPE state (merge ranks, pre-tokenizer), private to bpe.c */
+} kiln_vocab;
+
+/** Id of the token whose text is exactly text[0..len), or -1. O(1) average. */
+int32_t kiln_vocab_find(const kiln_vocab *v, const char *text, size_t len);
+
+#endif

@@ -1,0 +1,34 @@
+/* mapped_file.h - read-only memory mapping of a whole file. */
+#ifndef KILN_UTIL_MAPPED_FILE_H
+#define KILN_UTIL_MAPPED_FILE_H
+
+#include <stddef.h>
+
+#include "kiln.h"
+
+/** A read-only mapping of a whole file. `data` is NULL when size == 0. */
+typedef struct kiln_mapped_file {
+    char *path;       /* owned copy of the path, for error messages */
+    const void *data; /* mapping base, `size` bytes, PROT_READ */
+    size_t size;      /* file size in bytes */
+} kiln_mapped_file;
+
+/**
+ * Map `path` read-only (mmap(2), MAP_PRIVATE). The file is never copied.
+ * Errors: KILN_ERR_IO (cannot open/stat/map; message names the path and errno text),
+ *         KILN_ERR_INVALID_ARGUMENT (path is a directory), KILN_ERR_OUT_OF_MEMORY.
+ */
+kiln_status kiln_mapped_file_open(const char *path, kiln_mapped_file **out, kiln_error *err);
+
+/** Unmap and free. NULL is a no-op. */
+void kiln_mapped_file_close(kiln_mapped_file *f);
+
+/**
+ * Read a whole (small) file into a malloc'd NUL-terminated buffer, for JSON and text
+ * files. *out_len excludes the NUL. Errors: KILN_ERR_IO, KILN_ERR_OUT_OF_MEMORY,
+ * KILN_ERR_INVALID_ARGUMENT if larger than max_bytes.
+ */
+kiln_status kiln_read_file(const char *path, size_t max_bytes, char **out, size_t *out_len,
+                           kiln_error *err);
+
+#endif
