@@ -1,0 +1,68 @@
+#include "backend/cpu/ops.h"
+
+#include <math.h>
+#include <string.h>
+
+void kiln_rmsnorm(float *out, const float *x, const float *w, int64_t n, float eps) {
+    float ss = 0.0f;
+    for (int64_t i = 0; i < n; i++) ss += x[i] * x[i];
+    ss /= (float)n;
+    ss += eps;
+    ss = 1.0f / sqrtf(ss);
+    for (int64_t i = 0; i < n; i++) out[i] = w[i] * (ss * x[i]);
+}
+
+void kiln_rope(float *x, int32_t n_heads, int32_t head_dim, int32_t pos, const float *inv_freq,
+               int adjacent_pairs) {
+    const int32_t half = head_dim / 2;
+    for (int32_t j = 0; j < half; j++) {
+        float angle = (float)pos * inv_freq[j];
+        float c = cosf(angle), s = sinf(angle);
+        for (int32_t h = 0; h < n_heads; h++) {
+            float *v = x + (int64_t)h * head_dim;
+            int32_t a = adjacent_pairs ? 2 * j : j;
+            int32_t b = adjacent_pairs ? 2 * j + 1 : j + half;
+            float v0 = v[a], v1 = v[b];
+            v[a] = v0 * c - v1 * s;
+            v[b] = v0 * s + v1 * c;
+        }
+    }
+}
+
+void kiln_swiglu(float *g, const float *u, int64_t n) {
+    for (int64_t i = 0; i < n; i++) {
+        float v = g[i];
+        v *= 1.0f / (1.0f + expf(-v));
+        g[i] = v * u[i];
+    }
+}
+
+void kiln_softmax(float *x, int64_t n) {
+    float mx = x[0];
+    for (int64_t i = 1; i < n; i++)
+        if (x[i] > mx) mx = x[i];
+    float sum = 0.0f;
+    for (int64_t i = 0; i < n; i++) {
+        x[i] = expf(x[i] - mx);
+        sum += x[i];
+    }
+    for (int64_t i = 0; i < n; i++) x[i] /= sum;
+}
+
+void kiln_attention_head(float *out, const float *q, const float *k, const float *v,
+                         int64_t kv_stride, int32_t n_keys, int32_t head_dim, float score_div,
+                         float *scores) {
+    for (int32_t t = 0; t < n_keys; t++) {
+        const float *kt = k + (int64_t)t * kv_stride;
+        float s = 0.0f;
+        for (int32_t d = 0; d < head_dim; d++) s += q[d] * kt[d];
+        scores[t] = s / score_div;
+    }
+    kiln_softmax(scores, n_keys);
+    memset(out, 0, (size_t)head_dim * sizeof *out);
+    for (int32_t t = 0; t < n_keys; t++) {
+        const float *vt = v + (int64_t)t * kv_stride;
+        float a = scores[t];
+        for (int32_t d = 0; d < head_dim; d++) out[d] += a * vt[d];
+    }
+}

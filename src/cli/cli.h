@@ -1,0 +1,37 @@
+/* cli.h - shared helpers of the kiln command-line subcommands. */
+#ifndef KILN_CLI_CLI_H
+#define KILN_CLI_CLI_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "model/model.h"
+#include "util/threadpool.h"
+
+/* Exit codes: 0 success, 1 runtime error (bad model, bad input), 2 usage error. */
+#define KILN_EXIT_ERROR 1
+#define KILN_EXIT_USAGE 2
+
+int kiln_cmd_run(int argc, char **argv);
+int kiln_cmd_tokenize(int argc, char **argv);
+int kiln_cmd_inspect(int argc, char **argv);
+int kiln_cmd_logits(int argc, char **argv);
+
+/** Print "kiln: error: <message>" to stderr and return KILN_EXIT_ERROR. */
+int cli_fail(const kiln_error *err);
+/** Print "kiln <cmd>: <fmt...>" to stderr and return KILN_EXIT_USAGE. */
+int cli_usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/** Strict numeric parsing: the whole string must be a number within [lo, hi]. */
+bool cli_parse_i64(const char *s, int64_t lo, int64_t hi, int64_t *out);
+bool cli_parse_f32(const char *s, float lo, float hi, float *out);
+
+/** Read all of stdin into a malloc'd buffer (NUL-terminated). NULL on failure. */
+char *cli_read_stdin(size_t *len);
+
+/** Threads: n > 0 as given, else kiln_physical_cores(). Prints errors; NULL tp means 1 thread. */
+int cli_threadpool(int n, kiln_threadpool **tp);
+
+double cli_now_ms(void);
+
+#endif

@@ -1,0 +1,82 @@
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "cli/cli.h"
+
+int cli_fail(const kiln_error *err) {
+    fprintf(stderr, "kiln: error: %s\n", err->message[0] ? err->message : kiln_status_name(err->status));
+    return KILN_EXIT_ERROR;
+}
+
+int cli_usage_error(const char *cmd, const char *fmt, ...) {
+    fprintf(stderr, "kiln %s: ", cmd);
+    va_list ap;
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "\n(run 'kiln %s --help' for usage)\n", cmd);
+    return KILN_EXIT_USAGE;
+}
+
+bool cli_parse_i64(const char *s, int64_t lo, int64_t hi, int64_t *out) {
+    if (!s || !*s) return false;
+    char *end;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (errno || *end || v < lo || v > hi) return false;
+    *out = v;
+    return true;
+}
+
+bool cli_parse_f32(const char *s, float lo, float hi, float *out) {
+    if (!s || !*s) return false;
+    char *end;
+    errno = 0;
+    float v = strtof(s, &end);
+    if (errno || *end || !isfinite(v) || v < lo || v > hi) return false;
+    *out = v;
+    return true;
+}
+
+char *cli_read_stdin(size_t *len) {
+    size_t cap = 4096, n = 0;
+    char *buf = malloc(cap);
+    if (!buf) return NULL;
+    for (;;) {
+        if (n + 1 >= cap) {
+            char *nb = realloc(buf, cap * 2);
+            if (!nb) {
+                free(buf);
+                return NULL;
+            }
+            buf = nb;
+            cap *= 2;
+        }
+        size_t r = fread(buf + n, 1, cap - 1 - n, stdin);
+        if (r == 0) break;
+        n += r;
+    }
+    buf[n] = '\0';
+    *len = n;
+    return buf;
+}
+
+int cli_threadpool(int n, kiln_threadpool **tp) {
+    *tp = NULL;
+    if (n <= 0) n = kiln_physical_cores();
+    if (n == 1) return 0;
+    kiln_error err = {0};
+    if (kiln_threadpool_create(n, tp, &err) != KILN_OK) return cli_fail(&err);
+    return 0;
+}
+
+double cli_now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}

@@ -1,0 +1,56 @@
+/*
+ * generate.h - single-sequence generation: prefill the prompt in one forward, then decode
+ * one token per forward until EOS, max_tokens or the context ends. The continuous-batching
+ * engine replaces this loop for serving; it stays as the simplest reference path.
+ */
+#ifndef KILN_ENGINE_GENERATE_H
+#define KILN_ENGINE_GENERATE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "engine/sampler.h"
+#include "model/model.h"
+#include "util/vec.h"
+
+typedef enum kiln_finish_reason {
+    KILN_FINISH_NONE = 0,
+    KILN_FINISH_STOP = 1,   /* an end-of-generation token was sampled (not emitted) */
+    KILN_FINISH_LENGTH = 2, /* max_tokens reached or the context is full */
+    KILN_FINISH_CANCELLED = 3,
+    KILN_FINISH_ERROR = 4,
+} kiln_finish_reason;
+
+/** "stop", "length", "cancelled", "error" (or "none"). */
+const char *kiln_finish_reason_name(kiln_finish_reason r);
+
+typedef struct kiln_generate_params {
+    kiln_sampler_params sampler;
+    int32_t max_tokens; /* >= 1 */
+    int32_t n_ctx;      /* 0 = the model's training context (or prompt + max_tokens if unknown) */
+} kiln_generate_params;
+
+typedef struct kiln_generate_result {
+    kiln_ivec tokens; /* generated ids, EOS excluded; caller frees with kiln_ivec_free */
+    kiln_finish_reason finish;
+    double prompt_ms, gen_ms; /* wall time of the prefill forward and of the decode steps */
+    int32_t n_prompt;
+} kiln_generate_result;
+
+/** Called for each generated token in order; return false to stop (finish = cancelled). */
+typedef bool (*kiln_token_fn)(void *user, int32_t token);
+
+/**
+ * Generate from prompt[0..n_prompt). End of generation: the tokenizer's EOG ids (or the
+ * config's eos_id without a tokenizer); for llama2.c checkpoints also BOS (id 1), as run.c
+ * stops. Errors: KILN_ERR_INVALID_ARGUMENT (empty prompt, id out of range, max_tokens < 1,
+ * sampler ranges, prompt longer than the context), KILN_ERR_OUT_OF_MEMORY.
+ */
+kiln_status kiln_generate(const kiln_model *m, kiln_threadpool *tp, const int32_t *prompt,
+                          int32_t n_prompt, const kiln_generate_params *p, kiln_token_fn on_token,
+                          void *user, kiln_generate_result *res, kiln_error *err);
+
+/** True when `id` ends generation for model m (see kiln_generate). */
+bool kiln_model_is_eog(const kiln_model *m, int32_t id);
+
+#endif

@@ -1,0 +1,93 @@
+/*
+ * model.h - a loaded Llama-family model: config, weight views into the mapped file(s), the
+ * tokenizer, and the forward pass.
+ */
+#ifndef KILN_MODEL_MODEL_H
+#define KILN_MODEL_MODEL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "kiln.h"
+#include "model/config.h"
+#include "tensor/dtype.h"
+#include "tokenizer/tokenizer.h"
+#include "util/threadpool.h"
+
+/** A weight matrix [n_out, n_in] of rows of n_in elements (row-major, as W in y = W x). */
+typedef struct kiln_mat {
+    const void *data; /* borrowed from a mapping or owned by the model */
+    kiln_dtype dtype;
+    int64_t n_out, n_in;
+    const char *name; /* for messages */
+} kiln_mat;
+
+typedef struct kiln_layer_weights {
+    const float *attn_norm, *ffn_norm; /* [n_embd] */
+    kiln_mat wq, wk, wv, wo;           /* [n_head*hd, n_embd], [n_kv*hd, n_embd] x2, [n_embd, n_head*hd] */
+    kiln_mat w_gate, w_up, w_down;     /* [n_ff, n_embd] x2, [n_embd, n_ff] */
+} kiln_layer_weights;
+
+typedef struct kiln_model {
+    kiln_model_config cfg;
+    char *path;
+    kiln_mat tok_embd;        /* [n_vocab, n_embd] */
+    const float *output_norm; /* [n_embd] */
+    kiln_mat output;          /* [n_vocab, n_embd]; tok_embd when tied */
+    kiln_layer_weights *layers;
+    float *inv_freq; /* [head_dim/2] RoPE inverse frequencies, scaling applied */
+    kiln_tokenizer *tokenizer; /* may be NULL (HF dirs without tokenizer) */
+    /* sources, owned */
+    void *gguf, *llama2c, *safetensors;
+    void **owned;
+    int32_t n_owned;
+} kiln_model;
+
+typedef struct kiln_model_load_params {
+    const char *tokenizer_path; /* llama2.c tokenizer.bin; NULL = look beside the model */
+    bool require_tokenizer;     /* fail when no tokenizer can be found */
+} kiln_model_load_params;
+
+/**
+ * Load a model from a GGUF file, a llama2.c checkpoint, or a Hugging Face directory
+ * (config.json + model.safetensors or a sharded index). Weights stay memory-mapped; only
+ * norm vectors stored in f16/bf16 are converted to f32 copies.
+ * For llama2.c checkpoints the tokenizer is params->tokenizer_path, else tokenizer.bin in the
+ * model's directory, else the single tok*.bin there.
+ * Errors: KILN_ERR_IO, KILN_ERR_FORMAT (missing tensor, wrong shape: named), KILN_ERR_UNSUPPORTED
+ * (architecture, dtype, option), KILN_ERR_NOT_FOUND (tokenizer required but missing),
+ * KILN_ERR_OUT_OF_MEMORY. Every message names the file.
+ */
+kiln_status kiln_model_open(const char *path, const kiln_model_load_params *params,
+                            kiln_model **out, kiln_error *err);
+
+/** Free the model and its sources. NULL is a no-op. */
+void kiln_model_close(kiln_model *m);
+
+/** Key/value cache of one sequence: [n_layer][n_ctx][n_head_kv * head_dim] f32 for K and V. */
+typedef struct kiln_kv_seq {
+    int32_t n_ctx;
+    int64_t kv_dim;
+    int32_t n_layer;
+    float *k, *v;
+} kiln_kv_seq;
+
+/** Allocate a cache for n_ctx positions. Errors: KILN_ERR_INVALID_ARGUMENT, KILN_ERR_OUT_OF_MEMORY. */
+kiln_status kiln_kv_seq_create(const kiln_model *m, int32_t n_ctx, kiln_kv_seq **out,
+                               kiln_error *err);
+void kiln_kv_seq_destroy(kiln_kv_seq *kv);
+
+/**
+ * Run the transformer over n tokens of one sequence at positions pos0 .. pos0+n-1, writing
+ * their K/V into kv and attending causally over kv positions [0, pos].
+ * logits: if non-NULL, [n_out_rows, n_vocab] f32 receives the logits of the rows selected by
+ * want_all (every row, n_out_rows = n) or only the last row (n_out_rows = 1).
+ * tp may be NULL (single thread).
+ * Errors: KILN_ERR_INVALID_ARGUMENT (token id out of [0, n_vocab), n < 1, pos0 + n > n_ctx),
+ * KILN_ERR_OUT_OF_MEMORY.
+ */
+kiln_status kiln_model_forward(const kiln_model *m, kiln_kv_seq *kv, kiln_threadpool *tp,
+                               const int32_t *tokens, int32_t n, int32_t pos0, bool want_all,
+                               float *logits, kiln_error *err);
+
+#endif
