@@ -40,8 +40,12 @@ kiln_status kiln_error_prefix(kiln_error *err, const char *fmt, ...) {
     va_start(ap, fmt);
     vsnprintf(prefix, sizeof prefix, fmt, ap);
     va_end(ap);
-    char old[sizeof err->message];
-    memcpy(old, err->message, sizeof old);
-    snprintf(err->message, sizeof err->message, "%s%s", prefix, old);
+    /* message = prefix + old message, truncated to fit */
+    size_t cap = sizeof err->message, pl = strlen(prefix), ol = strnlen(err->message, cap - 1);
+    if (pl > cap - 1) pl = cap - 1;
+    if (pl + ol > cap - 1) ol = cap - 1 - pl;
+    memmove(err->message + pl, err->message, ol);
+    memcpy(err->message, prefix, pl);
+    err->message[pl + ol] = '\0';
     return err->status;
 }
