@@ -1,0 +1,221 @@
+/*
+ * Acceptance 5: bad input through the `kiln` binary gives a clear message, exit code 1 and
+ * no sanitizer report (this test runs in the ASan+UBSan build too, where kiln is
+ * instrumented). Cases: a GGUF truncated at 20 cut points; bit flips in the header, counts,
+ * string lengths and type tags; a tensor offset beyond the end of the file; an unknown
+ * dtype; a llama2.c checkpoint without its tokenizer; a prompt that is not valid UTF-8.
+ */
+#include <fcntl.h>
+#include <stdint.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+
+#include "test.h"
+
+static char g_tmpdir[256];
+static char g_kiln[1024];
+
+/* Run kiln with argv (NULL-terminated, argv[0] ignored); returns exit code (-signal if
+ * killed) and fills err_out (NUL-terminated, truncated) with stderr. */
+static int run_kiln(const char *const *args, char *err_out, size_t cap) {
+    char errpath[512];
+    snprintf(errpath, sizeof errpath, "%s/stderr.txt", g_tmpdir);
+    pid_t pid = fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) {
+        int fd = open(errpath, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+        int null = open("/dev/null", O_WRONLY);
+        if (fd < 0 || null < 0) _exit(126);
+        dup2(fd, 2);
+        dup2(null, 1);
+        const char *argv[32];
+        argv[0] = g_kiln;
+        int i = 1;
+        for (; args[i - 1] && i < 31; i++) argv[i] = args[i - 1];
+        argv[i] = NULL;
+        execv(g_kiln, (char *const *)argv);
+        _exit(127);
+    }
+    int status;
+    REQUIRE(waitpid(pid, &status, 0) == pid);
+    FILE *f = fopen(errpath, "rb");
+    size_t n = f ? fread(err_out, 1, cap - 1, f) : 0;
+    if (f) fclose(f);
+    err_out[n] = '\0';
+    if (WIFSIGNALED(status)) return -WTERMSIG(status);
+    return WEXITSTATUS(status);
+}
+
+static bool sanitizer_report(const char *err) {
+    return strstr(err, "Sanitizer") || strstr(err, "runtime error:");
+}
+
+/* Expect exit 1 with "kiln: error:" and `must_mention` (if non-NULL) in stderr. */
+static void expect_error(const char *what, const char *const *args, const char *must_mention) {
+    char err[8192];
+    int rc = run_kiln(args, err, sizeof err);
+    CHECKF(rc == 1, "%s: exit code %d, want 1; stderr: %s", what, rc, err);
+    CHECKF(strstr(err, "kiln: error:") != NULL, "%s: no error message; stderr: %s", what, err);
+    CHECKF(!sanitizer_report(err), "%s: sanitizer report: %s", what, err);
+    if (must_mention)
+        CHECKF(strstr(err, must_mention) != NULL, "%s: message does not mention '%s': %s", what,
+               must_mention, err);
+}
+
+/* For inputs that might still be valid (a flipped bit in a harmless place): exit 0 or 1,
+ * never a crash or sanitizer report, and an error message whenever it fails. */
+static void expect_clean(const char *what, const char *const *args) {
+    char err[8192];
+    int rc = run_kiln(args, err, sizeof err);
+    CHECKF(rc == 0 || rc == 1, "%s: exit code %d; stderr: %s", what, rc, err);
+    CHECKF(!sanitizer_report(err), "%s: sanitizer report: %s", what, err);
+    if (rc == 1) CHECKF(strstr(err, "kiln: error:") != NULL, "%s: no message: %s", what, err);
+}
+
+static uint8_t *read_all(const char *path, size_t *n) {
+    FILE *f = fopen(path, "rb");
+    REQUIRE(f);
+    fseek(f, 0, SEEK_END);
+    long sz = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    uint8_t *b = malloc((size_t)sz);
+    REQUIRE(b && fread(b, 1, (size_t)sz, f) == (size_t)sz);
+    fclose(f);
+    *n = (size_t)sz;
+    return b;
+}
+
+static void write_all(const char *path, const uint8_t *b, size_t n) {
+    FILE *f = fopen(path, "wb");
+    REQUIRE(f && fwrite(b, 1, n, f) == n);
+    fclose(f);
+}
+
+/* Offset of the GGUF (v2/v3) tensor-info record for `name`: the u64 length + name bytes. */
+static size_t find_tensor_info(const uint8_t *b, size_t n, const char *name) {
+    size_t len = strlen(name), found = 0;
+    for (size_t i = 8; i + len <= n && i < n; i++) {
+        uint64_t l;
+        memcpy(&l, b + i - 8, 8);
+        if (l == len && !memcmp(b + i, name, len)) found = i - 8; /* keep the last match */
+    }
+    return found;
+}
+
+int main(void) {
+    snprintf(g_kiln, sizeof g_kiln, "%s/kiln", KILN_BINARY_DIR);
+    kiln_test_require_file(g_kiln);
+    const char *gguf = kiln_test_shared("models/stories260K/stories260K-f32.gguf");
+    const char *ckpt = kiln_test_shared("models/stories260K/stories260K.bin");
+    kiln_test_require_file(gguf);
+    kiln_test_require_file(ckpt);
+    snprintf(g_tmpdir, sizeof g_tmpdir, "/tmp/kiln-cli-bad-XXXXXX");
+    REQUIRE(mkdtemp(g_tmpdir));
+    char bad[512];
+    snprintf(bad, sizeof bad, "%s/bad.gguf", g_tmpdir);
+    size_t n;
+    uint8_t *orig = read_all(gguf, &n);
+    const char *const run_args[] = {"run", "-m", bad, "-p", "Once", "-n", "2", "--temp", "0", NULL};
+
+    /* 1. truncation at 20 cut points: inside the header, the metadata, the tensor infos and
+     * the data section. */
+    size_t cuts[20] = {0, 3, 4, 7, 8, 15, 16, 23, 24, 40, 100, 1000, 5000};
+    for (int i = 13; i < 20; i++) cuts[i] = n / 20 * (size_t)(i - 12) * 2 + 1;
+    cuts[19] = n - 1;
+    for (int i = 0; i < 20; i++) {
+        REQUIRE(cuts[i] < n);
+        write_all(bad, orig, cuts[i]);
+        char what[64];
+        snprintf(what, sizeof what, "truncated at %zu of %zu bytes", cuts[i], n);
+        expect_error(what, run_args, "bad.gguf");
+    }
+
+    /* 2. bit flips in the version, counts, first key's length and first value's type tag:
+     * each must be rejected. */
+    const struct {
+        size_t off;
+        uint8_t mask;
+        const char *what;
+    } flips[] = {
+        {0, 0x01, "magic"},           {4, 0x40, "version"},        {8 + 6, 0x10, "n_tensors high"},
+        {16 + 5, 0x01, "n_kv high"},  {24 + 7, 0x80, "first key length"},
+    };
+    for (size_t i = 0; i < sizeof flips / sizeof flips[0]; i++) {
+        uint8_t *b = malloc(n);
+        memcpy(b, orig, n);
+        b[flips[i].off] ^= flips[i].mask;
+        write_all(bad, b, n);
+        expect_error(flips[i].what, run_args, NULL);
+        free(b);
+    }
+    /* ...and single-bit flips swept over the first 4 KiB (metadata, tensor infos): never a
+     * crash; an error message whenever kiln refuses. */
+    for (size_t off = 0; off < 4096 && off < n; off += 37) {
+        uint8_t *b = malloc(n);
+        memcpy(b, orig, n);
+        b[off] ^= (uint8_t)(1u << (off % 8));
+        write_all(bad, b, n);
+        char what[64];
+        snprintf(what, sizeof what, "bit flip at byte %zu", off);
+        expect_clean(what, run_args);
+        free(b);
+    }
+
+    /* 3. a tensor offset beyond the end of the file, 4. an unknown dtype. */
+    size_t ti = find_tensor_info(orig, n, "output_norm.weight");
+    REQUIRE(ti > 0);
+    size_t p = ti + 8 + strlen("output_norm.weight");
+    uint32_t n_dims;
+    memcpy(&n_dims, orig + p, 4);
+    REQUIRE(n_dims >= 1 && n_dims <= 4);
+    size_t type_off = p + 4 + 8 * (size_t)n_dims, offset_off = type_off + 4;
+    {
+        uint8_t *b = malloc(n);
+        memcpy(b, orig, n);
+        uint64_t far = (uint64_t)n * 4;
+        memcpy(b + offset_off, &far, 8);
+        write_all(bad, b, n);
+        expect_error("tensor offset beyond EOF", run_args, "output_norm.weight");
+        uint32_t dtype = 99;
+        memcpy(b, orig, n);
+        memcpy(b + type_off, &dtype, 4);
+        write_all(bad, b, n);
+        expect_error("unknown dtype 99", run_args, "output_norm.weight");
+        free(b);
+    }
+
+    /* 5. a llama2.c checkpoint alone in a directory: no tokenizer. */
+    {
+        size_t cn;
+        uint8_t *c = read_all(ckpt, &cn);
+        char lone[512];
+        snprintf(lone, sizeof lone, "%s/model.bin", g_tmpdir);
+        write_all(lone, c, cn);
+        free(c);
+        const char *const args[] = {"run", "-m", lone, "-p", "Once", NULL};
+        expect_error("missing tokenizer", args, "tokenizer");
+        remove(lone);
+    }
+
+    /* 6. a prompt that is not valid UTF-8. */
+    {
+        const char *const args[] = {"run", "-m", gguf, "-p", "Once \xff\xfe upon", NULL};
+        expect_error("invalid UTF-8 prompt", args, "UTF-8");
+        const char *const args2[] = {"tokenize", "-m", gguf, "\xc3\x28", NULL};
+        expect_error("invalid UTF-8 to tokenize", args2, "UTF-8");
+    }
+
+    /* The intact file still works (so the failures above are about the damage). */
+    {
+        const char *const ok_args[] = {"run", "-m", gguf, "-p", "Once", "-n", "2", "--temp", "0", NULL};
+        char err[8192];
+        CHECKF(run_kiln(ok_args, err, sizeof err) == 0, "intact model fails: %s", err);
+    }
+    free(orig);
+    remove(bad);
+    char errpath[512];
+    snprintf(errpath, sizeof errpath, "%s/stderr.txt", g_tmpdir);
+    remove(errpath);
+    rmdir(g_tmpdir);
+    return kiln_test_finish("test_cli_bad_input");
+}
