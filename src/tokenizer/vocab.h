@@ -45,11 +45,24 @@ typedef struct kiln_vocab {
     int32_t bos_id, eos_id, eot_id, unk_id, sep_id, pad_id, cls_id, mask_id;
     bool add_bos, add_eos, add_space_prefix, remove_extra_whitespaces;
 
-    void *index;     /* text -> id hash, private to vocab.c */
-    void *bpe;       /* BPE state (merge ranks, pre-tokenizer), private to bpe.c */
+    void *index; /* text -> id hash, private to vocab.c */
+    void *bpe;   /* BPE state (merge ranks, pre-tokenizer), private to bpe.c */
 } kiln_vocab;
 
 /** Id of the token whose text is exactly text[0..len), or -1. O(1) average. */
 int32_t kiln_vocab_find(const kiln_vocab *v, const char *text, size_t len);
+
+/**
+ * Build v->index (text -> id hash) over v->text[0..n_tokens). When two ids share a text the
+ * later id wins, as llama.cpp's token_to_id map does. Rebuilding replaces the old index.
+ * Errors: KILN_ERR_OUT_OF_MEMORY.
+ */
+kiln_status kiln_vocab_build_index(kiln_vocab *v, kiln_error *err);
+
+/**
+ * Free everything the vocab owns (texts, scores, types, merges, pre, index, and the BPE
+ * state through kiln_bpe_free) and zero the struct. NULL is a no-op.
+ */
+void kiln_vocab_free(kiln_vocab *v);
 
 #endif
