@@ -192,6 +192,7 @@ static const char REPLACEMENT[3] = {'\xEF', '\xBF', '\xBD'};
 /* Append bytes, emitting complete UTF-8 and keeping an incomplete tail in d->pend. */
 static bool feed(kiln_detok *d, const char *s, size_t n) {
     size_t total = d->n_pend + n;
+    if (total == 0) return out_reserve(d, 0);
     /* worst case every byte becomes U+FFFD */
     if (!out_reserve(d, total * 3)) return false;
     if (total > d->scratch_cap) {

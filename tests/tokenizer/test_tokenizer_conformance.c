@@ -39,6 +39,60 @@ static void print_ids(const char *label, const int32_t *ids, size_t n) {
     fputc('\n', stderr);
 }
 
+/*
+ * A vocab shipped without reference ids (baichuan, gpt-neox): it must load, and a few
+ * strings must encode to in-range ids that decode back to the input. This is a smoke test,
+ * not conformance; it says so.
+ */
+static int load_only(const char *name, const char *path) {
+    printf("%s: no .inp/.out reference ids; checking loading and round trip only\n", name);
+    kiln_error err = {0};
+    kiln_gguf *g = NULL;
+    REQUIRE(kiln_gguf_open(path, &g, &err) == KILN_OK);
+    kiln_tokenizer *tok = NULL;
+    kiln_status st = kiln_tokenizer_from_gguf(g, &tok, &err);
+    CHECKF(st == KILN_OK, "tokenizer for %s: %s (%s)", name, kiln_status_name(st), err.message);
+    static const char *const texts[] = {"Hello world",
+                                        " Hello World!",
+                                        "3.14159 is pi",
+                                        "\xE4\xBD\xA0\xE5\xA5\xBD\xEF\xBC\x8C\xE4\xB8\x96"
+                                        "\xE7\x95\x8C",
+                                        "tab\tand\nnewline",
+                                        "caf\xC3\xA9 \xF0\x9F\x98\x80"};
+    kiln_ivec ids = {0};
+    for (size_t i = 0; tok && i < sizeof texts / sizeof texts[0]; i++) {
+        size_t len = strlen(texts[i]);
+        ids.n = 0;
+        st = kiln_tokenizer_encode(tok, texts[i], len, false, false, &ids, &err);
+        CHECKF(st == KILN_OK, "%s: encode \"%s\": %s", name, texts[i], err.message);
+        CHECK(ids.n > 0);
+        kiln_detok *d = NULL;
+        REQUIRE(kiln_detok_create(tok, &d, &err) == KILN_OK);
+        char out[256];
+        size_t on = 0;
+        const char *s;
+        size_t sl;
+        for (size_t k = 0; k < ids.n; k++) {
+            CHECK(ids.data[k] >= 0 && ids.data[k] < kiln_tokenizer_n_vocab(tok));
+            REQUIRE(kiln_detok_push(d, ids.data[k], &s, &sl, &err) == KILN_OK);
+            REQUIRE(on + sl < sizeof out);
+            memcpy(out + on, s, sl);
+            on += sl;
+        }
+        REQUIRE(kiln_detok_flush(d, &s, &sl, &err) == KILN_OK);
+        REQUIRE(on + sl < sizeof out);
+        memcpy(out + on, s, sl);
+        on += sl;
+        CHECKF(on == len && memcmp(out, texts[i], len) == 0, "%s: \"%s\" decoded as \"%.*s\"", name,
+               texts[i], (int)on, out);
+        kiln_detok_destroy(d);
+    }
+    kiln_ivec_free(&ids);
+    kiln_tokenizer_destroy(tok);
+    kiln_gguf_close(g);
+    return kiln_test_finish(name);
+}
+
 int main(int argc, char **argv) {
     REQUIRE(argc == 2);
     const char *name = argv[1];
@@ -47,9 +101,10 @@ int main(int argc, char **argv) {
     snprintf(path, sizeof path, "%s", kiln_test_shared(rel));
     snprintf(inp_path, sizeof inp_path, "%s.inp", path);
     snprintf(out_path, sizeof out_path, "%s.out", path);
+    kiln_test_require_file(path);
+    if (access(inp_path, R_OK) != 0 || access(out_path, R_OK) != 0) return load_only(name, path);
     kiln_test_require_file(inp_path);
     kiln_test_require_file(out_path);
-    kiln_test_require_file(path);
 
     size_t inp_len, out_len;
     char *inp = slurp(inp_path, &inp_len);
