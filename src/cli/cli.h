@@ -34,4 +34,7 @@ int cli_threadpool(int n, kiln_threadpool **tp);
 
 double cli_now_ms(void);
 
+/** "f32" -> KILN_DTYPE_F32, "f16" -> KILN_DTYPE_F16; false for anything else. */
+bool cli_parse_kv_type(const char *s, kiln_dtype *out);
+
 #endif

@@ -9,7 +9,8 @@
 #include "util/error.h"
 
 static void logits_usage(FILE *f) {
-    fprintf(f, "usage: kiln logits -m MODEL (--ids 1,2,3 | -p PROMPT) -o OUT.safetensors [--tokenizer FILE] [-t N]\n"
+    fprintf(f, "usage: kiln logits -m MODEL (--ids 1,2,3 | -p PROMPT) -o OUT.safetensors\n"
+               "                   [--tokenizer FILE] [-t N] [--kv-type f32|f16]\n"
                "\n"
                "Runs one forward over the tokens and writes input_ids [T] (I32) and\n"
                "logits [T, n_vocab] (F32) for every position.\n");
@@ -34,11 +35,12 @@ int kiln_cmd_logits(int argc, char **argv) {
         {"model", required_argument, 0, 'm'}, {"tokenizer", required_argument, 0, 'T'},
         {"ids", required_argument, 0, 'i'},   {"prompt", required_argument, 0, 'p'},
         {"output", required_argument, 0, 'o'}, {"threads", required_argument, 0, 't'},
-        {"help", no_argument, 0, 'h'},        {0, 0, 0, 0},
+        {"kv-type", required_argument, 0, 'K'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0},
     };
     const char *model_path = NULL, *ids_arg = NULL, *prompt = NULL, *out_path = NULL;
     kiln_model_load_params lp = {0};
     int64_t threads = 0;
+    kiln_dtype kv_type = KILN_DTYPE_F32;
     optind = 1;
     opterr = 0;
     int c;
@@ -52,6 +54,10 @@ int kiln_cmd_logits(int argc, char **argv) {
         case 't':
             if (!cli_parse_i64(optarg, 1, 512, &threads))
                 return cli_usage_error("logits", "--threads must be in [1, 512] (got '%s')", optarg);
+            break;
+        case 'K':
+            if (!cli_parse_kv_type(optarg, &kv_type))
+                return cli_usage_error("logits", "--kv-type must be f32 or f16 (got '%s')", optarg);
             break;
         case 'h': logits_usage(stdout); return 0;
         case ':': return cli_usage_error("logits", "option '%s' needs a value", argv[optind - 1]);
@@ -89,7 +95,7 @@ int kiln_cmd_logits(int argc, char **argv) {
         rc = cli_fail(&err);
         goto done;
     }
-    if (kiln_kv_seq_create(m, (int32_t)T, &kv, &err) != KILN_OK ||
+    if (kiln_kv_seq_create(m, (int32_t)T, kv_type, &kv, &err) != KILN_OK ||
         kiln_model_forward(m, kv, tp, ids.data, (int32_t)T, 0, true, logits, &err) != KILN_OK) {
         rc = cli_fail(&err);
         goto done;

@@ -25,6 +25,7 @@ static void run_usage(FILE *f) {
             "      --seed S           random seed (default: from the clock, printed)\n"
             "  -t, --threads N        threads (default: physical cores)\n"
             "      --ctx N            context length (default: the model's)\n"
+            "      --kv-type T        KV cache storage, f32 (default) or f16\n"
             "      --json             print one JSON object instead of streaming text\n");
 }
 
@@ -54,7 +55,7 @@ int kiln_cmd_run(int argc, char **argv) {
         {"top-p", required_argument, 0, 'P'},   {"min-p", required_argument, 0, 'M'},
         {"seed", required_argument, 0, 's'},    {"threads", required_argument, 0, 't'},
         {"ctx", required_argument, 0, 'c'},     {"json", no_argument, 0, 'j'},
-        {"help", no_argument, 0, 'h'},          {0, 0, 0, 0},
+        {"kv-type", required_argument, 0, 'K'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0},
     };
     const char *model_path = NULL, *prompt = NULL;
     kiln_model_load_params lp = {.require_tokenizer = true};
@@ -112,6 +113,10 @@ int kiln_cmd_run(int argc, char **argv) {
             gp.n_ctx = (int32_t)v;
             break;
         case 'j': json = true; break;
+        case 'K':
+            if (!cli_parse_kv_type(optarg, &gp.kv_type))
+                return cli_usage_error("run", "--kv-type must be f32 or f16 (got '%s')", optarg);
+            break;
         case 'h': run_usage(stdout); return 0;
         case ':': return cli_usage_error("run", "option '%s' needs a value", argv[optind - 1]);
         default: return cli_usage_error("run", "unknown option '%s'", argv[optind - 1]);

@@ -80,3 +80,10 @@ double cli_now_ms(void) {
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
 }
+
+bool cli_parse_kv_type(const char *s, kiln_dtype *out) {
+    if (!strcmp(s, "f32")) *out = KILN_DTYPE_F32;
+    else if (!strcmp(s, "f16")) *out = KILN_DTYPE_F16;
+    else return false;
+    return true;
+}

@@ -57,7 +57,7 @@ kiln_status kiln_generate(const kiln_model *m, kiln_threadpool *tp, const int32_
     kiln_sampler_scratch *scratch = NULL;
     float *logits = malloc((size_t)m->cfg.n_vocab * sizeof *logits);
     if (!logits) return kiln_error_set(err, KILN_ERR_OUT_OF_MEMORY, "out of memory");
-    if ((st = kiln_kv_seq_create(m, (int32_t)n_ctx, &kv, err))) goto done;
+    if ((st = kiln_kv_seq_create(m, (int32_t)n_ctx, p->kv_type ? p->kv_type : KILN_DTYPE_F32, &kv, err))) goto done;
     if ((st = kiln_sampler_scratch_create(m->cfg.n_vocab, &scratch, err))) goto done;
 
     double t0 = now_ms();

@@ -28,6 +28,7 @@ typedef struct kiln_generate_params {
     kiln_sampler_params sampler;
     int32_t max_tokens; /* >= 1 */
     int32_t n_ctx;      /* 0 = the model's training context (or prompt + max_tokens if unknown) */
+    kiln_dtype kv_type; /* KV cache storage: KILN_DTYPE_F32 (0, the default) or KILN_DTYPE_F16 */
 } kiln_generate_params;
 
 typedef struct kiln_generate_result {

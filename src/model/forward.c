@@ -16,19 +16,24 @@
 #include "model/model.h"
 #include "util/error.h"
 
-kiln_status kiln_kv_seq_create(const kiln_model *m, int32_t n_ctx, kiln_kv_seq **out,
-                               kiln_error *err) {
+kiln_status kiln_kv_seq_create(const kiln_model *m, int32_t n_ctx, kiln_dtype dtype,
+                               kiln_kv_seq **out, kiln_error *err) {
     *out = NULL;
     if (n_ctx < 1)
         return kiln_error_set(err, KILN_ERR_INVALID_ARGUMENT, "n_ctx must be >= 1 (got %d)", n_ctx);
+    if (dtype != KILN_DTYPE_F32 && dtype != KILN_DTYPE_F16)
+        return kiln_error_set(err, KILN_ERR_INVALID_ARGUMENT,
+                              "KV cache type must be f32 or f16 (got %s)", kiln_dtype_name(dtype));
     kiln_kv_seq *kv = calloc(1, sizeof *kv);
     if (!kv) return kiln_error_set(err, KILN_ERR_OUT_OF_MEMORY, "out of memory");
     kv->n_ctx = n_ctx;
     kv->n_layer = m->cfg.n_layer;
     kv->kv_dim = (int64_t)m->cfg.n_head_kv * m->cfg.head_dim;
+    kv->dtype = dtype;
     size_t n = (size_t)kv->n_layer * (size_t)n_ctx * (size_t)kv->kv_dim;
-    kv->k = calloc(n, sizeof(float));
-    kv->v = calloc(n, sizeof(float));
+    size_t esz = dtype == KILN_DTYPE_F16 ? sizeof(uint16_t) : sizeof(float);
+    kv->k = calloc(n, esz);
+    kv->v = calloc(n, esz);
     if (!kv->k || !kv->v) {
         kiln_kv_seq_destroy(kv);
         return kiln_error_set(err, KILN_ERR_OUT_OF_MEMORY,
@@ -53,6 +58,7 @@ typedef struct attn_job {
     const float *q; /* [n, n_head*hd] */
     float *out;     /* [n, n_head*hd] */
     float *scores;  /* [nth, n_ctx] */
+    uint16_t *q16;  /* [nth, head_dim] */
 } attn_job;
 
 static void attn_worker(void *ctx, int ith, int nth) {
@@ -67,10 +73,16 @@ static void attn_worker(void *ctx, int ith, int nth) {
     for (int64_t w = ith; w < total; w += nth) {
         int32_t i = (int32_t)(w / c->n_head), h = (int32_t)(w % c->n_head);
         int32_t kvh = h / group;
-        const float *k = j->kv->k + layer_off + (size_t)kvh * hd;
-        const float *v = j->kv->v + layer_off + (size_t)kvh * hd;
-        kiln_attention_head(j->out + i * q_dim + (int64_t)h * hd, j->q + i * q_dim + (int64_t)h * hd,
-                            k, v, j->kv->kv_dim, j->pos0 + i + 1, hd, div, scores);
+        const size_t off = layer_off + (size_t)kvh * hd;
+        float *out = j->out + i * q_dim + (int64_t)h * hd;
+        const float *q = j->q + i * q_dim + (int64_t)h * hd;
+        if (j->kv->dtype == KILN_DTYPE_F16)
+            kiln_attention_head_f16(out, q, (const uint16_t *)j->kv->k + off,
+                                    (const uint16_t *)j->kv->v + off, j->kv->kv_dim, j->pos0 + i + 1,
+                                    hd, div, scores, j->q16 + (size_t)ith * hd);
+        else
+            kiln_attention_head(out, q, (const float *)j->kv->k + off, (const float *)j->kv->v + off,
+                                j->kv->kv_dim, j->pos0 + i + 1, hd, div, scores);
     }
 }
 
@@ -98,7 +110,7 @@ kiln_status kiln_model_forward(const kiln_model *m, kiln_kv_seq *kv, kiln_thread
                   kv_dim = kv->kv_dim, ff = c->n_ff;
     const int nth = kiln_threadpool_size(tp);
     size_t need = (size_t)n * (size_t)(2 * d + 2 * q_dim + 2 * kv_dim + 2 * ff) +
-                  (size_t)nth * (size_t)kv->n_ctx;
+                  (size_t)nth * (size_t)(kv->n_ctx + hd);
     float *buf = malloc(need * sizeof(float));
     if (!buf) return kiln_error_set(err, KILN_ERR_OUT_OF_MEMORY, "forward: out of memory");
     float *x = buf, *xb = x + n * d, *q = xb + n * d, *att = q + n * q_dim, *k = att + n * q_dim,
@@ -117,10 +129,17 @@ kiln_status kiln_model_forward(const kiln_model *m, kiln_kv_seq *kv, kiln_thread
             kiln_rope(q + i * q_dim, c->n_head, (int32_t)hd, pos0 + i, m->inv_freq, adjacent);
             kiln_rope(k + i * kv_dim, c->n_head_kv, (int32_t)hd, pos0 + i, m->inv_freq, adjacent);
             size_t off = ((size_t)l * (size_t)kv->n_ctx + (size_t)(pos0 + i)) * (size_t)kv_dim;
-            memcpy(kv->k + off, k + i * kv_dim, (size_t)kv_dim * sizeof(float));
-            memcpy(kv->v + off, v + i * kv_dim, (size_t)kv_dim * sizeof(float));
+            if (kv->dtype == KILN_DTYPE_F16) {
+                for (int64_t e = 0; e < kv_dim; e++) {
+                    ((uint16_t *)kv->k)[off + e] = kiln_fp32_to_fp16(k[i * kv_dim + e]);
+                    ((uint16_t *)kv->v)[off + e] = kiln_fp32_to_fp16(v[i * kv_dim + e]);
+                }
+            } else {
+                memcpy((float *)kv->k + off, k + i * kv_dim, (size_t)kv_dim * sizeof(float));
+                memcpy((float *)kv->v + off, v + i * kv_dim, (size_t)kv_dim * sizeof(float));
+            }
         }
-        attn_job job = {m, kv, l, n, pos0, q, att, scores};
+        attn_job job = {m, kv, l, n, pos0, q, att, scores, (uint16_t *)(scores + (size_t)nth * kv->n_ctx)};
         kiln_threadpool_run(tp, attn_worker, &job);
         kiln_cpu_matmul(tp, L->wo.data, L->wo.dtype, d, q_dim, att, n, xb);
         for (int64_t i = 0; i < n * d; i++) x[i] += xb[i];

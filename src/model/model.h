@@ -64,17 +64,23 @@ kiln_status kiln_model_open(const char *path, const kiln_model_load_params *para
 /** Free the model and its sources. NULL is a no-op. */
 void kiln_model_close(kiln_model *m);
 
-/** Key/value cache of one sequence: [n_layer][n_ctx][n_head_kv * head_dim] f32 for K and V. */
+/** Key/value cache of one sequence: [n_layer][n_ctx][n_head_kv * head_dim] for K and V,
+ *  stored as f32 or f16 (dtype). */
 typedef struct kiln_kv_seq {
     int32_t n_ctx;
     int64_t kv_dim;
     int32_t n_layer;
-    float *k, *v;
+    kiln_dtype dtype; /* KILN_DTYPE_F32 or KILN_DTYPE_F16 */
+    void *k, *v;
 } kiln_kv_seq;
 
-/** Allocate a cache for n_ctx positions. Errors: KILN_ERR_INVALID_ARGUMENT, KILN_ERR_OUT_OF_MEMORY. */
-kiln_status kiln_kv_seq_create(const kiln_model *m, int32_t n_ctx, kiln_kv_seq **out,
-                               kiln_error *err);
+/**
+ * Allocate a cache for n_ctx positions stored as dtype (F32, or F16: half the memory; the
+ * attention then runs with f16 operands, see kiln_attention_head_f16).
+ * Errors: KILN_ERR_INVALID_ARGUMENT (n_ctx < 1, other dtype), KILN_ERR_OUT_OF_MEMORY.
+ */
+kiln_status kiln_kv_seq_create(const kiln_model *m, int32_t n_ctx, kiln_dtype dtype,
+                               kiln_kv_seq **out, kiln_error *err);
 void kiln_kv_seq_destroy(kiln_kv_seq *kv);
 
 /**

@@ -6,6 +6,7 @@
  * dtype; a llama2.c checkpoint without its tokenizer; a prompt that is not valid UTF-8.
  */
 #include <fcntl.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <sys/stat.h>
 #include <sys/wait.h>

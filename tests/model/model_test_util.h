@@ -20,13 +20,15 @@ static inline const kiln_st_tensor *ref_tensor(const kiln_safetensors *st, const
     return t;
 }
 
-/* All-position logits of ids[0..n) from one forward: malloc'd [n, n_vocab]. */
-static inline float *forward_all(const kiln_model *m, const int32_t *ids, int32_t n) {
+/* All-position logits of ids[0..n) from one forward with a KV cache of kv_type:
+ * malloc'd [n, n_vocab]. */
+static inline float *forward_all(const kiln_model *m, const int32_t *ids, int32_t n,
+                                 kiln_dtype kv_type) {
     kiln_error err = {0};
     kiln_kv_seq *kv = NULL;
     float *logits = malloc((size_t)n * (size_t)m->cfg.n_vocab * sizeof(float));
     REQUIRE(logits);
-    if (kiln_kv_seq_create(m, n, &kv, &err) != KILN_OK ||
+    if (kiln_kv_seq_create(m, n, kv_type, &kv, &err) != KILN_OK ||
         kiln_model_forward(m, kv, NULL, ids, n, 0, true, logits, &err) != KILN_OK) {
         fprintf(stderr, "forward failed: %s\n", err.message);
         exit(1);

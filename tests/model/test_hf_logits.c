@@ -29,7 +29,7 @@ static void check_arch(const char *arch) {
     const kiln_st_tensor *want = ref_tensor(ref, "logits", KILN_DTYPE_F32);
     const int32_t T = (int32_t)ids->shape[0], V = m->cfg.n_vocab;
     REQUIRE(want->shape[0] == T && want->shape[1] == V);
-    float *got = forward_all(m, ids->data, T);
+    float *got = forward_all(m, ids->data, T, KILN_DTYPE_F32);
     float mad = max_abs_diff(got, want->data, (size_t)T * (size_t)V);
     CHECKF(mad <= 1e-4f, "%s: max abs logit difference %g > 1e-4", arch, mad);
     free(got);
@@ -40,7 +40,7 @@ static void check_arch(const char *arch) {
     const int32_t *want_ids = greedy->data;
     kiln_kv_seq *kv = NULL;
     float *logits = malloc((size_t)V * sizeof *logits);
-    REQUIRE(logits && kiln_kv_seq_create(m, np + ng, &kv, &err) == KILN_OK);
+    REQUIRE(logits && kiln_kv_seq_create(m, np + ng, KILN_DTYPE_F32, &kv, &err) == KILN_OK);
     REQUIRE(kiln_model_forward(m, kv, NULL, prompt->data, np, 0, false, logits, &err) == KILN_OK);
     int32_t first_bad = -1;
     for (int32_t i = 0; i < ng; i++) {

@@ -3,6 +3,8 @@
 #include <math.h>
 #include <string.h>
 
+#include "tensor/dtype.h"
+
 void kiln_rmsnorm(float *out, const float *x, const float *w, int64_t n, float eps) {
     float ss = 0.0f;
     for (int64_t i = 0; i < n; i++) ss += x[i] * x[i];
@@ -64,5 +66,24 @@ void kiln_attention_head(float *out, const float *q, const float *k, const float
         const float *vt = v + (int64_t)t * kv_stride;
         float a = scores[t];
         for (int32_t d = 0; d < head_dim; d++) out[d] += a * vt[d];
+    }
+}
+
+void kiln_attention_head_f16(float *out, const float *q, const uint16_t *k, const uint16_t *v,
+                             int64_t kv_stride, int32_t n_keys, int32_t head_dim, float score_div,
+                             float *scores, uint16_t *q16) {
+    for (int32_t d = 0; d < head_dim; d++) q16[d] = kiln_fp32_to_fp16(q[d]);
+    for (int32_t t = 0; t < n_keys; t++) {
+        const uint16_t *kt = k + (int64_t)t * kv_stride;
+        float s = 0.0f;
+        for (int32_t d = 0; d < head_dim; d++) s += kiln_fp16_to_fp32(q16[d]) * kiln_fp16_to_fp32(kt[d]);
+        scores[t] = s / score_div;
+    }
+    kiln_softmax(scores, n_keys);
+    memset(out, 0, (size_t)head_dim * sizeof *out);
+    for (int32_t t = 0; t < n_keys; t++) {
+        const uint16_t *vt = v + (int64_t)t * kv_stride;
+        float a = kiln_fp16_to_fp32(kiln_fp32_to_fp16(scores[t]));
+        for (int32_t d = 0; d < head_dim; d++) out[d] += a * kiln_fp16_to_fp32(vt[d]);
     }
 }

@@ -43,4 +43,17 @@ void kiln_attention_head(float *out, const float *q, const float *k, const float
                          int64_t kv_stride, int32_t n_keys, int32_t head_dim, float score_div,
                          float *scores);
 
+/**
+ * As kiln_attention_head over an f16 KV cache (k, v: IEEE half, strides in elements). The
+ * arithmetic is that of an f16 matmul pipeline: q is rounded to f16 before q . k, and the
+ * softmax probabilities are rounded to f16 before they weight v; products accumulate in f32.
+ * This is what llama.cpp's CPU path computes with its default f16 KV cache (q and the
+ * probabilities become the f16 operand of ggml_mul_mat), and what tensor-core attention
+ * kernels compute (FlashAttention-2 casts P to half before P.V).
+ * q16: scratch of head_dim halves.
+ */
+void kiln_attention_head_f16(float *out, const float *q, const uint16_t *k, const uint16_t *v,
+                             int64_t kv_stride, int32_t n_keys, int32_t head_dim, float score_div,
+                             float *scores, uint16_t *q16);
+
 #endif
