@@ -37,7 +37,9 @@ static void run_case(const char *path, const char *prompt, json_t *want_prompt, 
         same_prompt = ids.data[i] == json_integer_value(json_array_get(want_prompt, i));
     CHECKF(same_prompt, "%s: prompt '%s' encodes differently (%zu ids, want %zu)", path, prompt,
            ids.n, np);
-    kiln_generate_params gp = {.max_tokens = (int32_t)ng};
+    /* llama.cpp's llama2xs conversion records context_length 128 while run.c ran 256
+     * positions, so the context is set to what the case needs. */
+    kiln_generate_params gp = {.max_tokens = (int32_t)ng, .n_ctx = (int32_t)(np + ng)};
     gp.sampler = kiln_sampler_defaults();
     gp.sampler.temperature = 0.0f;
     kiln_generate_result res;
