@@ -18,16 +18,27 @@
 typedef struct kiln_tokenizer kiln_tokenizer;
 
 /**
- * Build a tokenizer from a GGUF's tokenizer.ggml.* metadata. Errors: KILN_ERR_NOT_FOUND
- * (no tokenizer.ggml.model / tokens), KILN_ERR_UNSUPPORTED (unknown model or pre-tokenizer,
- * named), KILN_ERR_FORMAT (array lengths disagree, bad ids), KILN_ERR_OUT_OF_MEMORY.
+ * Build a tokenizer from a GGUF's tokenizer.ggml.* metadata (model "llama" = SPM, "gpt2" =
+ * byte-level BPE, "bert" = WordPiece), with llama.cpp's defaults per model type (SPM: BOS 1,
+ * EOS 2, UNK 0, add_bos, add_space_prefix; WordPiece: CLS 101 as BOS, UNK 100, SEP 102;
+ * BPE: BOS = EOS = 11), its text-based detection of EOT/EOM/FIM tokens (which are then
+ * typed CONTROL) and end-of-generation set, and its per-model strip attributes (phi-3).
+ * Token texts that are empty are renamed "[EMPTY_<id>]" as llama.cpp does. g may be
+ * closed after this returns (everything is copied).
+ * Errors: KILN_ERR_NOT_FOUND (no tokenizer.ggml.model / tokens, BPE without merges),
+ * KILN_ERR_UNSUPPORTED (unknown model or pre-tokenizer, named), KILN_ERR_FORMAT (array
+ * lengths disagree, non-numeric scores/types, a BOS/EOS/UNK id outside the vocab; other
+ * out-of-range special ids are ignored with llama.cpp's default kept), KILN_ERR_OUT_OF_MEMORY.
  */
 kiln_status kiln_tokenizer_from_gguf(const kiln_gguf *g, kiln_tokenizer **out, kiln_error *err);
 
 /**
  * Build a tokenizer from a llama2.c tokenizer.bin with n_vocab entries; encodes exactly as
- * run.c's encode (BOS=1, EOS=2, dummy prefix " ", byte fallback to id byte+3).
- * Errors: as kiln_llama2c_vocab_read.
+ * run.c's encode (BOS=1, EOS=2, dummy prefix " ", byte fallback to id byte+3; where byte+3
+ * is not a valid id, as in vocabs without byte tokens, id 0 <unk> instead). Token 0 is
+ * UNKNOWN, 1 and 2 CONTROL, "<0xNN>" BYTE. BOS and EOS are end-of-generation ids (run.c
+ * stops when it samples BOS).
+ * Errors: KILN_ERR_INVALID_ARGUMENT (n_vocab < 1), else as kiln_llama2c_vocab_read.
  */
 kiln_status kiln_tokenizer_from_llama2c(const char *path, int32_t n_vocab, kiln_tokenizer **out,
                                         kiln_error *err);
@@ -38,12 +49,18 @@ void kiln_tokenizer_destroy(kiln_tokenizer *t);
 const kiln_vocab *kiln_tokenizer_vocab(const kiln_tokenizer *t);
 
 /**
- * Tokenize text[0..len) and append ids to out.
- * add_special: prepend BOS / append EOS as the vocab's add_bos/add_eos flags say.
- * parse_special: recognise CONTROL token texts in the input (USER_DEFINED tokens are
- * always recognised, as llama.cpp does).
+ * Tokenize text[0..len) and append ids to out (llama.cpp llama_vocab::tokenize semantics).
+ * add_special: prepend BOS / append EOS as the vocab's add_bos/add_eos flags say
+ * (WordPiece: always CLS ... SEP, as llama.cpp does).
+ * parse_special: recognise CONTROL (and UNKNOWN) token texts in the input; USER_DEFINED
+ * tokens are always recognised, as llama.cpp does. Special texts are split out longest
+ * first; with SPM every text fragment that starts the input or follows a special token gets
+ * the U+2581 prefix when add_space_prefix. llama2.c vocabs ignore parse_special (run.c
+ * has no special-token parsing).
+ * Empty text gives only the special tokens add_special asks for.
+ * On error out is left as it was.
  * Errors: KILN_ERR_INVALID_ARGUMENT (text is not valid UTF-8; the message gives the byte
- * offset), KILN_ERR_OUT_OF_MEMORY.
+ * offset; NULL text with len > 0), KILN_ERR_OUT_OF_MEMORY, and the BPE encoder's errors.
  */
 kiln_status kiln_tokenizer_encode(const kiln_tokenizer *t, const char *text, size_t len,
                                   bool add_special, bool parse_special, kiln_ivec *out,
@@ -67,9 +84,12 @@ size_t kiln_tokenizer_piece(const kiln_tokenizer *t, int32_t id, bool render_spe
 
 /**
  * Incremental detokenizer: feed ids one at a time, get back only complete UTF-8.
- * Bytes of a multi-byte character split across tokens are held until complete. Handles
- * SPM leading-space rules the way llama.cpp/run.c decode does (a leading space after BOS
- * is stripped for SPM/llama2c vocabs).
+ * Bytes of a multi-byte character split across tokens are held until complete; a byte that
+ * can never be part of valid UTF-8 becomes U+FFFD at once. Control tokens render as "".
+ * Leading space: SPM vocabs with add_space_prefix drop one leading space from the first
+ * piece of the stream that is not BOS (undoing the prefix encode adds, as llama.cpp's
+ * detokenize does); llama2.c vocabs drop it from any piece that follows BOS (run.c decode).
+ * Byte-level BPE and WordPiece pieces are emitted as they are (no clean-up of spaces).
  */
 typedef struct kiln_detok kiln_detok;
 
