@@ -64,10 +64,10 @@ typedef struct kiln_gguf_kv {
 typedef struct kiln_gguf_tensor {
     char *name;
     kiln_dtype dtype;
-    uint32_t n_dims;    /* 1..4 */
-    int64_t ne[4];      /* GGML order: ne[0] is the innermost (contiguous) dim; unused = 1 */
-    uint64_t offset;    /* relative to the start of the data section */
-    const void *data;   /* points into the mapping */
+    uint32_t n_dims;  /* 1..4 */
+    int64_t ne[4];    /* GGML order: ne[0] is the innermost (contiguous) dim; unused = 1 */
+    uint64_t offset;  /* relative to the start of the data section */
+    const void *data; /* points into the mapping */
     size_t nbytes;
 } kiln_gguf_tensor;
 
@@ -86,18 +86,31 @@ typedef struct kiln_gguf {
 } kiln_gguf;
 
 /**
- * Open and validate a GGUF file. Every count, size and offset is checked against the file
- * size before use; tensor data ranges must lie inside the file and respect alignment.
- * Errors (message names the file, the field and the byte offset):
- *   KILN_ERR_IO (cannot open/map), KILN_ERR_FORMAT (bad magic, truncation, bad counts,
- *   bad type tags, out-of-range offsets, duplicate names), KILN_ERR_UNSUPPORTED (version
- *   > 3, tensor dtype kiln does not implement), KILN_ERR_OUT_OF_MEMORY.
+ * Open and validate a GGUF file (GGUF spec, ggml/docs/gguf.md; versions 1-3, little-endian).
+ * Every count, size and offset is checked against the file size (overflow-safe) before
+ * anything is allocated from it. Rules enforced:
+ *   - magic "GGUF"; version 1..3; keys and tensor names unique and free of NUL bytes;
+ *   - value type tags 0..12; bools 0 or 1; arrays nested at most 8 levels deep;
+ *   - general.alignment (any integer type) a non-zero power of two, default 32;
+ *   - tensors: n_dims 1..4, every ne >= 1, ne[0] a multiple of the dtype's block size,
+ *     nbytes = row_size(ne[0]) * ne[1] * ne[2] * ne[3] (no overflow), offset a multiple of
+ *     the alignment, [data_offset + offset, + nbytes) inside the file. Overlaps are allowed.
+ * data_offset is the first multiple of the alignment after the tensor infos; in a file
+ * without tensors (a vocabulary-only GGUF) that may end right after the metadata, it is
+ * clamped to the file size.
+ * Errors (message names the file, the field - "header.n_kv", "key 'x'", "tensor 'y'" - and
+ * the byte offset):
+ *   KILN_ERR_IO (cannot open/map, or a directory), KILN_ERR_FORMAT (bad magic, truncation,
+ *   bad counts, bad type tags, out-of-range offsets, duplicate names), KILN_ERR_UNSUPPORTED
+ *   (version > 3, tensor dtype kiln does not implement: the message gives the dtype id, its
+ *   GGML name and the tensor), KILN_ERR_OUT_OF_MEMORY.
  */
 kiln_status kiln_gguf_open(const char *path, kiln_gguf **out, kiln_error *err);
 
-/** As kiln_gguf_open over a caller-owned buffer that must outlive the result (fuzzing). */
-kiln_status kiln_gguf_open_memory(const void *data, size_t size, const char *name,
-                                  kiln_gguf **out, kiln_error *err);
+/** As kiln_gguf_open over a caller-owned buffer that must outlive the result (fuzzing,
+ *  tests). `name` (NULL: "<memory>") is used in messages and copied to g->path. */
+kiln_status kiln_gguf_open_memory(const void *data, size_t size, const char *name, kiln_gguf **out,
+                                  kiln_error *err);
 
 /** Free everything. NULL is a no-op. */
 void kiln_gguf_close(kiln_gguf *g);

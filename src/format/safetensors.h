@@ -18,12 +18,12 @@
 
 typedef struct kiln_st_tensor {
     char *name;
-    kiln_dtype dtype; /* F32, F16, BF16 or I32 */
-    int32_t n_dims;   /* 0..KILN_ST_MAX_DIMS */
+    kiln_dtype dtype;                /* F32, F16, BF16 or I32 */
+    int32_t n_dims;                  /* 0..KILN_ST_MAX_DIMS */
     int64_t shape[KILN_ST_MAX_DIMS]; /* row-major, outermost first (PyTorch order) */
-    const void *data; /* into the mapping of the shard holding it */
+    const void *data;                /* into the mapping of the shard holding it */
     size_t nbytes;
-    int32_t shard;    /* index into the shard list */
+    int32_t shard; /* index into the shard list */
 } kiln_st_tensor;
 
 typedef struct kiln_safetensors {
@@ -37,11 +37,20 @@ typedef struct kiln_safetensors {
 } kiln_safetensors;
 
 /**
- * Open `path`: a .safetensors file, a model.safetensors.index.json, or a directory holding
- * either (the index wins). Validates: header length within the file, JSON well-formed,
- * known dtype (F32, F16, BF16, I32; others -> KILN_ERR_UNSUPPORTED naming the dtype),
- * shape product * dtype size == end - begin, ranges inside the data section, no overlap
- * requirement, no duplicate names across shards.
+ * Open `path`: a .safetensors file, a model.safetensors.index.json (any *.json path is read
+ * as an index), or a directory. A directory resolves to its model.safetensors.index.json,
+ * else model.safetensors, else its only *.safetensors file (several without an index, or
+ * none: KILN_ERR_NOT_FOUND).
+ * Index: "weight_map" maps tensor name -> shard file relative to the index's directory
+ * (absolute paths and ".." components are refused). Shards are opened in sorted order
+ * (shard indices follow that order); every weight_map entry must name a tensor held by that
+ * shard, and no tensor may appear in two shards. Metadata comes from the first shard.
+ * Per file: header length N <= file size - 8 and <= 100 MB; JSON well-formed, an object,
+ * no duplicate keys; known dtype (F32, F16, BF16, I32; others -> KILN_ERR_UNSUPPORTED
+ * naming the dtype, e.g. "F64"); shape of <= 8 non-negative integers (more dims:
+ * UNSUPPORTED); data_offsets [begin, end] with begin <= end <= data section size, and
+ * shape product * dtype size == end - begin (overflow-checked). Overlaps and holes are not
+ * checked. Data pointers are not necessarily aligned to the element size.
  * Errors name the file, the tensor/field and the byte offset: KILN_ERR_IO,
  * KILN_ERR_FORMAT, KILN_ERR_UNSUPPORTED, KILN_ERR_NOT_FOUND (no safetensors in a
  * directory), KILN_ERR_OUT_OF_MEMORY.
