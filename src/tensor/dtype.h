@@ -30,9 +30,10 @@ typedef enum kiln_dtype {
 
 /** Per-dtype traits. Function pointers are the scalar reference implementations. */
 typedef struct kiln_dtype_traits {
-    const char *name;    /* GGML spelling: "f32", "f16", "q4_0", "q8_0", "q4_K", "q6_K", "bf16", "i32" */
-    int32_t block_size;  /* elements per block (1 for plain types) */
-    size_t type_size;    /* bytes per block */
+    /* GGML spelling: "f32", "f16", "q4_0", "q8_0", "q4_K", "q6_K", "bf16", "i32" */
+    const char *name;
+    int32_t block_size; /* elements per block (1 for plain types) */
+    size_t type_size;   /* bytes per block */
     bool is_quantized;
     /* Dequantize n elements (n % block_size == 0) from src to dst. NULL for I32. */
     void (*to_float)(const void *src, float *dst, int64_t n);
@@ -58,5 +59,45 @@ uint16_t kiln_fp32_to_fp16(float f);
 /** bfloat16 <-> float (round-to-nearest-even on the way down; NaN stays NaN). */
 float kiln_bf16_to_fp32(uint16_t h);
 uint16_t kiln_fp32_to_bf16(float f);
+
+/*
+ * GGML block structs (ggml-common.h layouts; all fields are byte-aligned, sizes 18, 34, 144
+ * and 210 bytes). fp16 fields hold IEEE half bits; decode with kiln_fp16_to_fp32.
+ */
+typedef struct kiln_block_q4_0 {
+    uint16_t d;     /* scale */
+    uint8_t qs[16]; /* elem j < 16: (qs[j] & 15) - 8; elem j >= 16: (qs[j-16] >> 4) - 8 */
+} kiln_block_q4_0;
+
+typedef struct kiln_block_q8_0 {
+    uint16_t d;    /* scale */
+    int8_t qs[32]; /* elem j: qs[j] */
+} kiln_block_q8_0;
+
+typedef struct kiln_block_q4_k {
+    uint16_t d;         /* scale of the 6-bit sub-block scales */
+    uint16_t dmin;      /* scale of the 6-bit sub-block mins */
+    uint8_t scales[12]; /* 8 scales + 8 mins, 6 bits each (see kiln_q4k_scale_min) */
+    uint8_t qs[128];    /* chunk c of 64 elems: qs[32c+l] low nibble = elem 64c+l, high = +32 */
+} kiln_block_q4_k;
+
+typedef struct kiln_block_q6_k {
+    uint8_t ql[128];   /* low 4 bits of the quants */
+    uint8_t qh[64];    /* high 2 bits of the quants */
+    int8_t scales[16]; /* one per 16 elements */
+    uint16_t d;        /* super-block scale */
+} kiln_block_q6_k;
+
+_Static_assert(sizeof(kiln_block_q4_0) == 18, "q4_0 block size");
+_Static_assert(sizeof(kiln_block_q8_0) == 34, "q8_0 block size");
+_Static_assert(sizeof(kiln_block_q4_k) == 144, "q4_K block size");
+_Static_assert(sizeof(kiln_block_q6_k) == 210, "q6_K block size");
+
+/**
+ * Sub-block j (0..7) scale and min of a Q4_K super-block from its 12 packed bytes s, as
+ * GGML's get_scale_min_k4: j < 4: sc = s[j] & 63, m = s[j+4] & 63; j >= 4: sc = (s[j+4] & 15)
+ * | (s[j-4] >> 6) << 4, m = (s[j+4] >> 4) | (s[j] >> 6) << 4.
+ */
+void kiln_q4k_scale_min(int j, const uint8_t *s, uint8_t *sc, uint8_t *m);
 
 #endif
