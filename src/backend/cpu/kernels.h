@@ -1,0 +1,40 @@
+/*
+ * kernels.h - internal: the per-(dtype, path) kernel tables behind cpu.h.
+ *
+ * Every path provides, for each weight dtype it supports, a one-token dot product and,
+ * optionally, a tile kernel that computes the dots of up to max_rows weight rows with up to
+ * max_tok activation rows at once (each weight decoded once per tile, each activation
+ * vector loaded once per tile). The tile kernel must be bit-identical, per (row, token), to
+ * the one-token dot: it performs the same floating-point operations in the same order for
+ * every (row, token) pair, only interleaved (batch invariance, DESIGN.md principle 3).
+ */
+#ifndef KILN_BACKEND_CPU_KERNELS_H
+#define KILN_BACKEND_CPU_KERNELS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "backend/cpu/cpu.h"
+
+/**
+ * out[k * ntok + r] = dot(w + k * row_stride, x + r * ldx) for k < nrows (1..max_rows),
+ * r < ntok (1..max_tok); n elements per row, x rows f32 with stride ldx floats.
+ */
+typedef void (*kiln_vec_dot_tile_fn)(int64_t n, const void *w, size_t row_stride, int nrows,
+                                     const float *x, int64_t ldx, int ntok, float *out);
+
+typedef struct kiln_cpu_kernel {
+    kiln_vec_dot_fn dot;
+    kiln_vec_dot_tile_fn tile; /* NULL: the matmul calls dot once per (row, token) */
+    int max_rows, max_tok;
+} kiln_cpu_kernel;
+
+/* Kernel of dtype t on each path, or NULL when the path has none (or is not compiled). */
+const kiln_cpu_kernel *kiln_cpu_kernel_scalar(kiln_dtype t);
+const kiln_cpu_kernel *kiln_cpu_kernel_avx2(kiln_dtype t);
+const kiln_cpu_kernel *kiln_cpu_kernel_avx512(kiln_dtype t);
+
+/* The kernel for (t, path) when the path is supported by this CPU, else NULL. */
+const kiln_cpu_kernel *kiln_cpu_kernel_get(kiln_dtype t, kiln_simd path);
+
+#endif

@@ -1,0 +1,211 @@
+/*
+ * vec_dot_avx512.c - AVX-512 (F/BW/VL/DQ) dot products of weight rows against f32
+ * activations. Only called after kiln_simd_supported(KILN_SIMD_AVX512).
+ *
+ * Weights are dequantized exactly (every GGML dequantized value used here is representable
+ * in f32, so they equal the scalar path's weights) 16 at a time and FMA'd into two 16-lane
+ * accumulators per (row, token), alternating by group; see vec_dot_tile.inc for the fixed
+ * reduction order. Tiles of up to 2 rows x 6 tokens share weight decodes and activation
+ * loads and are bit-identical per (row, token) to the one-token dot.
+ * (VNNI / AVX512-BF16 dot instructions would need int8 / bf16 activations, which this path
+ * deliberately does not use: activations stay f32.)
+ */
+#include <string.h>
+
+#include "backend/cpu/kernels.h"
+
+#if defined(__x86_64__) || defined(__i386__)
+
+#include <immintrin.h>
+
+#define VEC      __m512
+#define LANES    16
+#define MAX_ROWS 2
+#define MAX_TOK  6
+
+#define V_ZERO()        _mm512_setzero_ps()
+#define V_FMA(a, b, c)  _mm512_fmadd_ps((a), (b), (c))
+#define V_ADD(a, b)     _mm512_add_ps((a), (b))
+#define V_LOADX(p)      _mm512_loadu_ps(p)
+#define V_LOADX_N(p, m) _mm512_maskz_loadu_ps((__mmask16)((1u << (m)) - 1u), (p))
+#define V_HSUM(v)       hsum16(v)
+
+static inline __attribute__((always_inline)) float hsum16(__m512 v) {
+    __m256 h = _mm256_add_ps(_mm512_castps512_ps256(v),
+                             _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+#include "backend/cpu/vec_dot_tile.inc"
+
+KA __m512 i8x16_to_ps(__m128i v) {
+    return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(v));
+}
+
+KA __m512 u8x16_to_ps(__m128i v) {
+    return _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(v));
+}
+
+KA uint16_t rd16(const uint8_t *p) {
+    uint16_t v;
+    memcpy(&v, p, 2);
+    return v;
+}
+
+/* ---------------------------------------------------------------- plain types (unit 32) */
+
+KA __m512 f32_group(const uint8_t *row, int64_t u, int g) {
+    return _mm512_loadu_ps((const float *)row + u * 32 + g * 16);
+}
+KA __m512 f32_part(const uint8_t *row, int64_t first, int m) {
+    return _mm512_maskz_loadu_ps((__mmask16)((1u << m) - 1u), (const float *)row + first);
+}
+
+KA __m512 f16_group(const uint8_t *row, int64_t u, int g) {
+    return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(row + 2 * (u * 32 + g * 16))));
+}
+KA __m512 f16_part(const uint8_t *row, int64_t first, int m) {
+    return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16((__mmask16)((1u << m) - 1u), row + 2 * first));
+}
+
+KA __m512 bf16_to_ps(__m256i v) {
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(v), 16));
+}
+KA __m512 bf16_group(const uint8_t *row, int64_t u, int g) {
+    return bf16_to_ps(_mm256_loadu_si256((const __m256i *)(row + 2 * (u * 32 + g * 16))));
+}
+KA __m512 bf16_part(const uint8_t *row, int64_t first, int m) {
+    return bf16_to_ps(_mm256_maskz_loadu_epi16((__mmask16)((1u << m) - 1u), row + 2 * first));
+}
+
+/* ---------------------------------------------------------------- Q8_0 / Q4_0 (unit 32) */
+
+KA __m512 q8_0_group(const uint8_t *row, int64_t u, int g) {
+    const kiln_block_q8_0 *b = (const kiln_block_q8_0 *)row + u;
+    __m512 d = _mm512_set1_ps(_cvtsh_ss(rd16((const uint8_t *)&b->d)));
+    return _mm512_mul_ps(i8x16_to_ps(_mm_loadu_si128((const __m128i *)(b->qs + 16 * g))), d);
+}
+
+KA __m512 q4_0_group(const uint8_t *row, int64_t u, int g) {
+    const kiln_block_q4_0 *b = (const kiln_block_q4_0 *)row + u;
+    __m512 d = _mm512_set1_ps(_cvtsh_ss(rd16((const uint8_t *)&b->d)));
+    __m128i v = _mm_loadu_si128((const __m128i *)b->qs);
+    if (g) v = _mm_srli_epi16(v, 4);
+    v = _mm_sub_epi8(_mm_and_si128(v, _mm_set1_epi8(15)), _mm_set1_epi8(8));
+    return _mm512_mul_ps(i8x16_to_ps(v), d);
+}
+
+/* ---------------------------------------------------------------- Q4_K (unit 32 = sub-block) */
+
+KA void q4k_scale_min(int j, const uint8_t *s, int *sc, int *m) {
+    if (j < 4) {
+        *sc = s[j] & 63;
+        *m = s[j + 4] & 63;
+    } else {
+        *sc = (s[j + 4] & 15) | ((s[j - 4] >> 6) << 4);
+        *m = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
+    }
+}
+
+KA __m512 q4_k_group(const uint8_t *row, int64_t u, int g) {
+    const kiln_block_q4_k *b = (const kiln_block_q4_k *)row + u / 8;
+    int j = (int)(u & 7), sc, m;
+    q4k_scale_min(j, b->scales, &sc, &m);
+    float d1 = _cvtsh_ss(rd16((const uint8_t *)&b->d)) * (float)sc;
+    float m1 = _cvtsh_ss(rd16((const uint8_t *)&b->dmin)) * (float)m;
+    __m128i v = _mm_loadu_si128((const __m128i *)(b->qs + 32 * (j / 2) + 16 * g));
+    v = _mm_and_si128(_mm_srl_epi16(v, _mm_cvtsi32_si128((j & 1) * 4)), _mm_set1_epi8(15));
+    return _mm512_fmsub_ps(_mm512_set1_ps(d1), u8x16_to_ps(v), _mm512_set1_ps(m1));
+}
+
+/* ---------------------------------------------------------------- Q6_K (unit 32) */
+
+KA __m512 q6_k_group(const uint8_t *row, int64_t u, int g) {
+    const kiln_block_q6_k *b = (const kiln_block_q6_k *)row + u / 8;
+    int t = (int)(u & 7), h = t / 4, grp = t % 4;
+    __m128i l = _mm_loadu_si128((const __m128i *)(b->ql + 64 * h + 32 * (grp & 1) + 16 * g));
+    __m128i q = _mm_loadu_si128((const __m128i *)(b->qh + 32 * h + 16 * g));
+    l = _mm_and_si128(_mm_srl_epi16(l, _mm_cvtsi32_si128((grp >> 1) * 4)), _mm_set1_epi8(15));
+    q = _mm_and_si128(_mm_srl_epi16(q, _mm_cvtsi32_si128(2 * grp)), _mm_set1_epi8(3));
+    q = _mm_sub_epi8(_mm_or_si128(l, _mm_slli_epi16(q, 4)), _mm_set1_epi8(32));
+    float ds = _cvtsh_ss(rd16((const uint8_t *)&b->d)) * (float)b->scales[2 * t + g];
+    return _mm512_mul_ps(i8x16_to_ps(q), _mm512_set1_ps(ds));
+}
+
+/* ---------------------------------------------------------------- instantiation */
+
+#define KILN_DEFINE(NAME, UNIT, PLAIN)                                                             \
+    KILN_TILE_BODY(NAME, UNIT, PLAIN)                                                              \
+    static void NAME##_tile(int64_t n, const void *w, size_t rs, int nrows, const float *x,        \
+                            int64_t ldx, int ntok, float *out) {                                   \
+        if (nrows >= 2) {                                                                          \
+            switch (ntok) {                                                                        \
+                KILN_TILE_CASE_R(NAME, 2, 1)                                                       \
+                KILN_TILE_CASE_R(NAME, 2, 2)                                                       \
+                KILN_TILE_CASE_R(NAME, 2, 3)                                                       \
+                KILN_TILE_CASE_R(NAME, 2, 4)                                                       \
+                KILN_TILE_CASE_R(NAME, 2, 5)                                                       \
+            default:                                                                               \
+                NAME##_body(n, (const uint8_t *)w, rs, x, ldx, 2, 6, out);                         \
+                return;                                                                            \
+            }                                                                                      \
+        }                                                                                          \
+        switch (ntok) {                                                                            \
+            KILN_TILE_CASE_R(NAME, 1, 1)                                                           \
+            KILN_TILE_CASE_R(NAME, 1, 2)                                                           \
+            KILN_TILE_CASE_R(NAME, 1, 3)                                                           \
+            KILN_TILE_CASE_R(NAME, 1, 4)                                                           \
+            KILN_TILE_CASE_R(NAME, 1, 5)                                                           \
+        default:                                                                                   \
+            NAME##_body(n, (const uint8_t *)w, rs, x, ldx, 1, 6, out);                             \
+            return;                                                                                \
+        }                                                                                          \
+    }                                                                                              \
+    static const kiln_cpu_kernel NAME##_kernel = {NAME##_dot, NAME##_tile, MAX_ROWS, MAX_TOK};
+
+/* block types never have a partial tail; these keep the skeleton well-formed */
+#define q8_0_part(row, first, m) V_ZERO()
+#define q4_0_part(row, first, m) V_ZERO()
+#define q4_k_part(row, first, m) V_ZERO()
+#define q6_k_part(row, first, m) V_ZERO()
+
+KILN_DEFINE(f32, 32, 1)
+KILN_DEFINE(f16, 32, 1)
+KILN_DEFINE(bf16, 32, 1)
+KILN_DEFINE(q8_0, 32, 0)
+KILN_DEFINE(q4_0, 32, 0)
+KILN_DEFINE(q4_k, 32, 0)
+KILN_DEFINE(q6_k, 32, 0)
+
+const kiln_cpu_kernel *kiln_cpu_kernel_avx512(kiln_dtype t) {
+    switch (t) {
+    case KILN_DTYPE_F32:
+        return &f32_kernel;
+    case KILN_DTYPE_F16:
+        return &f16_kernel;
+    case KILN_DTYPE_BF16:
+        return &bf16_kernel;
+    case KILN_DTYPE_Q8_0:
+        return &q8_0_kernel;
+    case KILN_DTYPE_Q4_0:
+        return &q4_0_kernel;
+    case KILN_DTYPE_Q4_K:
+        return &q4_k_kernel;
+    case KILN_DTYPE_Q6_K:
+        return &q6_k_kernel;
+    default:
+        return NULL;
+    }
+}
+
+#else
+
+const kiln_cpu_kernel *kiln_cpu_kernel_avx512(kiln_dtype t) {
+    (void)t;
+    return NULL;
+}
+
+#endif
