@@ -18,6 +18,7 @@
 #include "test.h"
 
 #if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
 #include <immintrin.h>
 #define HAVE_X86 1
 #endif
@@ -131,8 +132,17 @@ __attribute__((target("f16c"))) static uint16_t hw_fp16(float f) {
     return (uint16_t)_cvtss_sh(f, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
 }
 
+/* F16C (CPUID.1:ECX bit 29) with the OS saving AVX state (OSXSAVE bit 27, XCR0 bits 1-2) */
+static int have_f16c(void) {
+    unsigned a, b, c, d;
+    if (!__get_cpuid(1, &a, &b, &c, &d) || !((c >> 29) & 1) || !((c >> 27) & 1)) return 0;
+    unsigned lo, hi;
+    __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+    return (lo & 6) == 6;
+}
+
 static void test_fp16_vs_f16c(void) {
-    if (!__builtin_cpu_supports("f16c")) {
+    if (!have_f16c()) {
         printf("note: no F16C on this CPU, hardware comparison skipped\n");
         return;
     }

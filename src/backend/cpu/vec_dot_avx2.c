@@ -108,40 +108,38 @@ KA __m256 q4_0_group(const uint8_t *row, int64_t u, int g) {
     return _mm256_mul_ps(i8x8_to_ps(v), d);
 }
 
-/* ---------------------------------------------------------------- Q4_K (unit 32 = sub-block) */
+/* ---------------------------------------------------------------- Q4_K (unit 256) */
 
-KA void q4k_scale_min(int j, const uint8_t *s, int *sc, int *m) {
-    if (j < 4) {
-        *sc = s[j] & 63;
-        *m = s[j + 4] & 63;
-    } else {
-        *sc = (s[j + 4] & 15) | ((s[j - 4] >> 6) << 4);
-        *m = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
-    }
-}
-
+/* Units are whole super-blocks, so g (0..31) is a compile-time constant after unrolling:
+ * sub-block j = g / 4 and every index below folds; repeated loads of d/dmin/scales within
+ * a unit are common subexpressions. */
 KA __m256 q4_k_group(const uint8_t *row, int64_t u, int g) {
-    const kiln_block_q4_k *b = (const kiln_block_q4_k *)row + u / 8;
-    int j = (int)(u & 7), sc, m;
-    q4k_scale_min(j, b->scales, &sc, &m);
+    const kiln_block_q4_k *b = (const kiln_block_q4_k *)row + u;
+    const int j = g / 4;
+    const uint8_t *s = b->scales;
+    int sc = j < 4 ? (s[j] & 63) : ((s[j + 4] & 15) | ((s[j - 4] >> 6) << 4));
+    int m = j < 4 ? (s[j + 4] & 63) : ((s[j + 4] >> 4) | ((s[j] >> 6) << 4));
     float d1 = _cvtsh_ss(rd16((const uint8_t *)&b->d)) * (float)sc;
     float m1 = _cvtsh_ss(rd16((const uint8_t *)&b->dmin)) * (float)m;
-    __m128i v = load8(b->qs + 32 * (j / 2) + 8 * g);
-    v = _mm_and_si128(_mm_srl_epi16(v, _mm_cvtsi32_si128((j & 1) * 4)), _mm_set1_epi8(15));
+    __m128i v = load8(b->qs + 32 * (j / 2) + 8 * (g % 4));
+    if (j & 1) v = _mm_srli_epi16(v, 4);
+    v = _mm_and_si128(v, _mm_set1_epi8(15));
     return _mm256_fmsub_ps(_mm256_set1_ps(d1), u8x8_to_ps(v), _mm256_set1_ps(m1));
 }
 
-/* ---------------------------------------------------------------- Q6_K (unit 32) */
+/* ---------------------------------------------------------------- Q6_K (unit 256) */
 
 KA __m256 q6_k_group(const uint8_t *row, int64_t u, int g) {
-    const kiln_block_q6_k *b = (const kiln_block_q6_k *)row + u / 8;
-    int t = (int)(u & 7), h = t / 4, grp = t % 4;
-    __m128i l = load8(b->ql + 64 * h + 32 * (grp & 1) + 8 * g);
-    __m128i q = load8(b->qh + 32 * h + 8 * g);
-    l = _mm_and_si128(_mm_srl_epi16(l, _mm_cvtsi32_si128((grp >> 1) * 4)), _mm_set1_epi8(15));
-    q = _mm_and_si128(_mm_srl_epi16(q, _mm_cvtsi32_si128(2 * grp)), _mm_set1_epi8(3));
+    const kiln_block_q6_k *b = (const kiln_block_q6_k *)row + u;
+    const int t = g / 4, h = t / 4, grp = t % 4, part = g % 4; /* 32-element group t */
+    __m128i l = load8(b->ql + 64 * h + 32 * (grp & 1) + 8 * part);
+    __m128i q = load8(b->qh + 32 * h + 8 * part);
+    if (grp >= 2) l = _mm_srli_epi16(l, 4);
+    l = _mm_and_si128(l, _mm_set1_epi8(15));
+    if (grp) q = _mm_srli_epi16(q, 2 * grp);
+    q = _mm_and_si128(q, _mm_set1_epi8(3));
     q = _mm_sub_epi8(_mm_or_si128(l, _mm_slli_epi16(q, 4)), _mm_set1_epi8(32));
-    float ds = _cvtsh_ss(rd16((const uint8_t *)&b->d)) * (float)b->scales[2 * t + g / 2];
+    float ds = _cvtsh_ss(rd16((const uint8_t *)&b->d)) * (float)b->scales[g / 2];
     return _mm256_mul_ps(i8x8_to_ps(q), _mm256_set1_ps(ds));
 }
 
@@ -181,8 +179,8 @@ KILN_DEFINE(f16, 32, 1)
 KILN_DEFINE(bf16, 32, 1)
 KILN_DEFINE(q8_0, 32, 0)
 KILN_DEFINE(q4_0, 32, 0)
-KILN_DEFINE(q4_k, 32, 0)
-KILN_DEFINE(q6_k, 32, 0)
+KILN_DEFINE(q4_k, 256, 0)
+KILN_DEFINE(q6_k, 256, 0)
 
 const kiln_cpu_kernel *kiln_cpu_kernel_avx2(kiln_dtype t) {
     switch (t) {
