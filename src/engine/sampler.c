@@ -14,7 +14,7 @@ struct kiln_sampler_scratch {
 
 kiln_sampler_params kiln_sampler_defaults(void) {
     return (kiln_sampler_params){.temperature = 1.0f, .top_k = 0, .top_p = 1.0f, .min_p = 0.0f,
-                                 .seed = 0};
+                                 .seed = 0, .repetition_penalty = 1.0f};
 }
 
 kiln_status kiln_sampler_validate(const kiln_sampler_params *p, kiln_error *err) {

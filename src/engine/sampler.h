@@ -1,8 +1,9 @@
 /*
  * sampler.h - per-request token sampling from logits.
- * Processor order (DESIGN.md "Sampling"): temperature, top-k, top-p, min-p, then the draw.
- * (Logit bias, penalties and logprobs capture precede temperature; they arrive with the
- * engine.) The random state is counter-based: the draw at step s uses only (seed, s).
+ * Processor order (DESIGN.md "Sampling"): logit bias; repetition, presence and frequency
+ * penalties (each over its own window of recent tokens); logprobs capture (log-softmax at
+ * this point); temperature; top-k; top-p; min-p; the draw. The random state is
+ * counter-based: the draw at step s uses only (seed, s).
  */
 #ifndef KILN_ENGINE_SAMPLER_H
 #define KILN_ENGINE_SAMPLER_H
@@ -18,9 +19,25 @@ typedef struct kiln_sampler_params {
                           (Holtzman et al. 2019, "The Curious Case of Neural Text Degeneration") */
     float min_p;       /* [0, 1]; 0 = off; keep tokens with p >= min_p * p_max (Nguyen et al. 2024) */
     uint64_t seed;
+
+    /* Penalties (0 / 1.0 = off). Each looks at the last *_window tokens of the sequence
+     * (prompt + generated); window 0 = the whole sequence. */
+    float repetition_penalty; /* > 0; 1 = off. CTRL (Keskar et al. 2019): positive logits
+                                 are divided by it, negative multiplied */
+    int32_t repetition_window;
+    float presence_penalty;   /* [-2, 2]; subtracted once from every token present
+                                 (OpenAI API semantics) */
+    int32_t presence_window;
+    float frequency_penalty;  /* [-2, 2]; subtracted count(token) times */
+    int32_t frequency_window;
+
+    /* Logit bias: added to logits[id] before anything else. Borrowed arrays of n_bias. */
+    int32_t n_bias;
+    const int32_t *bias_ids;
+    const float *bias_values;
 } kiln_sampler_params;
 
-/** Defaults: temperature 1, top_k 0, top_p 1, min_p 0, seed 0. */
+/** Defaults: temperature 1, top_k 0, top_p 1, min_p 0, seed 0, penalties off, no bias. */
 kiln_sampler_params kiln_sampler_defaults(void);
 
 /**

@@ -1,0 +1,27 @@
+/*
+ * batch.h - one step's work for the forward pass (DESIGN.md principle 1): a flat batch of
+ * tokens from several sequences, each sequence contributing n_new consecutive positions
+ * after the n_past already in its paged KV cache.
+ */
+#ifndef KILN_MODEL_BATCH_H
+#define KILN_MODEL_BATCH_H
+
+#include <stdint.h>
+
+typedef struct kiln_batch_seq {
+    const int32_t *block_table; /* borrowed; covers n_past + n_new positions */
+    int32_t n_past;             /* positions already in the KV cache */
+    int32_t n_new;              /* tokens this step, at positions n_past .. n_past+n_new-1 */
+    int32_t first;              /* index of its first token in the flat batch */
+} kiln_batch_seq;
+
+typedef struct kiln_batch {
+    int32_t n_tokens;
+    const int32_t *token; /* [n_tokens]; seq s owns token[first .. first + n_new) */
+    int32_t n_seqs;
+    const kiln_batch_seq *seqs;
+    int32_t n_out;
+    const int32_t *out; /* [n_out] flat token indices whose logits are wanted, ascending */
+} kiln_batch;
+
+#endif
