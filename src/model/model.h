@@ -9,6 +9,8 @@
 #include <stdint.h>
 
 #include "kiln.h"
+#include "kv/kv_pool.h"
+#include "model/batch.h"
 #include "model/config.h"
 #include "tensor/dtype.h"
 #include "tokenizer/tokenizer.h"
@@ -95,5 +97,25 @@ void kiln_kv_seq_destroy(kiln_kv_seq *kv);
 kiln_status kiln_model_forward(const kiln_model *m, kiln_kv_seq *kv, kiln_threadpool *tp,
                                const int32_t *tokens, int32_t n, int32_t pos0, bool want_all,
                                float *logits, kiln_error *err);
+
+/**
+ * One forward over a flat batch (DESIGN.md principle 1): every sequence's new tokens are
+ * embedded, their K/V rows written into the sequence's paged KV blocks at positions
+ * n_past .. n_past+n_new-1, and each token attends causally over positions [0, its own].
+ * Logits are computed only for the rows listed in batch->out, into logits[n_out, n_vocab].
+ *
+ * Batch invariance (principle 3): a token's logits depend only on its sequence's tokens
+ * and KV, never on the other sequences in the batch, on how its prompt was chunked, or on
+ * the thread count: every reduction has a fixed order per output element.
+ *
+ * Preconditions checked (KILN_ERR_INVALID_ARGUMENT, naming the sequence/token): token ids in
+ * [0, n_vocab); seqs partition [0, n_tokens) in order; each block table covers
+ * n_past + n_new positions of the pool; the pool's n_layer and kv_dim match the model; out
+ * indices ascending and in range. Errors also: KILN_ERR_OUT_OF_MEMORY. On error the KV
+ * blocks of this step's positions may have been partly written; callers roll those
+ * sequences back (their n_past is unchanged).
+ */
+kiln_status kiln_model_forward_batch(const kiln_model *m, kiln_kv_pool *pool, kiln_threadpool *tp,
+                                     const kiln_batch *batch, float *logits, kiln_error *err);
 
 #endif
