@@ -114,24 +114,38 @@ static void f32_from_float(const float *src, void *dst, int64_t n) {
     memcpy(dst, src, (size_t)n * sizeof(float));
 }
 
+/* 16-bit element access through memcpy: plain-type rows may be only byte-aligned (a
+ * safetensors data section can start at any offset). */
+static inline uint16_t ld16(const uint8_t *p) {
+    uint16_t v;
+    memcpy(&v, p, 2);
+    return v;
+}
+
 static void f16_to_float(const void *src, float *dst, int64_t n) {
-    const uint16_t *s = src;
-    for (int64_t i = 0; i < n; i++) dst[i] = kiln_fp16_to_fp32(s[i]);
+    const uint8_t *s = src;
+    for (int64_t i = 0; i < n; i++) dst[i] = kiln_fp16_to_fp32(ld16(s + 2 * i));
 }
 
 static void f16_from_float(const float *src, void *dst, int64_t n) {
-    uint16_t *d = dst;
-    for (int64_t i = 0; i < n; i++) d[i] = kiln_fp32_to_fp16(src[i]);
+    uint8_t *d = dst;
+    for (int64_t i = 0; i < n; i++) {
+        uint16_t h = kiln_fp32_to_fp16(src[i]);
+        memcpy(d + 2 * i, &h, 2);
+    }
 }
 
 static void bf16_to_float(const void *src, float *dst, int64_t n) {
-    const uint16_t *s = src;
-    for (int64_t i = 0; i < n; i++) dst[i] = kiln_bf16_to_fp32(s[i]);
+    const uint8_t *s = src;
+    for (int64_t i = 0; i < n; i++) dst[i] = kiln_bf16_to_fp32(ld16(s + 2 * i));
 }
 
 static void bf16_from_float(const float *src, void *dst, int64_t n) {
-    uint16_t *d = dst;
-    for (int64_t i = 0; i < n; i++) d[i] = kiln_fp32_to_bf16(src[i]);
+    uint8_t *d = dst;
+    for (int64_t i = 0; i < n; i++) {
+        uint16_t h = kiln_fp32_to_bf16(src[i]);
+        memcpy(d + 2 * i, &h, 2);
+    }
 }
 
 /* ---------------------------------------------------------------- Q8_0 */

@@ -25,8 +25,8 @@ static int within(double a, double b, double abs_sum) {
 
 static double worst_ratio[3];
 static int n_perturbed;
-    /* perturbed comparisons that (correctly) failed the check */ /* max |path - ref| / (REL_TOL*S +
-                                                                     ABS_TOL) per path */
+/* perturbed comparisons that (correctly) failed the check */ /* max |path - ref| / (REL_TOL*S +
+                                                                 ABS_TOL) per path */
 
 static void check_type(kiln_dtype t, const int64_t *lens, int n_lens) {
     const kiln_dtype_traits *tr = kiln_dtype_traits_of(t);
@@ -123,6 +123,35 @@ static void check_special(void) {
     }
 }
 
+/* Plain-type rows may sit at any byte offset (safetensors): same bits as an aligned copy. */
+static void check_unaligned(void) {
+    kiln_dtype plain[] = {KILN_DTYPE_F32, KILN_DTYPE_F16, KILN_DTYPE_BF16};
+    for (int ti = 0; ti < 3; ti++) {
+        int64_t n = 77;
+        uint8_t *w = ct_random_rows(plain[ti], 1, n, 0);
+        size_t rs = kiln_dtype_row_size(plain[ti], n);
+        uint8_t *buf = malloc(rs + 8);
+        float x[77], y[77], z[77];
+        REQUIRE(buf);
+        for (int i = 0; i < n; i++) x[i] = ct_uniform();
+        for (int off = 1; off < 4; off++) {
+            memcpy(buf + off, w, rs);
+            kiln_dtype_traits_of(plain[ti])->to_float(w, y, n);
+            kiln_dtype_traits_of(plain[ti])->to_float(buf + off, z, n);
+            CHECK(memcmp(y, z, sizeof y) == 0);
+            for (kiln_simd p = KILN_SIMD_SCALAR; p <= KILN_SIMD_AVX512; p++) {
+                if (!kiln_simd_supported(p)) continue;
+                kiln_vec_dot_fn f = kiln_cpu_vec_dot(plain[ti], p);
+                float a = f(n, w, x), b = f(n, buf + off, x);
+                CHECKF(memcmp(&a, &b, sizeof a) == 0, "%s %s offset %d: %g vs %g",
+                       kiln_dtype_name(plain[ti]), kiln_simd_name(p), off, a, b);
+            }
+        }
+        free(buf);
+        free(w);
+    }
+}
+
 int main(void) {
     const kiln_cpu_features *cf = kiln_cpu_features_get();
     printf("paths: scalar%s%s\n", kiln_simd_supported(KILN_SIMD_AVX2) ? " avx2" : "",
@@ -142,6 +171,7 @@ int main(void) {
             check_type(t, b256, (int)(sizeof b256 / sizeof b256[0]));
     }
     check_special();
+    check_unaligned();
     /* no kernels for I32 or unknown ids, and none for a path the CPU lacks */
     for (kiln_simd p = KILN_SIMD_SCALAR; p <= KILN_SIMD_AVX512; p++) {
         CHECK(kiln_cpu_vec_dot(KILN_DTYPE_I32, p) == NULL);

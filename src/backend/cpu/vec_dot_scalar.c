@@ -5,27 +5,42 @@
  * for the K types, the per-sub-block terms) to the running total block after block.
  */
 #include <stddef.h>
+#include <string.h>
 
 #include "backend/cpu/kernels.h"
 
+/* Plain-type rows may be only byte-aligned (safetensors), so elements are read by memcpy
+ * (a plain load after optimisation). Block rows are 2-byte aligned (GGUF aligns to 32). */
 static float dot_f32(int64_t n, const void *w, const float *x) {
-    const float *a = w;
+    const uint8_t *a = w;
     float s = 0.0f;
-    for (int64_t i = 0; i < n; i++) s += a[i] * x[i];
+    for (int64_t i = 0; i < n; i++) {
+        float v;
+        memcpy(&v, a + 4 * i, 4);
+        s += v * x[i];
+    }
     return s;
 }
 
 static float dot_f16(int64_t n, const void *w, const float *x) {
-    const uint16_t *a = w;
+    const uint8_t *a = w;
     float s = 0.0f;
-    for (int64_t i = 0; i < n; i++) s += kiln_fp16_to_fp32(a[i]) * x[i];
+    for (int64_t i = 0; i < n; i++) {
+        uint16_t h;
+        memcpy(&h, a + 2 * i, 2);
+        s += kiln_fp16_to_fp32(h) * x[i];
+    }
     return s;
 }
 
 static float dot_bf16(int64_t n, const void *w, const float *x) {
-    const uint16_t *a = w;
+    const uint8_t *a = w;
     float s = 0.0f;
-    for (int64_t i = 0; i < n; i++) s += kiln_bf16_to_fp32(a[i]) * x[i];
+    for (int64_t i = 0; i < n; i++) {
+        uint16_t h;
+        memcpy(&h, a + 2 * i, 2);
+        s += kiln_bf16_to_fp32(h) * x[i];
+    }
     return s;
 }
 
