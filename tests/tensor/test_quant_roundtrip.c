@@ -213,8 +213,30 @@ static void roundtrip(kiln_dtype t, int kind, double *worst_rel) {
     free(q);
 }
 
+/* Non-finite and huge inputs: the quantizers must not hit undefined behaviour (checked under
+ * UBSan) and must store finite scales, so every dequantized value is finite. */
+static void check_nonfinite(void) {
+    kiln_dtype types[] = {KILN_DTYPE_Q8_0, KILN_DTYPE_Q4_0, KILN_DTYPE_Q4_K, KILN_DTYPE_Q6_K};
+    float x[512], y[512];
+    for (int v = 0; v < 4; v++) {
+        for (int i = 0; i < 512; i++) x[i] = rng_uniform();
+        for (int i = 0; i < 512; i += 37)
+            x[i] = v == 0 ? NAN : v == 1 ? INFINITY : v == 2 ? -INFINITY : 3e38f;
+        for (int t = 0; t < 4; t++) {
+            const kiln_dtype_traits *tr = kiln_dtype_traits_of(types[t]);
+            uint8_t q[2 * 210 * 2];
+            tr->from_float(x, q, 512);
+            tr->to_float(q, y, 512);
+            int finite = 1;
+            for (int i = 0; i < 512; i++) finite &= isfinite(y[i]);
+            CHECKF(finite, "%s: non-finite output for input kind %d", tr->name, v);
+        }
+    }
+}
+
 int main(void) {
     check_traits();
+    check_nonfinite();
     kiln_dtype types[] = {KILN_DTYPE_F32,  KILN_DTYPE_F16,  KILN_DTYPE_BF16, KILN_DTYPE_Q8_0,
                           KILN_DTYPE_Q4_0, KILN_DTYPE_Q4_K, KILN_DTYPE_Q6_K};
     for (size_t t = 0; t < sizeof types / sizeof types[0]; t++) {
