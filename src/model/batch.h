@@ -13,6 +13,7 @@ typedef struct kiln_batch_seq {
     int32_t n_past;             /* positions already in the KV cache */
     int32_t n_new;              /* tokens this step, at positions n_past .. n_past+n_new-1 */
     int32_t first;              /* index of its first token in the flat batch */
+    int32_t n_blocks;           /* entries in block_table (checked against n_past + n_new) */
 } kiln_batch_seq;
 
 typedef struct kiln_batch {
