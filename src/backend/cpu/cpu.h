@@ -18,7 +18,8 @@
 typedef enum kiln_simd {
     KILN_SIMD_SCALAR = 0,
     KILN_SIMD_AVX2 = 1,   /* AVX2 + FMA + F16C */
-    KILN_SIMD_AVX512 = 2, /* AVX-512 F/BW/VL (+VNNI, BF16 where present) */
+    KILN_SIMD_AVX512 = 2, /* AVX-512 F/BW/VL/DQ (+ AVX2/FMA/F16C); VNNI and BF16 are detected
+                           but unused while activations stay f32 */
 } kiln_simd;
 
 typedef struct kiln_cpu_features {
@@ -61,11 +62,15 @@ kiln_vec_dot_fn kiln_cpu_vec_dot(kiln_dtype t, kiln_simd path);
  * y[t * n_out + o] = dot(row o of W, x[t * n_in .. + n_in]) for t < n_tok, o < n_out.
  * W: n_out rows of n_in elements of dtype wt, contiguous (row stride =
  * kiln_dtype_row_size(wt, n_in)). x: [n_tok, n_in] f32. y: [n_tok, n_out] f32.
- * Uses kiln_simd_active(); work is split over tp's threads by output rows.
- * n_in must be a multiple of wt's block size (callers check at load time).
+ * Uses kiln_simd_active(); work is split over tp's threads (tp may be NULL) by contiguous
+ * ranges of output rows; products under ~32K multiply-adds run on the caller alone.
+ * n_in must be a multiple of wt's block size (callers check at load time). Block-type rows
+ * must be 2-byte aligned (GGUF data is 32-aligned); plain types may be at any address.
  * Bit-exact per (t, o) for a given path whatever n_tok, the thread count or the tiling
- * (several tokens share one decode of a weight row; each is reduced exactly as alone).
- * When wt has no kernel on the path (I32, unknown ids) y is filled with NaN.
+ * (SIMD paths compute tiles of up to 2 rows x 3 (AVX2) / 6 (AVX-512) tokens that share
+ * weight decodes and activation loads; each (t, o) is reduced exactly as alone).
+ * When wt has no kernel on the path (I32, unknown ids) or n_in is not a multiple of its
+ * block size, y is filled with NaN.
  */
 void kiln_cpu_matmul(kiln_threadpool *tp, const void *w, kiln_dtype wt, int64_t n_out, int64_t n_in,
                      const float *x, int64_t n_tok, float *y);
