@@ -37,7 +37,11 @@ typedef struct kiln_dtype_traits {
     bool is_quantized;
     /* Dequantize n elements (n % block_size == 0) from src to dst. NULL for I32. */
     void (*to_float)(const void *src, float *dst, int64_t n);
-    /* Reference quantizer: n elements (n % block_size == 0) from src to dst. NULL for I32. */
+    /* Reference quantizer: n elements (n % block_size == 0) from src to dst. NULL for I32.
+     * Not llama.cpp's search: scales are rounded up (to fp16, and to the 6/8-bit codes of
+     * the K types) before the quants are picked, which bounds the error per element by half
+     * a quant step (Q4_0: a full step at the clamped extreme); bounds in dtype.c. Block
+     * rows (src of to_float, dst of from_float) must be 2-byte aligned. */
     void (*from_float)(const float *src, void *dst, int64_t n);
 } kiln_dtype_traits;
 
