@@ -5,8 +5,19 @@
  * [block_size][kv_dim] and V storage [block_size][kv_dim] in the pool's dtype. Blocks are
  * refcounted (a shared prefix is one block with several owners) and carry a format tag.
  *
- * Threading: a pool is used by one thread at a time (the engine thread); stats may be read
- * from any thread (they are atomics).
+ * Storage: one 64-byte aligned allocation for all K and one for all V. The (layer, block)
+ * region is block_size * kv_dim elements, contiguous, row-major, padded up to a multiple of
+ * KILN_KV_ALIGNMENT bytes so every region starts 64-byte aligned; region (l, b) sits at
+ * offset (l * n_blocks + b) * region_bytes. Contents are unspecified until written (the
+ * attention kernels only read positions a sequence has written).
+ *
+ * Internal invariants (unref/ref of a free block, an out-of-range block id) are bugs in the
+ * caller, not bad user input: such a call is ignored (the free list is never corrupted),
+ * one line goes to stderr and kiln_kv_pool_invariant_violations() counts it. Nothing aborts.
+ *
+ * Threading: a pool is used by one thread at a time (the engine thread); stats
+ * (kiln_kv_pool_get_stats, kiln_kv_pool_n_free, kiln_kv_pool_invariant_violations) may be
+ * read from any thread at any time (C11 atomics).
  */
 #ifndef KILN_KV_KV_POOL_H
 #define KILN_KV_KV_POOL_H
@@ -17,6 +28,8 @@
 #include "tensor/dtype.h"
 
 #define KILN_KV_DEFAULT_BLOCK_SIZE 16
+/* Alignment in bytes of the storage and of every (layer, block) region. */
+#define KILN_KV_ALIGNMENT 64
 
 typedef struct kiln_kv_pool kiln_kv_pool;
 
@@ -36,57 +49,120 @@ typedef struct kiln_kv_pool_stats {
 } kiln_kv_pool_stats;
 
 /**
- * Allocate the pool's storage (2 * n_layer * n_blocks * block_size * kv_dim elements).
- * Errors: KILN_ERR_INVALID_ARGUMENT (a field out of range, named), KILN_ERR_OUT_OF_MEMORY
- * (message gives the bytes requested).
+ * Allocate the pool's storage (2 * n_layer * n_blocks * block_size * kv_dim elements, plus
+ * per-region padding to KILN_KV_ALIGNMENT bytes; exactly n_blocks * kiln_kv_block_bytes()).
+ * All blocks start free. *out is set only on success.
+ * Errors: KILN_ERR_INVALID_ARGUMENT (NULL p/out, or a field out of range, named in the
+ * message), KILN_ERR_OUT_OF_MEMORY (the size overflows, or the allocation failed; the
+ * message gives the bytes requested).
  */
 kiln_status kiln_kv_pool_create(const kiln_kv_pool_params *p, kiln_kv_pool **out, kiln_error *err);
+/** Free the pool and its storage. NULL is a no-op. Block tables still pointing at it must not
+ *  be used afterwards (release them first). */
 void kiln_kv_pool_destroy(kiln_kv_pool *pool);
 
-/** Bytes one block takes (K and V, all layers). */
+/**
+ * Bytes one block takes (K and V, all layers, region padding included):
+ * 2 * n_layer * round_up(block_size * kv_dim * sizeof(dtype), KILN_KV_ALIGNMENT).
+ * block_size 0 means KILN_KV_DEFAULT_BLOCK_SIZE. Returns 0 for an invalid argument
+ * (n_layer < 1, kv_dim < 1, block_size < 0, dtype not f32/f16) or when the size overflows.
+ */
 int64_t kiln_kv_block_bytes(int32_t n_layer, int64_t kv_dim, int32_t block_size, kiln_dtype dtype);
 
-/** Blocks needed to hold n_tokens positions: ceil(n_tokens / block_size); 0 for n_tokens <= 0. */
+/** Blocks needed to hold n_tokens positions: ceil(n_tokens / block_size); 0 for n_tokens <= 0
+ *  or block_size <= 0. Never overflows. */
 int32_t kiln_kv_blocks_for_tokens(int32_t n_tokens, int32_t block_size);
 
-/** Take a free block (refcount 1) or return -1 when none is free. O(1). */
-int32_t kiln_kv_pool_alloc(kiln_kv_pool *pool);
-/** Add an owner to a used block. */
-void kiln_kv_pool_ref(kiln_kv_pool *pool, int32_t block);
-/** Drop an owner; the block returns to the free list at refcount 0. */
-void kiln_kv_pool_unref(kiln_kv_pool *pool, int32_t block);
-int32_t kiln_kv_pool_refcount(const kiln_kv_pool *pool, int32_t block);
+/**
+ * How many blocks fit in a memory budget of `bytes` (the CLI's --kv-memory):
+ * floor(bytes / kiln_kv_block_bytes(...)), clamped to INT32_MAX. Computed in 64-bit with
+ * overflow checks, so a budget of many TiB is fine. Arguments as for kiln_kv_block_bytes.
+ * Returns 0 for an invalid argument, bytes <= 0, or a budget smaller than one block.
+ */
+int32_t kiln_kv_pool_blocks_for_budget(int32_t n_layer, int64_t kv_dim, int32_t block_size,
+                                       kiln_dtype dtype, int64_t bytes);
 
+/** Take a free block (refcount 1, format tag = the pool's dtype) or return -1 when none is
+ *  free (or pool is NULL). O(1): pops the free list (LIFO, so a just-freed block is reused
+ *  first). Updates used/peak. */
+int32_t kiln_kv_pool_alloc(kiln_kv_pool *pool);
+/** Add an owner to a used block. O(1). A free or out-of-range block, or a refcount at
+ *  INT32_MAX, is an invariant violation: ignored and counted. */
+void kiln_kv_pool_ref(kiln_kv_pool *pool, int32_t block);
+/** Drop an owner; the block returns to the free list at refcount 0. O(1). A block whose
+ *  refcount is already 0, or an out-of-range block, is an invariant violation: ignored and
+ *  counted (the free list is left intact). */
+void kiln_kv_pool_unref(kiln_kv_pool *pool, int32_t block);
+/** Owners of `block` (0 when free); -1 for a NULL pool or an out-of-range block. */
+int32_t kiln_kv_pool_refcount(const kiln_kv_pool *pool, int32_t block);
+/** Format tag of `block`: the dtype its pages are stored in (today the pool's dtype; later
+ *  quantized page formats, DESIGN.md "Page formats"). KILN_DTYPE_COUNT for a NULL pool or an
+ *  out-of-range block. Meaningful only while the block is used. */
+kiln_dtype kiln_kv_pool_block_format(const kiln_kv_pool *pool, int32_t block);
+
+/** Free blocks now. Safe from any thread. 0 for NULL. */
 int32_t kiln_kv_pool_n_free(const kiln_kv_pool *pool);
+/** Snapshot of the counters. Safe from any thread; within one snapshot used + free ==
+ *  n_blocks and peak >= used. All zero for NULL. */
 kiln_kv_pool_stats kiln_kv_pool_get_stats(const kiln_kv_pool *pool);
+/** Set peak to the current used count. */
 void kiln_kv_pool_reset_peak(kiln_kv_pool *pool);
+/** Internal-invariant violations detected so far (see the file comment). Any thread. */
+int64_t kiln_kv_pool_invariant_violations(const kiln_kv_pool *pool);
 
 int32_t kiln_kv_pool_block_size(const kiln_kv_pool *pool);
 int64_t kiln_kv_pool_kv_dim(const kiln_kv_pool *pool);
 int32_t kiln_kv_pool_n_layer(const kiln_kv_pool *pool);
 kiln_dtype kiln_kv_pool_dtype(const kiln_kv_pool *pool);
+/** Total blocks in the pool (0 for NULL). */
+int32_t kiln_kv_pool_n_blocks(const kiln_kv_pool *pool);
 
 /** Base of K (or V) rows of `block` in `layer`: block_size rows of kv_dim elements of the
- *  pool's dtype (float or uint16_t half). Row r holds position block_index*block_size + r. */
+ *  pool's dtype (float or uint16_t half), KILN_KV_ALIGNMENT-aligned. Row r holds position
+ *  block_index*block_size + r, where block_index is the block's index in a sequence's table.
+ *  NULL for a NULL pool or an out-of-range layer/block. */
 void *kiln_kv_pool_k(kiln_kv_pool *pool, int32_t layer, int32_t block);
 void *kiln_kv_pool_v(kiln_kv_pool *pool, int32_t layer, int32_t block);
 
-/** A sequence's block table: blocks[i] holds positions [i*block_size, (i+1)*block_size). */
+/**
+ * A sequence's block table: blocks[i] holds positions [i*block_size, (i+1)*block_size).
+ * A zero-initialised struct ({0}) is the empty table. A table holds one reference to each of
+ * its blocks and is used with one pool only.
+ */
 typedef struct kiln_block_table {
     int32_t *blocks;
     int32_t n_blocks, cap;
 } kiln_block_table;
 
 /**
- * Make the table cover n_tokens positions, allocating blocks from the pool as needed.
- * Staged: on failure (KILN_ERR_OUT_OF_MEMORY when the pool has too few free blocks, the
- * message says how many were needed and free) the table and pool are unchanged.
+ * Make the table cover n_tokens positions, allocating blocks from the pool as needed (a
+ * table already covering n_tokens is left as is; reserve never shrinks).
+ * Staged (DESIGN.md principle 4): on failure the table's blocks and the pool's stats are
+ * exactly as before the call (cap and the blocks buffer may have grown).
+ * Errors: KILN_ERR_INVALID_ARGUMENT (NULL bt/pool, n_tokens < 0, a malformed table),
+ * KILN_ERR_OUT_OF_MEMORY (the pool has too few free blocks, the message says how many were
+ * needed and free; or growing the table's array failed).
  */
 kiln_status kiln_block_table_reserve(kiln_block_table *bt, kiln_kv_pool *pool, int32_t n_tokens,
                                      kiln_error *err);
-/** Shrink to cover n_tokens positions, unref'ing blocks past the end (rollback). */
+/** Shrink to cover n_tokens positions (rollback): keeps the ceil(n_tokens / block_size)
+ *  blocks covering positions < n_tokens and unrefs the rest (last first). n_tokens <= 0
+ *  empties the table (its buffer is kept). No-op when the table is already that short or a
+ *  pointer is NULL. */
 void kiln_block_table_truncate(kiln_block_table *bt, kiln_kv_pool *pool, int32_t n_tokens);
-/** Unref every block and free the table's memory. */
+/** Unref every block and free the table's memory; the table is left empty ({0}) and may be
+ *  reused. NULL bt is a no-op. */
 void kiln_block_table_release(kiln_block_table *bt, kiln_kv_pool *pool);
+
+/**
+ * Make dst share all of src's blocks (each block's refcount + 1; no storage is copied,
+ * DESIGN.md principle 2). dst must be empty (n_blocks == 0; its buffer is reused if large
+ * enough). src and dst must be distinct tables of the same pool.
+ * Errors: KILN_ERR_INVALID_ARGUMENT (NULL pointer, dst == src, dst not empty, a malformed
+ * table), KILN_ERR_OUT_OF_MEMORY (dst's array), KILN_ERR_INTERNAL (src holds a free or
+ * out-of-range block, or a refcount would overflow). On failure dst and the pool are unchanged.
+ */
+kiln_status kiln_block_table_fork(const kiln_block_table *src, kiln_block_table *dst,
+                                  kiln_kv_pool *pool, kiln_error *err);
 
 #endif

@@ -1,0 +1,124 @@
+/* block_table.c - a sequence's table of KV block ids (see kv_pool.h). */
+#include <inttypes.h>
+#include <stdlib.h>
+
+#include "kv/kv_pool.h"
+#include "util/error.h"
+
+static int table_ok(const kiln_block_table *bt) {
+    return bt->n_blocks >= 0 && bt->cap >= bt->n_blocks && (bt->cap == 0 || bt->blocks != NULL);
+}
+
+/* Grow bt's buffer to hold at least `need` ids. Leaves bt untouched on failure. */
+static kiln_status table_grow(kiln_block_table *bt, int32_t need, kiln_error *err) {
+    if (need <= bt->cap) return KILN_OK;
+    int32_t cap = bt->cap < 4 ? 4 : bt->cap;
+    while (cap < need) cap = cap > INT32_MAX / 2 ? INT32_MAX : cap * 2;
+    int32_t *b = realloc(bt->blocks, (size_t)cap * sizeof(int32_t));
+    if (!b)
+        return kiln_error_set(err, KILN_ERR_OUT_OF_MEMORY,
+                              "block table: allocating %zu bytes for %" PRId32 " block ids failed",
+                              (size_t)cap * sizeof(int32_t), cap);
+    bt->blocks = b;
+    bt->cap = cap;
+    return KILN_OK;
+}
+
+kiln_status kiln_block_table_reserve(kiln_block_table *bt, kiln_kv_pool *pool, int32_t n_tokens,
+                                     kiln_error *err) {
+    if (!bt || !pool)
+        return kiln_error_set(err, KILN_ERR_INVALID_ARGUMENT, "block table reserve: %s is NULL",
+                              !bt ? "table" : "pool");
+    if (n_tokens < 0)
+        return kiln_error_set(err, KILN_ERR_INVALID_ARGUMENT,
+                              "block table reserve: n_tokens must be >= 0 (got %" PRId32 ")",
+                              n_tokens);
+    if (!table_ok(bt))
+        return kiln_error_set(err, KILN_ERR_INVALID_ARGUMENT,
+                              "block table reserve: malformed table (n_blocks %" PRId32
+                              ", cap %" PRId32 ", blocks %s)",
+                              bt->n_blocks, bt->cap, bt->blocks ? "set" : "NULL");
+    int32_t need = kiln_kv_blocks_for_tokens(n_tokens, kiln_kv_pool_block_size(pool));
+    if (need <= bt->n_blocks) return KILN_OK;
+    int32_t extra = need - bt->n_blocks;
+    int32_t n_free = kiln_kv_pool_n_free(pool);
+    if (extra > n_free)
+        return kiln_error_set(
+            err, KILN_ERR_OUT_OF_MEMORY,
+            "KV cache full: %" PRId32 " tokens need %" PRId32 " more blocks of %" PRId32
+            " positions, only %" PRId32 " of %" PRId32 " are free",
+            n_tokens, extra, kiln_kv_pool_block_size(pool), n_free, kiln_kv_pool_n_blocks(pool));
+    kiln_status st = table_grow(bt, need, err);
+    if (st != KILN_OK) return st;
+    /* Stage: take the blocks; commit n_blocks only once all were taken. */
+    int32_t have = bt->n_blocks;
+    for (int32_t i = have; i < need; i++) {
+        int32_t b = kiln_kv_pool_alloc(pool);
+        if (b < 0) { /* the free count said otherwise: give back what we took */
+            for (int32_t j = i - 1; j >= have; j--) kiln_kv_pool_unref(pool, bt->blocks[j]);
+            return kiln_error_set(err, KILN_ERR_INTERNAL,
+                                  "block table reserve: pool reported %" PRId32
+                                  " free blocks but ran out after %" PRId32,
+                                  n_free, i - have);
+        }
+        bt->blocks[i] = b;
+    }
+    bt->n_blocks = need;
+    return KILN_OK;
+}
+
+void kiln_block_table_truncate(kiln_block_table *bt, kiln_kv_pool *pool, int32_t n_tokens) {
+    if (!bt || !pool || !table_ok(bt)) return;
+    int32_t keep = kiln_kv_blocks_for_tokens(n_tokens, kiln_kv_pool_block_size(pool));
+    while (bt->n_blocks > keep) kiln_kv_pool_unref(pool, bt->blocks[--bt->n_blocks]);
+}
+
+void kiln_block_table_release(kiln_block_table *bt, kiln_kv_pool *pool) {
+    if (!bt) return;
+    if (pool && table_ok(bt))
+        while (bt->n_blocks > 0) kiln_kv_pool_unref(pool, bt->blocks[--bt->n_blocks]);
+    free(bt->blocks);
+    bt->blocks = NULL;
+    bt->n_blocks = 0;
+    bt->cap = 0;
+}
+
+kiln_status kiln_block_table_fork(const kiln_block_table *src, kiln_block_table *dst,
+                                  kiln_kv_pool *pool, kiln_error *err) {
+    if (!src || !dst || !pool)
+        return kiln_error_set(err, KILN_ERR_INVALID_ARGUMENT, "block table fork: %s is NULL",
+                              !src   ? "src"
+                              : !dst ? "dst"
+                                     : "pool");
+    if (src == dst)
+        return kiln_error_set(err, KILN_ERR_INVALID_ARGUMENT,
+                              "block table fork: src and dst are the same table");
+    if (!table_ok(src) || !table_ok(dst))
+        return kiln_error_set(err, KILN_ERR_INVALID_ARGUMENT,
+                              "block table fork: malformed %s table",
+                              !table_ok(src) ? "src" : "dst");
+    if (dst->n_blocks != 0)
+        return kiln_error_set(err, KILN_ERR_INVALID_ARGUMENT,
+                              "block table fork: dst must be empty (holds %" PRId32 " blocks)",
+                              dst->n_blocks);
+    /* Check every block before touching any refcount, so failure changes nothing. */
+    for (int32_t i = 0; i < src->n_blocks; i++) {
+        int32_t rc = kiln_kv_pool_refcount(pool, src->blocks[i]);
+        if (rc <= 0 || rc == INT32_MAX)
+            return kiln_error_set(err, KILN_ERR_INTERNAL,
+                                  "block table fork: src entry %" PRId32 " (block %" PRId32
+                                  ") is %s",
+                                  i, src->blocks[i],
+                                  rc < 0    ? "out of range"
+                                  : rc == 0 ? "a free block"
+                                            : "at the maximum refcount");
+    }
+    kiln_status st = table_grow(dst, src->n_blocks, err);
+    if (st != KILN_OK) return st;
+    for (int32_t i = 0; i < src->n_blocks; i++) {
+        kiln_kv_pool_ref(pool, src->blocks[i]);
+        dst->blocks[i] = src->blocks[i];
+    }
+    dst->n_blocks = src->n_blocks;
+    return KILN_OK;
+}

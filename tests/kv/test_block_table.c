@@ -1,0 +1,203 @@
+/*
+ * test_block_table - sequences' block tables over the KV pool (src/kv/kv_pool.h).
+ *
+ * Oracles: the API contract and DESIGN.md principles 2 and 4: a table covering n tokens holds
+ * ceil(n / block_size) blocks; a failed reserve leaves table and pool stats exactly as they
+ * were; forking shares blocks (refcount + 1, no new blocks); a block is freed only when its
+ * last owner lets go.
+ */
+#include <stdint.h>
+#include <string.h>
+
+#include "kv/kv_pool.h"
+#include "test.h"
+
+static kiln_kv_pool *make(int32_t n_blocks) {
+    kiln_kv_pool_params p = {2, 8, 16, n_blocks, KILN_DTYPE_F16};
+    kiln_kv_pool *pool = NULL;
+    REQUIRE(kiln_kv_pool_create(&p, &pool, NULL) == KILN_OK);
+    return pool;
+}
+
+static int32_t used(const kiln_kv_pool *pool) {
+    return kiln_kv_pool_get_stats(pool).used;
+}
+
+static void test_reserve_truncate(void) {
+    kiln_kv_pool *pool = make(8);
+    kiln_block_table bt = {0};
+    kiln_error err;
+
+    CHECK(kiln_block_table_reserve(&bt, pool, 0, &err) == KILN_OK);
+    CHECK(bt.n_blocks == 0 && used(pool) == 0);
+    CHECK(kiln_block_table_reserve(&bt, pool, 1, &err) == KILN_OK);
+    CHECK(bt.n_blocks == 1 && used(pool) == 1);
+    CHECK(kiln_block_table_reserve(&bt, pool, 16, &err) == KILN_OK);
+    CHECK(bt.n_blocks == 1 && used(pool) == 1);
+    int32_t first = bt.blocks[0];
+    CHECK(kiln_block_table_reserve(&bt, pool, 17, &err) == KILN_OK);
+    CHECK(bt.n_blocks == 2 && used(pool) == 2 && bt.blocks[0] == first);
+    CHECK(kiln_block_table_reserve(&bt, pool, 33, &err) == KILN_OK);
+    CHECK(bt.n_blocks == 3 && used(pool) == 3 && bt.blocks[0] == first);
+    /* blocks distinct, each owned once */
+    for (int32_t i = 0; i < bt.n_blocks; i++) {
+        CHECK(kiln_kv_pool_refcount(pool, bt.blocks[i]) == 1);
+        for (int32_t j = 0; j < i; j++) CHECK(bt.blocks[i] != bt.blocks[j]);
+    }
+    /* reserve never shrinks */
+    CHECK(kiln_block_table_reserve(&bt, pool, 5, &err) == KILN_OK);
+    CHECK(bt.n_blocks == 3 && used(pool) == 3);
+
+    /* rollback 33 -> 16: frees 2 blocks, keeps the first */
+    int32_t b1 = bt.blocks[1], b2 = bt.blocks[2];
+    kiln_block_table_truncate(&bt, pool, 16);
+    CHECK(bt.n_blocks == 1 && bt.blocks[0] == first && used(pool) == 1);
+    CHECK(kiln_kv_pool_refcount(pool, b1) == 0 && kiln_kv_pool_refcount(pool, b2) == 0);
+    CHECK(kiln_kv_pool_refcount(pool, first) == 1);
+    /* growing again reuses the just-freed blocks, in their old order */
+    CHECK(kiln_block_table_reserve(&bt, pool, 40, &err) == KILN_OK);
+    CHECK(bt.n_blocks == 3 && bt.blocks[1] == b1 && bt.blocks[2] == b2);
+    kiln_block_table_truncate(&bt, pool, 17); /* position 16 is in block 1: keep 2 */
+    CHECK(bt.n_blocks == 2 && used(pool) == 2);
+    kiln_block_table_truncate(&bt, pool, 32); /* longer than it is: no-op */
+    CHECK(bt.n_blocks == 2 && used(pool) == 2);
+    kiln_block_table_truncate(&bt, pool, 1);
+    CHECK(bt.n_blocks == 1 && used(pool) == 1);
+    kiln_block_table_truncate(&bt, pool, 0);
+    CHECK(bt.n_blocks == 0 && used(pool) == 0);
+    kiln_block_table_truncate(&bt, pool, -4);
+    CHECK(bt.n_blocks == 0 && used(pool) == 0);
+
+    /* the whole pool, exactly */
+    CHECK(kiln_block_table_reserve(&bt, pool, 8 * 16, &err) == KILN_OK);
+    CHECK(bt.n_blocks == 8 && used(pool) == 8 && kiln_kv_pool_n_free(pool) == 0);
+    kiln_block_table_release(&bt, pool);
+    CHECK(bt.blocks == NULL && bt.n_blocks == 0 && bt.cap == 0 && used(pool) == 0);
+    CHECK(kiln_kv_pool_get_stats(pool).peak == 8);
+
+    /* bad arguments */
+    CHECK(kiln_block_table_reserve(&bt, pool, -1, &err) == KILN_ERR_INVALID_ARGUMENT);
+    CHECKF(strstr(err.message, "n_tokens") != NULL, "'%s'", err.message);
+    CHECK(kiln_block_table_reserve(NULL, pool, 1, &err) == KILN_ERR_INVALID_ARGUMENT);
+    CHECK(kiln_block_table_reserve(&bt, NULL, 1, NULL) == KILN_ERR_INVALID_ARGUMENT);
+    kiln_block_table bad = {NULL, 3, 0};
+    CHECK(kiln_block_table_reserve(&bad, pool, 100, &err) == KILN_ERR_INVALID_ARGUMENT);
+    CHECK(used(pool) == 0);
+    kiln_block_table_truncate(NULL, pool, 0);
+    kiln_block_table_release(NULL, pool);
+    CHECK(kiln_kv_pool_invariant_violations(pool) == 0);
+    kiln_kv_pool_destroy(pool);
+}
+
+static void test_reserve_staged(void) {
+    kiln_kv_pool *pool = make(5);
+    kiln_block_table a = {0}, b = {0};
+    kiln_error err;
+    CHECK(kiln_block_table_reserve(&a, pool, 33, &err) == KILN_OK); /* 3 blocks */
+    CHECK(kiln_block_table_reserve(&b, pool, 16, &err) == KILN_OK); /* 1 block, 1 free left */
+    kiln_kv_pool_stats before = kiln_kv_pool_get_stats(pool);
+    CHECK(before.used == 4 && before.free == 1 && before.peak == 4);
+    int32_t b0 = b.blocks[0];
+
+    /* 48 tokens need 2 more blocks; 1 is free: fails, nothing changes */
+    err.status = KILN_OK;
+    CHECK(kiln_block_table_reserve(&b, pool, 48, &err) == KILN_ERR_OUT_OF_MEMORY);
+    CHECK(err.status == KILN_ERR_OUT_OF_MEMORY);
+    CHECKF(strstr(err.message, "need 2") != NULL && strstr(err.message, "only 1") != NULL,
+           "message '%s' should say 2 needed, 1 free", err.message);
+    kiln_kv_pool_stats after = kiln_kv_pool_get_stats(pool);
+    CHECK(memcmp(&before, &after, sizeof(before)) == 0);
+    CHECK(b.n_blocks == 1 && b.blocks[0] == b0);
+    /* same from an empty table, and a request bigger than the whole pool */
+    kiln_block_table c = {0};
+    CHECK(kiln_block_table_reserve(&c, pool, 17, &err) == KILN_ERR_OUT_OF_MEMORY);
+    CHECK(kiln_block_table_reserve(&c, pool, INT32_MAX, &err) == KILN_ERR_OUT_OF_MEMORY);
+    CHECK(c.n_blocks == 0);
+    after = kiln_kv_pool_get_stats(pool);
+    CHECK(memcmp(&before, &after, sizeof(before)) == 0);
+    /* the last free block is still there */
+    CHECK(kiln_block_table_reserve(&c, pool, 1, &err) == KILN_OK && c.n_blocks == 1);
+    CHECK(kiln_kv_pool_n_free(pool) == 0);
+    kiln_block_table_release(&c, pool);
+
+    /* roll a back; now b fits */
+    kiln_block_table_truncate(&a, pool, 16);
+    CHECK(kiln_block_table_reserve(&b, pool, 48, &err) == KILN_OK);
+    CHECK(b.n_blocks == 3 && b.blocks[0] == b0 && used(pool) == 4);
+    kiln_block_table_release(&a, pool);
+    kiln_block_table_release(&b, pool);
+    CHECK(used(pool) == 0 && kiln_kv_pool_invariant_violations(pool) == 0);
+    kiln_block_table_release(&c, pool); /* releasing an empty table is fine */
+    kiln_kv_pool_destroy(pool);
+}
+
+static void test_fork(void) {
+    kiln_kv_pool *pool = make(8);
+    kiln_block_table a = {0}, b = {0};
+    kiln_error err;
+    CHECK(kiln_block_table_reserve(&a, pool, 40, &err) == KILN_OK); /* 3 blocks */
+    CHECK(kiln_block_table_fork(&a, &b, pool, &err) == KILN_OK);
+    CHECK(b.n_blocks == 3 && memcmp(a.blocks, b.blocks, 3 * sizeof(int32_t)) == 0);
+    CHECK(b.blocks != a.blocks);
+    for (int i = 0; i < 3; i++) CHECK(kiln_kv_pool_refcount(pool, a.blocks[i]) == 2);
+    CHECK(used(pool) == 3); /* sharing takes no blocks */
+
+    /* fork into a non-empty table, into itself, NULLs: rejected, nothing changes */
+    CHECK(kiln_block_table_fork(&a, &b, pool, &err) == KILN_ERR_INVALID_ARGUMENT);
+    CHECK(kiln_block_table_fork(&a, &a, pool, &err) == KILN_ERR_INVALID_ARGUMENT);
+    CHECK(kiln_block_table_fork(NULL, &b, pool, &err) == KILN_ERR_INVALID_ARGUMENT);
+    CHECK(kiln_block_table_fork(&a, &b, NULL, NULL) == KILN_ERR_INVALID_ARGUMENT);
+    for (int i = 0; i < 3; i++) CHECK(kiln_kv_pool_refcount(pool, a.blocks[i]) == 2);
+
+    /* b diverges: rolls back into block 1, then grows on a new block of its own */
+    int32_t shared2 = a.blocks[2];
+    kiln_block_table_truncate(&b, pool, 20);
+    CHECK(b.n_blocks == 2 && kiln_kv_pool_refcount(pool, shared2) == 1 && used(pool) == 3);
+    CHECK(kiln_block_table_reserve(&b, pool, 40, &err) == KILN_OK);
+    CHECK(b.blocks[2] != shared2 && used(pool) == 4);
+    CHECK(kiln_kv_pool_refcount(pool, b.blocks[2]) == 1);
+
+    /* release one owner: shared blocks stay used until the last owner releases */
+    int32_t ids[3];
+    memcpy(ids, b.blocks, sizeof(ids));
+    kiln_block_table_release(&a, pool);
+    CHECK(used(pool) == 3);
+    CHECK(kiln_kv_pool_refcount(pool, ids[0]) == 1 && kiln_kv_pool_refcount(pool, ids[1]) == 1);
+    CHECK(kiln_kv_pool_refcount(pool, shared2) == 0);
+
+    /* fork of an empty table is an empty table */
+    kiln_block_table e = {0}, f = {0};
+    CHECK(kiln_block_table_fork(&e, &f, pool, &err) == KILN_OK && f.n_blocks == 0);
+
+    /* forking a stale table (holding a freed block) is an internal error and changes nothing */
+    kiln_block_table stale = {0};
+    int32_t st_ids[2] = {ids[0], shared2};
+    stale.blocks = st_ids;
+    stale.n_blocks = stale.cap = 2;
+    CHECK(kiln_block_table_fork(&stale, &f, pool, &err) == KILN_ERR_INTERNAL);
+    CHECK(f.n_blocks == 0 && kiln_kv_pool_refcount(pool, ids[0]) == 1);
+
+    kiln_block_table_release(&b, pool);
+    CHECK(used(pool) == 0);
+    CHECK(kiln_kv_pool_invariant_violations(pool) == 0);
+
+    /* fork, then release in the other order */
+    CHECK(kiln_block_table_reserve(&a, pool, 100, &err) == KILN_OK); /* 7 blocks */
+    CHECK(kiln_block_table_fork(&a, &b, pool, &err) == KILN_OK);
+    CHECK(kiln_block_table_fork(&b, &f, pool, &err) == KILN_OK);
+    CHECK(kiln_kv_pool_refcount(pool, a.blocks[6]) == 3 && used(pool) == 7);
+    kiln_block_table_release(&b, pool);
+    kiln_block_table_release(&a, pool);
+    CHECK(used(pool) == 7);
+    kiln_block_table_release(&f, pool);
+    CHECK(used(pool) == 0 && kiln_kv_pool_invariant_violations(pool) == 0);
+    kiln_block_table_release(&e, pool);
+    kiln_kv_pool_destroy(pool);
+}
+
+int main(void) {
+    test_reserve_truncate();
+    test_reserve_staged();
+    test_fork();
+    return kiln_test_finish("test_block_table");
+}
