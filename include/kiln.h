@@ -6,6 +6,21 @@
  *     err->message with a sentence a person can act on.
  *   - Objects have one owner and a _create/_destroy (or _load/_free) pair;
  *     _destroy(NULL) is a no-op.
+ *
+ * The serving API (DESIGN.md "One request, end to end"):
+ *
+ *     kiln_model *m;   kiln_model_load("model.gguf", NULL, &m, &err);
+ *     kiln_engine *e;  kiln_engine_create(m, NULL, &e, &err);      // starts the engine thread
+ *     kiln_request r = kiln_request_defaults();
+ *     r.prompt = "Once upon a time";  r.max_tokens = 64;
+ *     kiln_stream *s;  kiln_engine_submit(e, &r, &s, &err);         // any thread
+ *     kiln_event ev;
+ *     do { kiln_stream_next(s, -1, &ev, &err); ... } while (ev.type != KILN_EVENT_FINISH);
+ *     kiln_stream_destroy(s);  kiln_engine_destroy(e);  kiln_model_free(m);
+ *
+ * The engine batches every running request into one forward per step (continuous batching
+ * over a paged KV cache, as vLLM, Kwon et al. 2023). A request's tokens and logits do not
+ * depend on what else runs (DESIGN.md principle 3, batch invariance).
  */
 #ifndef KILN_H
 #define KILN_H
@@ -31,6 +46,9 @@ typedef enum kiln_status {
     KILN_ERR_NOT_FOUND,        /* a named key, tensor or file does not exist */
     KILN_ERR_CANCELLED,        /* the operation was cancelled */
     KILN_ERR_INTERNAL,         /* a broken invariant inside kiln: a bug */
+    KILN_ERR_CONTEXT_OVER_BUDGET, /* a request's prompt + max_tokens can never fit: not in the
+                                     context window, or not in the whole KV pool */
+    KILN_ERR_QUEUE_FULL,          /* the engine's queue holds max_queue requests; retry later */
 } kiln_status;
 
 /** Human-readable error filled by fallible calls. `message` is NUL-terminated. */
@@ -41,6 +59,289 @@ typedef struct kiln_error {
 
 /** Stable short name of a status ("ok", "invalid_argument", ...). Never NULL. */
 const char *kiln_status_name(kiln_status status);
+
+/* ---------------------------------------------------------------------------------------- */
+/* Models                                                                                    */
+
+/** A loaded model: weights (memory-mapped), config and tokenizer. Immutable after loading;
+ *  any number of engines and threads may share it. */
+typedef struct kiln_model kiln_model;
+
+typedef struct kiln_model_params {
+    const char *tokenizer_path; /* llama2.c tokenizer.bin; NULL = look beside the model */
+    bool require_tokenizer;     /* fail when no tokenizer can be found (text prompts need one) */
+} kiln_model_params;
+
+/**
+ * Load a model from a GGUF file, a llama2.c checkpoint or a Hugging Face directory.
+ * params may be NULL (defaults: tokenizer found beside the model, not required).
+ * *out is set only on success; free it with kiln_model_free after every engine using it is
+ * destroyed.
+ * Errors: KILN_ERR_INVALID_ARGUMENT (NULL path/out), KILN_ERR_IO, KILN_ERR_FORMAT,
+ * KILN_ERR_UNSUPPORTED, KILN_ERR_NOT_FOUND (tokenizer required but missing),
+ * KILN_ERR_OUT_OF_MEMORY; every message names the file.
+ */
+kiln_status kiln_model_load(const char *path, const kiln_model_params *params, kiln_model **out,
+                            kiln_error *err);
+
+/** Free a model. NULL is a no-op. */
+void kiln_model_free(kiln_model *model);
+
+/** Vocabulary size: valid token ids are [0, n_vocab). */
+int32_t kiln_model_n_vocab(const kiln_model *model);
+
+/** The context length the model was trained with (positions); 0 when unknown. */
+int32_t kiln_model_n_ctx_train(const kiln_model *model);
+
+/**
+ * Tokenize text[0..len) (UTF-8) into ids[0..cap). *n_out receives the full count, even when
+ * it exceeds cap (then only cap ids are written, as snprintf does). add_special prepends BOS
+ * (and appends EOS) as the vocabulary asks; parse_special recognises control-token texts.
+ * Semantics: llama.cpp llama_vocab::tokenize for GGUF vocabs, llama2.c run.c encode for
+ * tokenizer.bin.
+ * Errors: KILN_ERR_INVALID_ARGUMENT (NULL model/n_out, invalid UTF-8 with its offset),
+ * KILN_ERR_NOT_FOUND (the model has no tokenizer), KILN_ERR_OUT_OF_MEMORY.
+ */
+kiln_status kiln_model_tokenize(const kiln_model *model, const char *text, size_t len,
+                                bool add_special, bool parse_special, int32_t *ids, int32_t cap,
+                                int32_t *n_out, kiln_error *err);
+
+/**
+ * The bytes token `id` decodes to in isolation (control tokens: empty). Writes up to cap
+ * bytes to buf (no NUL) and returns the full length; 0 for an id out of range or a model
+ * without a tokenizer.
+ */
+size_t kiln_model_token_piece(const kiln_model *model, int32_t id, char *buf, size_t cap);
+
+/* ---------------------------------------------------------------------------------------- */
+/* Engines                                                                                   */
+
+/** A serving engine: one model (borrowed), a paged KV pool, a FIFO queue and a thread that
+ *  runs the steps. Submission and stream reading are safe from any number of threads. */
+typedef struct kiln_engine kiln_engine;
+
+/** Storage of the KV cache. */
+typedef enum kiln_kv_type {
+    KILN_KV_F32 = 0,
+    KILN_KV_F16 = 1, /* half the memory; attention runs on f16 operands with f32 sums */
+} kiln_kv_type;
+
+typedef struct kiln_engine_params {
+    /* KV pool size: kv_memory bytes (rounded down to whole blocks) when > 0, else kv_tokens
+     * positions (rounded up to whole blocks) when > 0, else the default: 16 full contexts
+     * (16 * n_ctx positions) or 2 GiB, whichever is smaller, but at least one full context. */
+    int64_t kv_memory;
+    int32_t kv_tokens;
+    kiln_kv_type kv_type;   /* default KILN_KV_F32 */
+    int32_t block_size;     /* positions per KV block; 0 = 16 */
+    int32_t step_tokens;    /* tokens per forward step (decode first, then prefill); 0 = 512 */
+    int32_t prefill_chunk;  /* most prompt tokens one sequence feeds per step; 0 = step_tokens */
+    int32_t max_seqs;       /* most sequences running at once; 0 = 256 */
+    int32_t max_queue;      /* most requests waiting for admission; 0 = 4096 */
+    int32_t n_threads;      /* compute threads; 0 = physical cores */
+    int32_t n_ctx;          /* most positions per sequence (prompt + generated); 0 = the
+                               model's training context (4096 when unknown). May exceed it. */
+} kiln_engine_params;
+
+/** All zero: every field takes its default. */
+kiln_engine_params kiln_engine_default_params(void);
+
+/**
+ * Create an engine over `model` (borrowed: it must outlive the engine) and start its thread.
+ * params may be NULL (defaults). The KV pool is allocated here, once.
+ * Errors: KILN_ERR_INVALID_ARGUMENT (a field out of range, named; a pool smaller than one
+ * block), KILN_ERR_OUT_OF_MEMORY (the pool; the message gives the bytes),
+ * KILN_ERR_INTERNAL (a thread could not be started).
+ */
+kiln_status kiln_engine_create(const kiln_model *model, const kiln_engine_params *params,
+                               kiln_engine **out, kiln_error *err);
+
+/**
+ * Stop the engine: requests still queued or running finish with KILN_FINISH_CANCELLED (their
+ * streams get the FINISH event and stay readable until destroyed), then the thread is joined
+ * and the pool freed. Streams may outlive the engine. NULL is a no-op. Must not be called
+ * from the engine thread.
+ */
+void kiln_engine_destroy(kiln_engine *engine);
+
+/** A snapshot of the engine's counters (any thread). */
+typedef struct kiln_engine_stats {
+    int32_t kv_blocks_total, kv_blocks_used, kv_blocks_free;
+    int32_t kv_blocks_peak; /* most blocks used at once since creation or the last reset */
+    int32_t block_size;     /* positions per block */
+    int32_t n_running;      /* sequences admitted and not finished */
+    int32_t n_queued;       /* requests submitted and not yet admitted */
+    int64_t n_steps;        /* forward steps run */
+    int64_t n_prefill_tokens, n_decode_tokens; /* tokens fed to the model, by kind */
+    int64_t n_requests_finished;
+} kiln_engine_stats;
+
+void kiln_engine_get_stats(const kiln_engine *engine, kiln_engine_stats *out);
+
+/** Reset kv_blocks_peak to the blocks used now (benchmarks measure one phase at a time). */
+void kiln_engine_reset_peak(kiln_engine *engine);
+
+/* ---------------------------------------------------------------------------------------- */
+/* Requests                                                                                  */
+
+#define KILN_MAX_STOP_STRINGS 4
+#define KILN_MAX_TOP_LOGPROBS 20
+
+/**
+ * One generation request. Every pointer is borrowed only for the duration of
+ * kiln_engine_submit, which copies what it needs (an immutable snapshot).
+ * Start from kiln_request_defaults().
+ */
+typedef struct kiln_request {
+    /* The prompt: token ids when prompt_ids is non-NULL, else UTF-8 text. */
+    const int32_t *prompt_ids; /* [n_prompt_ids], each in [0, n_vocab) */
+    int32_t n_prompt_ids;
+    const char *prompt;  /* text; NUL-terminated unless prompt_len > 0 */
+    size_t prompt_len;   /* bytes of prompt; 0 = strlen(prompt) */
+    bool add_special;    /* text: add BOS/EOS as the vocabulary asks (default true) */
+    bool parse_special;  /* text: recognise control-token texts (default false) */
+
+    int32_t max_tokens;  /* most tokens to generate, >= 1 (default 256) */
+
+    /* Sampling (DESIGN.md "Sampling" gives the processor order). */
+    float temperature;   /* [0, 2]; 0 = greedy (default 1) */
+    int32_t top_k;       /* >= 0; 0 = off (default) */
+    float top_p;         /* (0, 1]; 1 = off (default) */
+    float min_p;         /* [0, 1]; 0 = off (default) */
+    uint64_t seed;       /* the draw at generation step s depends only on (seed, s) */
+    float repetition_penalty;   /* > 0; 1 = off (default). CTRL (Keskar et al. 2019) */
+    int32_t repetition_window;  /* tokens looked back (prompt + generated); 0 = all */
+    float presence_penalty;     /* [-2, 2]; 0 = off. OpenAI semantics */
+    int32_t presence_window;
+    float frequency_penalty;    /* [-2, 2]; 0 = off. OpenAI semantics */
+    int32_t frequency_window;
+    int32_t n_logit_bias;       /* entries of logit_bias_ids / logit_bias_values */
+    const int32_t *logit_bias_ids; /* each in [0, n_vocab) */
+    const float *logit_bias_values; /* added to the logit; -inf bans the token */
+
+    /* Logprobs: log-softmax of the logits after bias and penalties, before temperature. */
+    bool logprobs;        /* TOKEN events carry the sampled token's logprob */
+    int32_t top_logprobs; /* [0, 20]: TOKEN events also carry the most likely alternatives */
+
+    /* Stopping. End-of-generation tokens of the vocabulary always stop (finish "stop") unless
+     * ignore_eos; stop_ids add more. The stopping token is not emitted. */
+    int32_t n_stop;            /* <= KILN_MAX_STOP_STRINGS */
+    const char *const *stop;   /* NUL-terminated, non-empty UTF-8 strings. The earliest match
+                                  in the generated text ends generation; the match and
+                                  everything after it are left out of the text. */
+    int32_t n_stop_ids;
+    const int32_t *stop_ids;   /* each in [0, n_vocab) */
+    bool ignore_eos;           /* keep generating through end-of-generation tokens */
+} kiln_request;
+
+/** max_tokens 256, temperature 1, top_p 1, top_k 0, min_p 0, seed 0, penalties off,
+ *  add_special true, everything else off/empty. */
+kiln_request kiln_request_defaults(void);
+
+/** A request's event stream: the consumer side of one request. */
+typedef struct kiln_stream kiln_stream;
+
+/**
+ * Validate `req`, copy it, tokenize a text prompt, and enqueue it. On success *out is a new
+ * stream owned by the caller (kiln_stream_destroy). Safe from any thread, including
+ * concurrently. A rejected request never reaches the engine thread.
+ * Errors (the message names the field): KILN_ERR_INVALID_ARGUMENT: empty prompt, a prompt id
+ * outside [0, n_vocab) (index given), max_tokens < 1, temperature outside [0, 2], top_p
+ * outside (0, 1], min_p outside [0, 1], top_k < 0, penalties out of range, a logit_bias or
+ * stop id out of range, top_logprobs outside [0, 20], more than 4 stop strings or an empty
+ * one, a text prompt that is not valid UTF-8; KILN_ERR_NOT_FOUND (text prompt, model without
+ * tokenizer); KILN_ERR_QUEUE_FULL; KILN_ERR_CANCELLED (the engine is shutting down);
+ * KILN_ERR_OUT_OF_MEMORY.
+ * A request that passes validation but whose prompt + max_tokens can never fit (more than
+ * the engine's n_ctx, or more KV blocks than the whole pool) is rejected at admission: its
+ * stream finishes with KILN_FINISH_ERROR and status KILN_ERR_CONTEXT_OVER_BUDGET.
+ */
+kiln_status kiln_engine_submit(kiln_engine *engine, const kiln_request *req, kiln_stream **out,
+                               kiln_error *err);
+
+/* ---------------------------------------------------------------------------------------- */
+/* Streams                                                                                   */
+
+/** Why a request finished. */
+typedef enum kiln_finish_reason {
+    KILN_FINISH_NONE = 0,
+    KILN_FINISH_STOP = 1,   /* an end-of-generation token, a stop id or a stop string */
+    KILN_FINISH_LENGTH = 2, /* max_tokens reached (or the context is full) */
+    KILN_FINISH_CANCELLED = 3,
+    KILN_FINISH_ERROR = 4,
+} kiln_finish_reason;
+
+/** "stop", "length", "cancelled", "error" (or "none"). Never NULL. */
+const char *kiln_finish_reason_name(kiln_finish_reason r);
+
+typedef enum kiln_event_type {
+    KILN_EVENT_NONE = 0, /* no event: the timeout passed, or the stream is finished and drained */
+    KILN_EVENT_TOKEN,    /* a generated token */
+    KILN_EVENT_TEXT,     /* a text delta */
+    KILN_EVENT_FINISH,   /* the last event of every stream */
+} kiln_event_type;
+
+typedef struct kiln_token_logprob {
+    int32_t token;
+    float logprob; /* natural log */
+} kiln_token_logprob;
+
+typedef struct kiln_usage {
+    int32_t prompt_tokens;     /* tokens of the (tokenized) prompt */
+    int32_t completion_tokens; /* tokens generated, the stopping token included */
+} kiln_usage;
+
+/**
+ * One event. Events of a stream come in order: for each generated token a TOKEN event, then
+ * (when the token completed some text) a TEXT event; last, one FINISH event.
+ * Pointers are owned by the stream and valid until the next kiln_stream_next on it or its
+ * destruction.
+ */
+typedef struct kiln_event {
+    kiln_event_type type;
+
+    /* KILN_EVENT_TOKEN */
+    int32_t token;  /* id in [0, n_vocab) */
+    int32_t index;  /* 0-based position among the generated tokens */
+    float logprob;  /* when the request asked for logprobs or top_logprobs, else 0 */
+    int32_t n_top_logprobs; /* = the request's top_logprobs (fewer if the vocab is smaller) */
+    kiln_token_logprob top_logprobs[KILN_MAX_TOP_LOGPROBS]; /* most likely first; ties by id */
+
+    /* KILN_EVENT_TEXT: complete UTF-8, never a partial character, never any part of a stop
+     * string. The concatenation of all TEXT events is the completion text. */
+    const char *text; /* NUL-terminated as well */
+    size_t text_len;
+
+    /* KILN_EVENT_FINISH */
+    kiln_finish_reason finish_reason;
+    kiln_usage usage;
+    kiln_status status;  /* KILN_OK unless finish_reason is KILN_FINISH_ERROR */
+    const char *message; /* "" unless finish_reason is KILN_FINISH_ERROR */
+} kiln_event;
+
+/**
+ * Take the next event. timeout_ms < 0 waits as long as needed, 0 does not wait, > 0 waits
+ * at most that many milliseconds. When no event arrives in time, or the stream is finished
+ * and its FINISH event was already taken, ev->type is KILN_EVENT_NONE and KILN_OK is
+ * returned. Only one thread may read a stream at a time.
+ * Errors: KILN_ERR_INVALID_ARGUMENT (NULL stream or ev).
+ */
+kiln_status kiln_stream_next(kiln_stream *stream, int64_t timeout_ms, kiln_event *ev,
+                             kiln_error *err);
+
+/** True once the FINISH event has been queued (it may still be unread). Any thread. */
+bool kiln_stream_finished(const kiln_stream *stream);
+
+/**
+ * Ask the engine to stop this request. It is noticed at the next step boundary: the request
+ * finishes with KILN_FINISH_CANCELLED (unless it finished first) and its KV blocks are
+ * released. Any thread; idempotent; NULL is a no-op.
+ */
+void kiln_stream_cancel(kiln_stream *stream);
+
+/** Cancel (if still running) and drop the caller's handle; unread events are discarded.
+ *  NULL is a no-op. */
+void kiln_stream_destroy(kiln_stream *stream);
 
 #ifdef __cplusplus
 }

@@ -13,13 +13,8 @@
 #include "model/model.h"
 #include "util/vec.h"
 
-typedef enum kiln_finish_reason {
-    KILN_FINISH_NONE = 0,
-    KILN_FINISH_STOP = 1,   /* an end-of-generation token was sampled (not emitted) */
-    KILN_FINISH_LENGTH = 2, /* max_tokens reached or the context is full */
-    KILN_FINISH_CANCELLED = 3,
-    KILN_FINISH_ERROR = 4,
-} kiln_finish_reason;
+/* kiln_finish_reason (KILN_FINISH_*) is public: see kiln.h. For kiln_generate, STOP means an
+ * end-of-generation token was sampled (not emitted); LENGTH, max_tokens or a full context. */
 
 /** "stop", "length", "cancelled", "error" (or "none"). */
 const char *kiln_finish_reason_name(kiln_finish_reason r);
