@@ -66,19 +66,17 @@ kiln_status kiln_model_open(const char *path, const kiln_model_load_params *para
 /** Free the model and its sources. NULL is a no-op. */
 void kiln_model_close(kiln_model *m);
 
-/** Key/value cache of one sequence: [n_layer][n_ctx][n_head_kv * head_dim] for K and V,
- *  stored as f32 or f16 (dtype). */
+/** KV cache of one sequence: a private block pool holding exactly its n_ctx positions.
+ *  (The engine shares one pool among many sequences; this is the single-sequence path.) */
 typedef struct kiln_kv_seq {
     int32_t n_ctx;
-    int64_t kv_dim;
-    int32_t n_layer;
-    kiln_dtype dtype; /* KILN_DTYPE_F32 or KILN_DTYPE_F16 */
-    void *k, *v;
+    kiln_kv_pool *pool;
+    kiln_block_table table;
 } kiln_kv_seq;
 
 /**
  * Allocate a cache for n_ctx positions stored as dtype (F32, or F16: half the memory; the
- * attention then runs with f16 operands, see kiln_attention_head_f16).
+ * attention then runs with f16 operands, see kiln_attention_paged).
  * Errors: KILN_ERR_INVALID_ARGUMENT (n_ctx < 1, other dtype), KILN_ERR_OUT_OF_MEMORY.
  */
 kiln_status kiln_kv_seq_create(const kiln_model *m, int32_t n_ctx, kiln_dtype dtype,

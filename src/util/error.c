@@ -15,6 +15,8 @@ const char *kiln_status_name(kiln_status status) {
     case KILN_ERR_NOT_FOUND: return "not_found";
     case KILN_ERR_CANCELLED: return "cancelled";
     case KILN_ERR_INTERNAL: return "internal_error";
+    case KILN_ERR_CONTEXT_OVER_BUDGET: return "context_over_budget";
+    case KILN_ERR_QUEUE_FULL: return "queue_full";
     }
     return "unknown_status";
 }

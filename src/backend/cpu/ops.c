@@ -51,39 +51,42 @@ void kiln_softmax(float *x, int64_t n) {
     for (int64_t i = 0; i < n; i++) x[i] /= sum;
 }
 
-void kiln_attention_head(float *out, const float *q, const float *k, const float *v,
-                         int64_t kv_stride, int32_t n_keys, int32_t head_dim, float score_div,
-                         float *scores) {
-    for (int32_t t = 0; t < n_keys; t++) {
-        const float *kt = k + (int64_t)t * kv_stride;
-        float s = 0.0f;
-        for (int32_t d = 0; d < head_dim; d++) s += q[d] * kt[d];
-        scores[t] = s / score_div;
+void kiln_attention_paged(float *out, const float *q, const void *const *k_blocks,
+                          const void *const *v_blocks, int32_t block_size, int64_t row_stride,
+                          int64_t head_off, int32_t n_keys, int32_t head_dim, float score_div,
+                          int kv_is_f16, float *scores, uint16_t *q16) {
+    if (kv_is_f16) {
+        for (int32_t d = 0; d < head_dim; d++) q16[d] = kiln_fp32_to_fp16(q[d]);
+        for (int32_t t = 0; t < n_keys; t++) {
+            const uint16_t *kt = (const uint16_t *)k_blocks[t / block_size] + head_off +
+                                 (int64_t)(t % block_size) * row_stride;
+            float s = 0.0f;
+            for (int32_t d = 0; d < head_dim; d++)
+                s += kiln_fp16_to_fp32(q16[d]) * kiln_fp16_to_fp32(kt[d]);
+            scores[t] = s / score_div;
+        }
+    } else {
+        for (int32_t t = 0; t < n_keys; t++) {
+            const float *kt = (const float *)k_blocks[t / block_size] + head_off +
+                              (int64_t)(t % block_size) * row_stride;
+            float s = 0.0f;
+            for (int32_t d = 0; d < head_dim; d++) s += q[d] * kt[d];
+            scores[t] = s / score_div;
+        }
     }
     kiln_softmax(scores, n_keys);
     memset(out, 0, (size_t)head_dim * sizeof *out);
     for (int32_t t = 0; t < n_keys; t++) {
-        const float *vt = v + (int64_t)t * kv_stride;
-        float a = scores[t];
-        for (int32_t d = 0; d < head_dim; d++) out[d] += a * vt[d];
-    }
-}
-
-void kiln_attention_head_f16(float *out, const float *q, const uint16_t *k, const uint16_t *v,
-                             int64_t kv_stride, int32_t n_keys, int32_t head_dim, float score_div,
-                             float *scores, uint16_t *q16) {
-    for (int32_t d = 0; d < head_dim; d++) q16[d] = kiln_fp32_to_fp16(q[d]);
-    for (int32_t t = 0; t < n_keys; t++) {
-        const uint16_t *kt = k + (int64_t)t * kv_stride;
-        float s = 0.0f;
-        for (int32_t d = 0; d < head_dim; d++) s += kiln_fp16_to_fp32(q16[d]) * kiln_fp16_to_fp32(kt[d]);
-        scores[t] = s / score_div;
-    }
-    kiln_softmax(scores, n_keys);
-    memset(out, 0, (size_t)head_dim * sizeof *out);
-    for (int32_t t = 0; t < n_keys; t++) {
-        const uint16_t *vt = v + (int64_t)t * kv_stride;
-        float a = kiln_fp16_to_fp32(kiln_fp32_to_fp16(scores[t]));
-        for (int32_t d = 0; d < head_dim; d++) out[d] += a * kiln_fp16_to_fp32(vt[d]);
+        if (kv_is_f16) {
+            const uint16_t *vt = (const uint16_t *)v_blocks[t / block_size] + head_off +
+                                 (int64_t)(t % block_size) * row_stride;
+            float a = kiln_fp16_to_fp32(kiln_fp32_to_fp16(scores[t]));
+            for (int32_t d = 0; d < head_dim; d++) out[d] += a * kiln_fp16_to_fp32(vt[d]);
+        } else {
+            const float *vt = (const float *)v_blocks[t / block_size] + head_off +
+                              (int64_t)(t % block_size) * row_stride;
+            float a = scores[t];
+            for (int32_t d = 0; d < head_dim; d++) out[d] += a * vt[d];
+        }
     }
 }

@@ -32,28 +32,22 @@ void kiln_swiglu(float *g, const float *u, int64_t n);
 void kiln_softmax(float *x, int64_t n);
 
 /**
- * Attention of one query head over n_keys cached positions (causal masking is the caller's
- * choice of n_keys): out[d] = sum_t softmax_t(q . k_t / score_div) * v_t[d]
- * (score_div is usually sqrtf(head_dim); dividing, as run.c does, rather than multiplying
- * by a rounded reciprocal).
- * k_t = k + t * kv_stride, v_t likewise (floats). scores: scratch of n_keys floats.
- * Reduction is sequential over t, as llama2.c run.c.
+ * Attention of one query head over n_keys cached positions stored in blocks (paged KV,
+ * Kwon et al. 2023): key t lives in block t / block_size at row t % block_size, and its
+ * elements start at (elem *)k_blocks[t / block_size] + head_off + (t % block_size) * row_stride
+ * (likewise v). Causal masking is the caller's choice of n_keys.
+ *   out[d] = sum_t softmax_t(q . k_t / score_div) * v_t[d]
+ * score_div is usually sqrtf(head_dim); dividing, as llama2.c run.c does. Reduction is
+ * sequential over t and d, so the result does not depend on how keys are split into blocks.
+ * kv_type KILN_DTYPE_F32: f32 rows. KILN_DTYPE_F16: half rows, computed as an f16 matmul
+ * pipeline does: q is rounded to f16 before q . k and the softmax probabilities are rounded
+ * to f16 before they weight v, with f32 accumulation (llama.cpp's CPU path with its f16 KV
+ * cache computes this; FlashAttention-2 likewise casts P to half before P.V).
+ * scores: scratch of n_keys floats; q16: scratch of head_dim halves (F16 only).
  */
-void kiln_attention_head(float *out, const float *q, const float *k, const float *v,
-                         int64_t kv_stride, int32_t n_keys, int32_t head_dim, float score_div,
-                         float *scores);
-
-/**
- * As kiln_attention_head over an f16 KV cache (k, v: IEEE half, strides in elements). The
- * arithmetic is that of an f16 matmul pipeline: q is rounded to f16 before q . k, and the
- * softmax probabilities are rounded to f16 before they weight v; products accumulate in f32.
- * This is what llama.cpp's CPU path computes with its default f16 KV cache (q and the
- * probabilities become the f16 operand of ggml_mul_mat), and what tensor-core attention
- * kernels compute (FlashAttention-2 casts P to half before P.V).
- * q16: scratch of head_dim halves.
- */
-void kiln_attention_head_f16(float *out, const float *q, const uint16_t *k, const uint16_t *v,
-                             int64_t kv_stride, int32_t n_keys, int32_t head_dim, float score_div,
-                             float *scores, uint16_t *q16);
+void kiln_attention_paged(float *out, const float *q, const void *const *k_blocks,
+                          const void *const *v_blocks, int32_t block_size, int64_t row_stride,
+                          int64_t head_off, int32_t n_keys, int32_t head_dim, float score_div,
+                          int kv_is_f16, float *scores, uint16_t *q16);
 
 #endif
