@@ -5,34 +5,13 @@
  * asked) and run.c's decode for llama2.c vocabs ("<0xNN>" -> byte, the leading space of a
  * piece that follows BOS is dropped).
  */
+#include "tokenizer/pretokenize.h"
 #include "tokenizer/tokenizer.h"
 
 #include <stdlib.h>
 #include <string.h>
 
 #include "util/error.h"
-
-/* ---------------------------------------------------------------- byte-level BPE alphabet */
-
-/*
- * GPT-2's bytes_to_unicode: bytes 0x21..0x7E, 0xA1..0xAC and 0xAE..0xFF stand for
- * themselves; the other 68 bytes, in increasing order, become U+0100, U+0101, ...
- * Returns the byte for code point cp, or -1 when cp is not in the alphabet.
- */
-static int gpt2_unicode_to_byte(uint32_t cp) {
-    if ((cp >= 0x21 && cp <= 0x7E) || (cp >= 0xA1 && cp <= 0xAC) || (cp >= 0xAE && cp <= 0xFF))
-        return (int)cp;
-    if (cp < 0x100 || cp >= 0x100 + 68) return -1;
-    uint32_t k = cp - 0x100; /* k-th byte outside the printable sets */
-    int seen = 0;
-    for (int b = 0; b < 256; b++) {
-        bool printable = (b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE);
-        if (printable) continue;
-        if ((uint32_t)seen == k) return b;
-        seen++;
-    }
-    return -1;
-}
 
 /* ---------------------------------------------------------------- pieces */
 
@@ -123,7 +102,7 @@ size_t kiln_tokenizer_piece(const kiln_tokenizer *t, int32_t id, bool render_spe
                                        : ((uint32_t)(u[0] & 0x07) << 18) |
                                              ((uint32_t)(u[1] & 0x3F) << 12) |
                                              ((uint32_t)(u[2] & 0x3F) << 6) | (u[3] & 0x3F);
-                int by = gpt2_unicode_to_byte(cp);
+                int by = kiln_bytelevel_byte(cp);
                 if (by >= 0) {
                     char c = (char)by;
                     put(buf, cap, &n, &c, 1);
