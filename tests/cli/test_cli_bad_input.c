@@ -13,39 +13,7 @@
 
 #include "test.h"
 
-static char g_tmpdir[256];
-static char g_kiln[1024];
-
-/* Run kiln with argv (NULL-terminated, argv[0] ignored); returns exit code (-signal if
- * killed) and fills err_out (NUL-terminated, truncated) with stderr. */
-static int run_kiln(const char *const *args, char *err_out, size_t cap) {
-    char errpath[512];
-    snprintf(errpath, sizeof errpath, "%s/stderr.txt", g_tmpdir);
-    pid_t pid = fork();
-    REQUIRE(pid >= 0);
-    if (pid == 0) {
-        int fd = open(errpath, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-        int null = open("/dev/null", O_WRONLY);
-        if (fd < 0 || null < 0) _exit(126);
-        dup2(fd, 2);
-        dup2(null, 1);
-        const char *argv[32];
-        argv[0] = g_kiln;
-        int i = 1;
-        for (; args[i - 1] && i < 31; i++) argv[i] = args[i - 1];
-        argv[i] = NULL;
-        execv(g_kiln, (char *const *)argv);
-        _exit(127);
-    }
-    int status;
-    REQUIRE(waitpid(pid, &status, 0) == pid);
-    FILE *f = fopen(errpath, "rb");
-    size_t n = f ? fread(err_out, 1, cap - 1, f) : 0;
-    if (f) fclose(f);
-    err_out[n] = '\0';
-    if (WIFSIGNALED(status)) return -WTERMSIG(status);
-    return WEXITSTATUS(status);
-}
+#include "cli_test_util.h"
 
 static bool sanitizer_report(const char *err) {
     return strstr(err, "Sanitizer") || strstr(err, "runtime error:");
