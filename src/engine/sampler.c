@@ -1,5 +1,6 @@
 #include "engine/sampler.h"
 
+#include <float.h>
 #include <math.h>
 #include <stdlib.h>
 
@@ -7,17 +8,27 @@
 
 struct kiln_sampler_scratch {
     int32_t n_vocab;
-    int32_t *ids;
-    float *vals;
-    float *prob;
+    float *vals;      /* [n_vocab] processed logits */
+    float *w;         /* [n_vocab] unnormalized probabilities, indexed by token id */
+    int32_t *cand;    /* [n_vocab] candidate ids (heap storage) */
+    int32_t *order;   /* [n_vocab] candidates popped so far, in canonical order */
+    int32_t *counts;  /* [n_vocab] per-token counts of a window; all zero between uses */
+    int32_t *touched; /* [n_vocab] ids with a nonzero count */
 };
 
 kiln_sampler_params kiln_sampler_defaults(void) {
-    return (kiln_sampler_params){.temperature = 1.0f, .top_k = 0, .top_p = 1.0f, .min_p = 0.0f,
-                                 .seed = 0, .repetition_penalty = 1.0f};
+    return (kiln_sampler_params){.temperature = 1.0f,
+                                 .top_k = 0,
+                                 .top_p = 1.0f,
+                                 .min_p = 0.0f,
+                                 .seed = 0,
+                                 .repetition_penalty = 1.0f};
 }
 
-kiln_status kiln_sampler_validate(const kiln_sampler_params *p, kiln_error *err) {
+/* ---- validation ---------------------------------------------------------------------- */
+
+static kiln_status validate(const kiln_sampler_params *p, int32_t n_vocab, kiln_error *err) {
+    if (!p) return kiln_error_set(err, KILN_ERR_INVALID_ARGUMENT, "sampler params are NULL");
     if (!(p->temperature >= 0.0f && p->temperature <= 2.0f))
         return kiln_error_set(err, KILN_ERR_INVALID_ARGUMENT,
                               "temperature must be in [0, 2] (got %g)", p->temperature);
@@ -30,8 +41,72 @@ kiln_status kiln_sampler_validate(const kiln_sampler_params *p, kiln_error *err)
     if (!(p->min_p >= 0.0f && p->min_p <= 1.0f))
         return kiln_error_set(err, KILN_ERR_INVALID_ARGUMENT, "min_p must be in [0, 1] (got %g)",
                               p->min_p);
+    if (!(p->repetition_penalty > 0.0f && p->repetition_penalty <= KILN_MAX_REPETITION_PENALTY))
+        return kiln_error_set(err, KILN_ERR_INVALID_ARGUMENT,
+                              "repetition_penalty must be in (0, %g] (got %g)",
+                              KILN_MAX_REPETITION_PENALTY, p->repetition_penalty);
+    if (!(p->presence_penalty >= -2.0f && p->presence_penalty <= 2.0f))
+        return kiln_error_set(err, KILN_ERR_INVALID_ARGUMENT,
+                              "presence_penalty must be in [-2, 2] (got %g)", p->presence_penalty);
+    if (!(p->frequency_penalty >= -2.0f && p->frequency_penalty <= 2.0f))
+        return kiln_error_set(err, KILN_ERR_INVALID_ARGUMENT,
+                              "frequency_penalty must be in [-2, 2] (got %g)",
+                              p->frequency_penalty);
+    if (p->repetition_window < 0)
+        return kiln_error_set(err, KILN_ERR_INVALID_ARGUMENT,
+                              "repetition_window must be >= 0 (got %d)", p->repetition_window);
+    if (p->presence_window < 0)
+        return kiln_error_set(err, KILN_ERR_INVALID_ARGUMENT,
+                              "presence_window must be >= 0 (got %d)", p->presence_window);
+    if (p->frequency_window < 0)
+        return kiln_error_set(err, KILN_ERR_INVALID_ARGUMENT,
+                              "frequency_window must be >= 0 (got %d)", p->frequency_window);
+    if (p->n_bias < 0)
+        return kiln_error_set(err, KILN_ERR_INVALID_ARGUMENT,
+                              "logit_bias must have >= 0 entries (got %d)", p->n_bias);
+    if (p->n_bias > 0 && (!p->bias_ids || !p->bias_values))
+        return kiln_error_set(err, KILN_ERR_INVALID_ARGUMENT,
+                              "logit_bias has %d entries but no arrays", p->n_bias);
+    for (int32_t i = 0; i < p->n_bias; i++) {
+        int32_t id = p->bias_ids[i];
+        float v = p->bias_values[i];
+        if (id < 0 || (n_vocab > 0 && id >= n_vocab)) {
+            if (n_vocab > 0)
+                return kiln_error_set(err, KILN_ERR_INVALID_ARGUMENT,
+                                      "logit_bias token id must be in [0, %d) (got %d)", n_vocab,
+                                      id);
+            return kiln_error_set(err, KILN_ERR_INVALID_ARGUMENT,
+                                  "logit_bias token id must be >= 0 (got %d)", id);
+        }
+        if (!(v == -INFINITY || (v >= -KILN_MAX_LOGIT_BIAS && v <= KILN_MAX_LOGIT_BIAS)))
+            return kiln_error_set(err, KILN_ERR_INVALID_ARGUMENT,
+                                  "logit_bias value must be in [-100, 100] (got %g for token %d)",
+                                  v, id);
+    }
     return KILN_OK;
 }
+
+kiln_status kiln_sampler_validate(const kiln_sampler_params *p, kiln_error *err) {
+    return validate(p, 0, err);
+}
+
+kiln_status kiln_sampler_validate_vocab(const kiln_sampler_params *p, int32_t n_vocab,
+                                        kiln_error *err) {
+    if (n_vocab < 1)
+        return kiln_error_set(err, KILN_ERR_INVALID_ARGUMENT, "n_vocab must be >= 1 (got %d)",
+                              n_vocab);
+    return validate(p, n_vocab, err);
+}
+
+kiln_status kiln_sampler_validate_top_logprobs(int32_t top_logprobs, kiln_error *err) {
+    if (top_logprobs < 0 || top_logprobs > KILN_MAX_TOP_LOGPROBS)
+        return kiln_error_set(err, KILN_ERR_INVALID_ARGUMENT,
+                              "top_logprobs must be in [0, %d] (got %d)", KILN_MAX_TOP_LOGPROBS,
+                              top_logprobs);
+    return KILN_OK;
+}
+
+/* ---- RNG ----------------------------------------------------------------------------- */
 
 static uint64_t splitmix64(uint64_t z) {
     z += 0x9E3779B97F4A7C15ull;
@@ -45,19 +120,25 @@ float kiln_rng_uniform(uint64_t seed, uint64_t step) {
     return (float)(z >> 40) * (1.0f / 16777216.0f);
 }
 
+/* ---- scratch ------------------------------------------------------------------------- */
+
 kiln_status kiln_sampler_scratch_create(int32_t n_vocab, kiln_sampler_scratch **out,
                                         kiln_error *err) {
+    if (!out) return kiln_error_set(err, KILN_ERR_INVALID_ARGUMENT, "out is NULL");
     *out = NULL;
-    if (n_vocab < 1)
-        return kiln_error_set(err, KILN_ERR_INVALID_ARGUMENT, "n_vocab must be >= 1");
+    if (n_vocab < 1) return kiln_error_set(err, KILN_ERR_INVALID_ARGUMENT, "n_vocab must be >= 1");
     kiln_sampler_scratch *s = calloc(1, sizeof *s);
     if (s) {
+        size_t n = (size_t)n_vocab;
         s->n_vocab = n_vocab;
-        s->ids = malloc((size_t)n_vocab * sizeof *s->ids);
-        s->vals = malloc((size_t)n_vocab * sizeof *s->vals);
-        s->prob = malloc((size_t)n_vocab * sizeof *s->prob);
+        s->vals = malloc(n * sizeof *s->vals);
+        s->w = malloc(n * sizeof *s->w);
+        s->cand = malloc(n * sizeof *s->cand);
+        s->order = malloc(n * sizeof *s->order);
+        s->counts = calloc(n, sizeof *s->counts);
+        s->touched = malloc(n * sizeof *s->touched);
     }
-    if (!s || !s->ids || !s->vals || !s->prob) {
+    if (!s || !s->vals || !s->w || !s->cand || !s->order || !s->counts || !s->touched) {
         kiln_sampler_scratch_destroy(s);
         return kiln_error_set(err, KILN_ERR_OUT_OF_MEMORY, "out of memory");
     }
@@ -67,9 +148,12 @@ kiln_status kiln_sampler_scratch_create(int32_t n_vocab, kiln_sampler_scratch **
 
 void kiln_sampler_scratch_destroy(kiln_sampler_scratch *s) {
     if (!s) return;
-    free(s->ids);
     free(s->vals);
-    free(s->prob);
+    free(s->w);
+    free(s->cand);
+    free(s->order);
+    free(s->counts);
+    free(s->touched);
     free(s);
 }
 
@@ -88,67 +172,268 @@ int32_t kiln_argmax(const float *x, int32_t n) {
     return best;
 }
 
-/* Candidates sorted by value descending, ties by id ascending (a total order, so the result
- * does not depend on the sort algorithm). */
-/* qsort has no context argument: the values being sorted are passed thread-locally. */
-static _Thread_local const float *g_sort_vals;
-static int cmp_desc(const void *a, const void *b) {
-    int32_t ia = *(const int32_t *)a, ib = *(const int32_t *)b;
-    float va = g_sort_vals[ia], vb = g_sort_vals[ib];
-    if (va > vb) return -1;
-    if (va < vb) return 1;
-    return (ia > ib) - (ia < ib);
+/* ---- processors 1-2: bias and penalties ---------------------------------------------- */
+
+/* Keep processed logits finite or -inf: +inf (overflow) saturates, NaN cannot arise from
+ * validated parameters but would be treated as banned. */
+static inline float sanitize(float v) {
+    if (isnan(v)) return -INFINITY;
+    if (v == INFINITY) return FLT_MAX;
+    return v;
+}
+
+/* Count the tokens of history's last `window` entries (0 = all) into s->counts; returns the
+ * number of distinct ids, listed in s->touched. O(window). */
+static int32_t count_window(kiln_sampler_scratch *s, const int32_t *history, int32_t n_history,
+                            int32_t window, int32_t n_vocab) {
+    int32_t start = (window > 0 && window < n_history) ? n_history - window : 0;
+    int32_t nt = 0;
+    for (int32_t i = start; i < n_history; i++) {
+        int32_t t = history[i];
+        if (t < 0 || t >= n_vocab) continue;
+        if (s->counts[t]++ == 0) s->touched[nt++] = t;
+    }
+    return nt;
+}
+
+static void clear_counts(kiln_sampler_scratch *s, int32_t nt) {
+    for (int32_t i = 0; i < nt; i++) s->counts[s->touched[i]] = 0;
+}
+
+bool kiln_sampler_process(const kiln_sampler_params *p, const float *logits, int32_t n_vocab,
+                          const int32_t *history, int32_t n_history, float *out,
+                          kiln_sampler_scratch *s) {
+    if (!p || !logits || !out || !s || n_vocab < 1 || n_vocab > s->n_vocab || n_history < 0 ||
+        (n_history > 0 && !history) || p->n_bias < 0 ||
+        (p->n_bias > 0 && (!p->bias_ids || !p->bias_values)))
+        return false;
+    for (int32_t i = 0; i < n_vocab; i++) out[i] = isfinite(logits[i]) ? logits[i] : -INFINITY;
+
+    /* 1. logit bias */
+    for (int32_t i = 0; i < p->n_bias; i++) {
+        int32_t id = p->bias_ids[i];
+        if (id < 0 || id >= n_vocab) continue;
+        out[id] = sanitize(out[id] + p->bias_values[i]);
+    }
+
+    /* 2. penalties, each over its own window */
+    if (n_history > 0 && p->repetition_penalty != 1.0f && p->repetition_penalty > 0.0f) {
+        float r = p->repetition_penalty;
+        int32_t nt = count_window(s, history, n_history, p->repetition_window, n_vocab);
+        for (int32_t i = 0; i < nt; i++) {
+            int32_t t = s->touched[i];
+            float v = out[t];
+            out[t] = sanitize(v > 0.0f ? v / r : v * r);
+        }
+        clear_counts(s, nt);
+    }
+    if (n_history > 0 && p->presence_penalty != 0.0f) {
+        int32_t nt = count_window(s, history, n_history, p->presence_window, n_vocab);
+        for (int32_t i = 0; i < nt; i++) {
+            int32_t t = s->touched[i];
+            out[t] = sanitize(out[t] - p->presence_penalty);
+        }
+        clear_counts(s, nt);
+    }
+    if (n_history > 0 && p->frequency_penalty != 0.0f) {
+        int32_t nt = count_window(s, history, n_history, p->frequency_window, n_vocab);
+        for (int32_t i = 0; i < nt; i++) {
+            int32_t t = s->touched[i];
+            out[t] = sanitize(out[t] - p->frequency_penalty * (float)s->counts[t]);
+        }
+        clear_counts(s, nt);
+    }
+    return true;
+}
+
+/* ---- canonical order and heaps ------------------------------------------------------- */
+
+/* The total order of the sampler: value descending, id ascending. */
+static inline bool before(const float *v, int32_t a, int32_t b) {
+    return v[a] > v[b] || (v[a] == v[b] && a < b);
+}
+
+/* Max-heap (root = first in canonical order) when max is true; otherwise a min-heap (root =
+ * last in canonical order). */
+static void sift_down(int32_t *h, int32_t n, int32_t i, const float *v, bool max) {
+    int32_t x = h[i];
+    for (;;) {
+        int32_t c = 2 * i + 1;
+        if (c >= n) break;
+        if (c + 1 < n && (max ? before(v, h[c + 1], h[c]) : before(v, h[c], h[c + 1]))) c++;
+        if (!(max ? before(v, h[c], x) : before(v, x, h[c]))) break;
+        h[i] = h[c];
+        i = c;
+    }
+    h[i] = x;
+}
+
+static void heapify(int32_t *h, int32_t n, const float *v, bool max) {
+    for (int32_t i = n / 2 - 1; i >= 0; i--) sift_down(h, n, i, v, max);
+}
+
+/* Lazily walks candidates in canonical order: order[0..popped) are the first ones. */
+typedef struct walker {
+    int32_t *heap;
+    int32_t n_heap;
+    int32_t *order;
+    int32_t popped;
+    const float *v;
+} walker;
+
+static int32_t walker_at(walker *wk, int32_t j) {
+    while (wk->popped <= j) {
+        int32_t top = wk->heap[0];
+        wk->heap[0] = wk->heap[--wk->n_heap];
+        if (wk->n_heap > 0) sift_down(wk->heap, wk->n_heap, 0, wk->v, true);
+        wk->order[wk->popped++] = top;
+    }
+    return wk->order[j];
+}
+
+/* ---- processor 3: logprobs ----------------------------------------------------------- */
+
+static double fill_logprobs(const float *v, int32_t n_vocab, int32_t k, kiln_logprobs *lp) {
+    float mx = -INFINITY;
+    for (int32_t i = 0; i < n_vocab; i++)
+        if (v[i] > mx) mx = v[i];
+    lp->n_top = 0;
+    if (mx == -INFINITY) return -INFINITY;
+    double sum = 0.0;
+    for (int32_t i = 0; i < n_vocab; i++)
+        if (v[i] != -INFINITY) sum += exp((double)v[i] - (double)mx);
+    double lse = (double)mx + log(sum);
+
+    /* the k best in canonical order: insertion into a sorted array of at most 20 */
+    int32_t n = 0;
+    int32_t *top = lp->top_ids;
+    for (int32_t i = 0; i < n_vocab && k > 0; i++) {
+        if (v[i] == -INFINITY) continue;
+        if (n == k && !before(v, i, top[k - 1])) continue;
+        int32_t j = n < k ? n++ : k - 1;
+        while (j > 0 && before(v, i, top[j - 1])) {
+            top[j] = top[j - 1];
+            j--;
+        }
+        top[j] = i;
+    }
+    lp->n_top = n;
+    for (int32_t j = 0; j < n; j++) lp->top_logprobs[j] = (float)((double)v[top[j]] - lse);
+    return lse;
+}
+
+/* ---- processors 4-9 ------------------------------------------------------------------ */
+
+static int32_t draw(const kiln_sampler_params *p, const float *v, int32_t n_vocab, uint64_t step,
+                    kiln_sampler_scratch *s) {
+    int32_t *cand = s->cand;
+    float *w = s->w;
+    int32_t n = 0;
+    float vmax = -INFINITY;
+    for (int32_t i = 0; i < n_vocab; i++) {
+        if (v[i] == -INFINITY) continue;
+        cand[n++] = i;
+        if (v[i] > vmax) vmax = v[i];
+    }
+    if (n == 0) return 0;
+
+    /* 5. top-k: bounded min-heap of the k best (root = worst kept); O(n log k) */
+    if (p->top_k > 0 && p->top_k < n) {
+        int32_t k = p->top_k;
+        heapify(cand, k, v, false);
+        for (int32_t i = k; i < n; i++) {
+            if (before(v, cand[i], cand[0])) {
+                cand[0] = cand[i];
+                sift_down(cand, k, 0, v, false);
+            }
+        }
+        n = k;
+    }
+
+    /* 4. temperature: weights relative to the max (the max has weight exactly 1) */
+    const float t = p->temperature;
+    double total = 0.0;
+    for (int32_t i = 0; i < n; i++) {
+        int32_t id = cand[i];
+        w[id] = expf((v[id] - vmax) / t);
+        total += w[id];
+    }
+
+    walker wk = {.heap = cand, .n_heap = n, .order = s->order, .popped = 0, .v = v};
+    heapify(cand, n, v, true);
+    int32_t keep = n;
+    double kept_total = total;
+
+    /* 6. top-p: shortest prefix with cumulative weight >= top_p * total */
+    if (p->top_p < 1.0f) {
+        double target = (double)p->top_p * total, cum = 0.0;
+        for (int32_t j = 0; j < n; j++) {
+            cum += w[walker_at(&wk, j)];
+            if (cum >= target) {
+                keep = j + 1;
+                kept_total = cum;
+                break;
+            }
+        }
+    }
+
+    /* 7. min-p: w >= min_p * w_max, w_max = 1; a prefix of the canonical order */
+    if (p->min_p > 0.0f) {
+        const float thr = p->min_p;
+        if (wk.popped >= keep) {
+            int32_t j = 0;
+            double cum = 0.0;
+            while (j < keep && w[wk.order[j]] >= thr) cum += w[wk.order[j++]];
+            if (j < keep) {
+                keep = j;
+                kept_total = cum;
+            }
+        } else {
+            /* top-p is off, nothing walked yet (popped == 0): count and sum the kept set
+             * without ordering it */
+            int32_t cnt = 0;
+            double cum = 0.0;
+            for (int32_t i = 0; i < wk.n_heap; i++)
+                if (w[wk.heap[i]] >= thr) cum += w[wk.heap[i]], cnt++;
+            if (cnt < keep) {
+                keep = cnt;
+                kept_total = cum;
+            }
+        }
+    }
+
+    /* 9. the draw: first in order whose cumulative weight exceeds u * kept_total */
+    double target = (double)kiln_rng_uniform(p->seed, step) * kept_total, cum = 0.0;
+    int32_t last_pos = walker_at(&wk, 0);
+    for (int32_t j = 0; j < keep; j++) {
+        int32_t id = walker_at(&wk, j);
+        if (w[id] > 0.0f) last_pos = id;
+        cum += w[id];
+        if (cum > target) return id;
+    }
+    return last_pos; /* rounding: the sums were accumulated in different orders */
+}
+
+int32_t kiln_sample_ex(const kiln_sampler_params *p, const float *logits, int32_t n_vocab,
+                       const int32_t *history, int32_t n_history, uint64_t step,
+                       int32_t top_logprobs, kiln_logprobs *lp_out, kiln_sampler_scratch *s) {
+    if (top_logprobs < 0 || top_logprobs > KILN_MAX_TOP_LOGPROBS) return -1;
+    if (!kiln_sampler_process(p, logits, n_vocab, history, n_history, s ? s->vals : NULL, s))
+        return -1;
+    const float *v = s->vals;
+    double lse = -INFINITY;
+    if (lp_out) lse = fill_logprobs(v, n_vocab, top_logprobs, lp_out);
+    int32_t tok = p->temperature > 0.0f ? draw(p, v, n_vocab, step, s) : kiln_argmax(v, n_vocab);
+    if (lp_out) {
+        lp_out->token = tok;
+        lp_out->logprob =
+            (lse == -INFINITY || v[tok] == -INFINITY) ? -INFINITY : (float)((double)v[tok] - lse);
+    }
+    return tok;
 }
 
 int32_t kiln_sample(const kiln_sampler_params *p, const float *logits, int32_t n_vocab,
                     uint64_t step, kiln_sampler_scratch *s) {
-    if (p->temperature <= 0.0f) return kiln_argmax(logits, n_vocab);
-    int32_t n = 0;
-    for (int32_t i = 0; i < n_vocab; i++) {
-        if (!isfinite(logits[i])) continue;
-        s->vals[i] = logits[i] / p->temperature;
-        s->ids[n++] = i;
-    }
-    if (n == 0) return 0;
-    g_sort_vals = s->vals;
-    qsort(s->ids, (size_t)n, sizeof *s->ids, cmp_desc);
-    if (p->top_k > 0 && p->top_k < n) n = p->top_k;
-    /* softmax over the kept candidates, in sorted order */
-    float mx = s->vals[s->ids[0]], sum = 0.0f;
-    float *prob = s->prob;
-    for (int32_t i = 0; i < n; i++) {
-        prob[i] = expf(s->vals[s->ids[i]] - mx);
-        sum += prob[i];
-    }
-    for (int32_t i = 0; i < n; i++) prob[i] /= sum;
-    if (p->top_p < 1.0f) {
-        float cum = 0.0f;
-        int32_t keep = n;
-        for (int32_t i = 0; i < n; i++) {
-            cum += prob[i];
-            if (cum >= p->top_p) {
-                keep = i + 1;
-                break;
-            }
-        }
-        n = keep;
-    }
-    if (p->min_p > 0.0f) {
-        float thresh = p->min_p * prob[0];
-        int32_t keep = 1;
-        while (keep < n && prob[keep] >= thresh) keep++;
-        n = keep;
-    }
-    float total = 0.0f;
-    for (int32_t i = 0; i < n; i++) total += prob[i];
-    float r = kiln_rng_uniform(p->seed, step) * total, cum = 0.0f;
-    int32_t pick = s->ids[n - 1];
-    for (int32_t i = 0; i < n; i++) {
-        cum += prob[i];
-        if (r < cum) {
-            pick = s->ids[i];
-            break;
-        }
-    }
-    return pick;
+    int32_t tok = kiln_sample_ex(p, logits, n_vocab, NULL, 0, step, 0, NULL, s);
+    return tok < 0 ? 0 : tok;
 }

@@ -84,9 +84,12 @@ kiln_status kiln_stop_matcher_feed(kiln_stop_matcher *m, const char *text, size_
                                    kiln_stop_result *res, kiln_error *err);
 
 /**
- * End of stream without a stop-string match (EOS, max_tokens, ...): *res gets the held text
- * (released: it can no longer become a stop string) and the matcher is finished. After a
- * match, *res is empty and stop_index is the matched index.
+ * End of stream (EOS, max_tokens, a stop token, ...): the held text is resolved and the
+ * matcher is finished. Usually *res gets all the held text (a partial match can no longer
+ * complete) with stop_index -1. But when the held text contains a complete match that was
+ * waiting on an earlier partial one (stops "abcd" and "c", text ending "abc"), that match now
+ * wins: *res gets the text before it and stop_index its index (callers may report finish
+ * reason "stop"). After an earlier match, *res is empty and stop_index is the matched index.
  */
 void kiln_stop_matcher_flush(kiln_stop_matcher *m, kiln_stop_result *res);
 
