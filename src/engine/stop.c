@@ -75,7 +75,8 @@ kiln_status kiln_stop_strings_validate(const char *const *stops, int32_t n, kiln
                               n);
     for (int32_t i = 0; i < n; i++) {
         if (!stops[i]) return kiln_error_set(err, KILN_ERR_INVALID_ARGUMENT, "stop[%d] is NULL", i);
-        size_t len = strnlen(stops[i], KILN_STOP_MAX_BYTES + 1);
+        size_t len = 0; /* bounded strlen */
+        while (len <= KILN_STOP_MAX_BYTES && stops[i][len]) len++;
         if (len == 0)
             return kiln_error_set(err, KILN_ERR_INVALID_ARGUMENT, "stop[%d] must not be empty", i);
         if (len > KILN_STOP_MAX_BYTES)
