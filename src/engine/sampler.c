@@ -11,7 +11,6 @@ struct kiln_sampler_scratch {
     float *vals;      /* [n_vocab] processed logits */
     float *w;         /* [n_vocab] unnormalized probabilities, indexed by token id */
     int32_t *cand;    /* [n_vocab] candidate ids (heap storage) */
-    int32_t *order;   /* [n_vocab] candidates popped so far, in canonical order */
     int32_t *counts;  /* [n_vocab] per-token counts of a window; all zero between uses */
     int32_t *touched; /* [n_vocab] ids with a nonzero count */
 };
@@ -134,11 +133,10 @@ kiln_status kiln_sampler_scratch_create(int32_t n_vocab, kiln_sampler_scratch **
         s->vals = malloc(n * sizeof *s->vals);
         s->w = malloc(n * sizeof *s->w);
         s->cand = malloc(n * sizeof *s->cand);
-        s->order = malloc(n * sizeof *s->order);
         s->counts = calloc(n, sizeof *s->counts);
         s->touched = malloc(n * sizeof *s->touched);
     }
-    if (!s || !s->vals || !s->w || !s->cand || !s->order || !s->counts || !s->touched) {
+    if (!s || !s->vals || !s->w || !s->cand || !s->counts || !s->touched) {
         kiln_sampler_scratch_destroy(s);
         return kiln_error_set(err, KILN_ERR_OUT_OF_MEMORY, "out of memory");
     }
@@ -151,7 +149,6 @@ void kiln_sampler_scratch_destroy(kiln_sampler_scratch *s) {
     free(s->vals);
     free(s->w);
     free(s->cand);
-    free(s->order);
     free(s->counts);
     free(s->touched);
     free(s);
@@ -272,23 +269,81 @@ static void heapify(int32_t *h, int32_t n, const float *v, bool max) {
     for (int32_t i = n / 2 - 1; i >= 0; i--) sift_down(h, n, i, v, max);
 }
 
-/* Lazily walks candidates in canonical order: order[0..popped) are the first ones. */
-typedef struct walker {
-    int32_t *heap;
-    int32_t n_heap;
-    int32_t *order;
-    int32_t popped;
-    const float *v;
-} walker;
-
-static int32_t walker_at(walker *wk, int32_t j) {
-    while (wk->popped <= j) {
-        int32_t top = wk->heap[0];
-        wk->heap[0] = wk->heap[--wk->n_heap];
-        if (wk->n_heap > 0) sift_down(wk->heap, wk->n_heap, 0, wk->v, true);
-        wk->order[wk->popped++] = top;
+/* Sort h[0..n) into canonical order (heapsort on a min-heap whose root is the last element
+ * of the order; O(n log n), no recursion). */
+static void sort_canonical(int32_t *h, int32_t n, const float *v) {
+    heapify(h, n, v, false);
+    for (int32_t e = n - 1; e > 0; e--) {
+        int32_t t = h[0];
+        h[0] = h[e];
+        h[e] = t;
+        sift_down(h, e, 0, v, false);
     }
-    return wk->order[j];
+}
+
+static inline void swap_i32(int32_t *a, int32_t *b) {
+    int32_t t = *a;
+    *a = *b;
+    *b = t;
+}
+
+static inline bool passes(double cum, double t, bool inclusive) {
+    return inclusive ? cum >= t : cum > t;
+}
+
+/*
+ * Weighted selection: the first candidate of c[0..n) in canonical order whose inclusive
+ * prefix weight passes t (cum > t, or cum >= t when inclusive). On return c[0..j) holds
+ * exactly the candidates that precede it (unordered), c[j] is it, and *prefix is the prefix
+ * weight through it. Quickselect on prefix mass with a deterministic median-of-three pivot:
+ * O(n) expected; after 2 log2(n) + 8 rounds (adversarial input) the remaining range is
+ * heap-sorted, so O(n log n) worst case. If rounding keeps t out of reach, the answer is the
+ * last candidate of the range it was narrowed to.
+ */
+static int32_t select_mass(int32_t *c, int32_t n, const float *v, const float *w, double t,
+                           bool inclusive, double *prefix) {
+    int32_t lo = 0, hi = n;
+    double acc = 0.0;
+    int budget = 8;
+    for (int32_t m = n; m > 1; m >>= 1) budget += 2;
+    while (hi - lo > 16 && budget-- > 0) {
+        int32_t a = lo, b = lo + (hi - lo) / 2, d = hi - 1;
+        /* median of three by canonical order */
+        if (before(v, c[b], c[a])) swap_i32(&a, &b);
+        if (before(v, c[d], c[b])) {
+            swap_i32(&b, &d);
+            if (before(v, c[b], c[a])) swap_i32(&a, &b);
+        }
+        swap_i32(&c[b], &c[hi - 1]);
+        int32_t pv = c[hi - 1], i = lo;
+        double ml = 0.0;
+        for (int32_t k = lo; k < hi - 1; k++) {
+            if (before(v, c[k], pv)) {
+                ml += w[c[k]];
+                swap_i32(&c[i++], &c[k]);
+            }
+        }
+        swap_i32(&c[i], &c[hi - 1]);
+        if (passes(acc + ml, t, inclusive)) {
+            hi = i;
+        } else if (passes(acc + ml + w[pv], t, inclusive)) {
+            *prefix = acc + ml + w[pv];
+            return i;
+        } else {
+            acc += ml + w[pv];
+            lo = i + 1;
+        }
+    }
+    sort_canonical(c + lo, hi - lo, v);
+    for (int32_t k = lo; k < hi; k++) {
+        acc += w[c[k]];
+        if (passes(acc, t, inclusive)) {
+            *prefix = acc;
+            return k;
+        }
+    }
+    *prefix = acc;
+    return hi > 0 ? hi - 1 : 0;
 }
 
 /* ---- processor 3: logprobs ----------------------------------------------------------- */
@@ -359,59 +414,40 @@ static int32_t draw(const kiln_sampler_params *p, const float *v, int32_t n_voca
         total += w[id];
     }
 
-    walker wk = {.heap = cand, .n_heap = n, .order = s->order, .popped = 0, .v = v};
-    heapify(cand, n, v, true);
     int32_t keep = n;
     double kept_total = total;
 
     /* 6. top-p: shortest prefix with cumulative weight >= top_p * total */
     if (p->top_p < 1.0f) {
-        double target = (double)p->top_p * total, cum = 0.0;
-        for (int32_t j = 0; j < n; j++) {
-            cum += w[walker_at(&wk, j)];
-            if (cum >= target) {
-                keep = j + 1;
-                kept_total = cum;
-                break;
-            }
-        }
+        double pre;
+        int32_t j = select_mass(cand, n, v, w, (double)p->top_p * total, true, &pre);
+        keep = j + 1;
+        kept_total = pre;
     }
 
-    /* 7. min-p: w >= min_p * w_max, w_max = 1; a prefix of the canonical order */
+    /* 7. min-p: w >= min_p * w_max with w_max = 1 (a prefix of the canonical order, as w is
+     * monotone in the logit); partition the kept set */
     if (p->min_p > 0.0f) {
         const float thr = p->min_p;
-        if (wk.popped >= keep) {
-            int32_t j = 0;
-            double cum = 0.0;
-            while (j < keep && w[wk.order[j]] >= thr) cum += w[wk.order[j++]];
-            if (j < keep) {
-                keep = j;
-                kept_total = cum;
+        int32_t k = 0;
+        double sum = 0.0;
+        for (int32_t i = 0; i < keep; i++) {
+            if (w[cand[i]] >= thr) {
+                sum += w[cand[i]];
+                swap_i32(&cand[k++], &cand[i]);
             }
-        } else {
-            /* top-p is off, nothing walked yet (popped == 0): count and sum the kept set
-             * without ordering it */
-            int32_t cnt = 0;
-            double cum = 0.0;
-            for (int32_t i = 0; i < wk.n_heap; i++)
-                if (w[wk.heap[i]] >= thr) cum += w[wk.heap[i]], cnt++;
-            if (cnt < keep) {
-                keep = cnt;
-                kept_total = cum;
-            }
+        }
+        if (k < keep) {
+            keep = k; /* >= 1: the max has w = 1 >= thr */
+            kept_total = sum;
         }
     }
 
-    /* 9. the draw: first in order whose cumulative weight exceeds u * kept_total */
-    double target = (double)kiln_rng_uniform(p->seed, step) * kept_total, cum = 0.0;
-    int32_t last_pos = walker_at(&wk, 0);
-    for (int32_t j = 0; j < keep; j++) {
-        int32_t id = walker_at(&wk, j);
-        if (w[id] > 0.0f) last_pos = id;
-        cum += w[id];
-        if (cum > target) return id;
-    }
-    return last_pos; /* rounding: the sums were accumulated in different orders */
+    /* 9. the draw: first kept token in canonical order whose cumulative weight exceeds
+     * u * kept_total */
+    double pre;
+    double target = (double)kiln_rng_uniform(p->seed, step) * kept_total;
+    return cand[select_mass(cand, keep, v, w, target, false, &pre)];
 }
 
 int32_t kiln_sample_ex(const kiln_sampler_params *p, const float *logits, int32_t n_vocab,
