@@ -500,14 +500,21 @@ static void test_filters(void) {
     enum { V = 3000 };
     static float big[V];
     for (int i = 0; i < V; i++) big[i] = (float)((int)(rnd01() * 40)) * 0.25f; /* ties */
-    const int32_t ks[] = {1, 2, 10, 64, V - 1, V, V + 5};
-    for (int ki = 0; ki < 7; ki++) {
+    /* also top-p / min-p / plain draws over thousands of candidates (the quickselect path) */
+    const int32_t ks[] = {1, 2, 10, 64, V - 1, V, V + 5, 0, 0, 0, 0, 500};
+    const float tps[] = {1, 1, 1, 1, 1, 1, 1, 0.5f, 0.95f, 1, 1, 0.8f};
+    const float mps[] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0.02f, 0, 0.1f};
+    const float ts[] = {2, 2, 2, 2, 2, 2, 2, 2, 1, 0.5f, 1, 1.5f};
+    for (int ki = 0; ki < 12; ki++) {
         kiln_sampler_params q = kiln_sampler_defaults();
         q.top_k = ks[ki];
-        q.temperature = 2.0f;
+        q.top_p = tps[ki];
+        q.min_p = mps[ki];
+        q.temperature = ts[ki];
         q.seed = (uint64_t)ki;
-        char name[64];
-        snprintf(name, sizeof name, "top_k %d of %d with ties", ks[ki], V);
+        char name[96];
+        snprintf(name, sizeof name, "V %d with ties: top_k %d top_p %g min_p %g T %g", V, ks[ki],
+                 tps[ki], mps[ki], ts[ki]);
         /* chi-square is meaningless for thousands of categories at N=20000; check the set and
          * the exact draw against the reference, with a loose chi-square-free path */
         int32_t order[V];
@@ -532,7 +539,7 @@ static void test_filters(void) {
             }
             mism += !close && t != want;
         }
-        CHECKF(bad == 0, "%s: %d draws outside the top-k set", name, bad);
+        CHECKF(bad == 0, "%s: %d draws outside the kept set", name, bad);
         CHECKF(mism == 0, "%s: %d draws differ from the reference draw", name, mism);
         kiln_sampler_scratch_destroy(s);
     }
