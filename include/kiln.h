@@ -38,14 +38,14 @@ extern "C" {
 /** Result of every fallible kiln call. KILN_OK is 0; all errors are non-zero. */
 typedef enum kiln_status {
     KILN_OK = 0,
-    KILN_ERR_INVALID_ARGUMENT, /* a caller-supplied value is out of range or malformed */
-    KILN_ERR_IO,               /* open/read/write/mmap failed */
-    KILN_ERR_FORMAT,           /* a file is corrupt, truncated or inconsistent */
-    KILN_ERR_UNSUPPORTED,      /* well-formed, but kiln does not implement it */
-    KILN_ERR_OUT_OF_MEMORY,    /* an allocation failed */
-    KILN_ERR_NOT_FOUND,        /* a named key, tensor or file does not exist */
-    KILN_ERR_CANCELLED,        /* the operation was cancelled */
-    KILN_ERR_INTERNAL,         /* a broken invariant inside kiln: a bug */
+    KILN_ERR_INVALID_ARGUMENT,    /* a caller-supplied value is out of range or malformed */
+    KILN_ERR_IO,                  /* open/read/write/mmap failed */
+    KILN_ERR_FORMAT,              /* a file is corrupt, truncated or inconsistent */
+    KILN_ERR_UNSUPPORTED,         /* well-formed, but kiln does not implement it */
+    KILN_ERR_OUT_OF_MEMORY,       /* an allocation failed */
+    KILN_ERR_NOT_FOUND,           /* a named key, tensor or file does not exist */
+    KILN_ERR_CANCELLED,           /* the operation was cancelled */
+    KILN_ERR_INTERNAL,            /* a broken invariant inside kiln: a bug */
     KILN_ERR_CONTEXT_OVER_BUDGET, /* a request's prompt + max_tokens can never fit: not in the
                                      context window, or not in the whole KV pool */
     KILN_ERR_QUEUE_FULL,          /* the engine's queue holds max_queue requests; retry later */
@@ -132,15 +132,15 @@ typedef struct kiln_engine_params {
      * (16 * n_ctx positions) or 2 GiB, whichever is smaller, but at least one full context. */
     int64_t kv_memory;
     int32_t kv_tokens;
-    kiln_kv_type kv_type;   /* default KILN_KV_F32 */
-    int32_t block_size;     /* positions per KV block; 0 = 16 */
-    int32_t step_tokens;    /* tokens per forward step (decode first, then prefill); 0 = 512 */
-    int32_t prefill_chunk;  /* most prompt tokens one sequence feeds per step; 0 = step_tokens */
-    int32_t max_seqs;       /* most sequences running at once; 0 = 256 */
-    int32_t max_queue;      /* most requests waiting for admission; 0 = 4096 */
-    int32_t n_threads;      /* compute threads; 0 = physical cores */
-    int32_t n_ctx;          /* most positions per sequence (prompt + generated); 0 = the
-                               model's training context (4096 when unknown). May exceed it. */
+    kiln_kv_type kv_type;  /* default KILN_KV_F32 */
+    int32_t block_size;    /* positions per KV block; 0 = 16 */
+    int32_t step_tokens;   /* tokens per forward step (decode first, then prefill); 0 = 512 */
+    int32_t prefill_chunk; /* most prompt tokens one sequence feeds per step; 0 = step_tokens */
+    int32_t max_seqs;      /* most sequences running at once; 0 = 256 */
+    int32_t max_queue;     /* most requests waiting for admission; 0 = 4096 */
+    int32_t n_threads;     /* compute threads; 0 = physical cores */
+    int32_t n_ctx;         /* most positions per sequence (prompt + generated); 0 = the
+                              model's training context (4096 when unknown). May exceed it. */
 } kiln_engine_params;
 
 /** All zero: every field takes its default. */
@@ -196,27 +196,27 @@ typedef struct kiln_request {
     /* The prompt: token ids when prompt_ids is non-NULL, else UTF-8 text. */
     const int32_t *prompt_ids; /* [n_prompt_ids], each in [0, n_vocab) */
     int32_t n_prompt_ids;
-    const char *prompt;  /* text; NUL-terminated unless prompt_len > 0 */
-    size_t prompt_len;   /* bytes of prompt; 0 = strlen(prompt) */
-    bool add_special;    /* text: add BOS/EOS as the vocabulary asks (default true) */
-    bool parse_special;  /* text: recognise control-token texts (default false) */
+    const char *prompt; /* text; NUL-terminated unless prompt_len > 0 */
+    size_t prompt_len;  /* bytes of prompt; 0 = strlen(prompt) */
+    bool add_special;   /* text: add BOS/EOS as the vocabulary asks (default true) */
+    bool parse_special; /* text: recognise control-token texts (default false) */
 
-    int32_t max_tokens;  /* most tokens to generate, >= 1 (default 256) */
+    int32_t max_tokens; /* most tokens to generate, >= 1 (default 256) */
 
     /* Sampling (DESIGN.md "Sampling" gives the processor order). */
-    float temperature;   /* [0, 2]; 0 = greedy (default 1) */
-    int32_t top_k;       /* >= 0; 0 = off (default) */
-    float top_p;         /* (0, 1]; 1 = off (default) */
-    float min_p;         /* [0, 1]; 0 = off (default) */
-    uint64_t seed;       /* the draw at generation step s depends only on (seed, s) */
-    float repetition_penalty;   /* > 0; 1 = off (default). CTRL (Keskar et al. 2019) */
-    int32_t repetition_window;  /* tokens looked back (prompt + generated); 0 = all */
-    float presence_penalty;     /* [-2, 2]; 0 = off. OpenAI semantics */
+    float temperature;         /* [0, 2]; 0 = greedy (default 1) */
+    int32_t top_k;             /* >= 0; 0 = off (default) */
+    float top_p;               /* (0, 1]; 1 = off (default) */
+    float min_p;               /* [0, 1]; 0 = off (default) */
+    uint64_t seed;             /* the draw at generation step s depends only on (seed, s) */
+    float repetition_penalty;  /* > 0; 1 = off (default). CTRL (Keskar et al. 2019) */
+    int32_t repetition_window; /* tokens looked back (prompt + generated); 0 = all */
+    float presence_penalty;    /* [-2, 2]; 0 = off. OpenAI semantics */
     int32_t presence_window;
-    float frequency_penalty;    /* [-2, 2]; 0 = off. OpenAI semantics */
+    float frequency_penalty; /* [-2, 2]; 0 = off. OpenAI semantics */
     int32_t frequency_window;
-    int32_t n_logit_bias;       /* entries of logit_bias_ids / logit_bias_values */
-    const int32_t *logit_bias_ids; /* each in [0, n_vocab) */
+    int32_t n_logit_bias;           /* entries of logit_bias_ids / logit_bias_values */
+    const int32_t *logit_bias_ids;  /* each in [0, n_vocab) */
     const float *logit_bias_values; /* added to the logit; -inf bans the token */
 
     /* Logprobs: log-softmax of the logits after bias and penalties, before temperature. */
@@ -224,14 +224,14 @@ typedef struct kiln_request {
     int32_t top_logprobs; /* [0, 20]: TOKEN events also carry the most likely alternatives */
 
     /* Stopping. End-of-generation tokens of the vocabulary always stop (finish "stop") unless
-     * ignore_eos; stop_ids add more. The stopping token is not emitted. */
-    int32_t n_stop;            /* <= KILN_MAX_STOP_STRINGS */
-    const char *const *stop;   /* NUL-terminated, non-empty UTF-8 strings. The earliest match
-                                  in the generated text ends generation; the match and
-                                  everything after it are left out of the text. */
-    int32_t n_stop_ids;
-    const int32_t *stop_ids;   /* each in [0, n_vocab) */
-    bool ignore_eos;           /* keep generating through end-of-generation tokens */
+     * ignore_eos; stop_token_ids add more. The stopping token is not emitted. */
+    int32_t n_stop;                /* <= KILN_MAX_STOP_STRINGS */
+    const char *const *stop;       /* NUL-terminated, non-empty UTF-8 strings. The earliest match
+                                      in the generated text ends generation; the match and
+                                      everything after it are left out of the text. */
+    int32_t n_stop_token_ids;      /* <= 64 */
+    const int32_t *stop_token_ids; /* each in [0, n_vocab) (vLLM `stop_token_ids`) */
+    bool ignore_eos;               /* keep generating through end-of-generation tokens */
 } kiln_request;
 
 /** max_tokens 256, temperature 1, top_p 1, top_k 0, min_p 0, seed 0, penalties off,
@@ -248,13 +248,15 @@ typedef struct kiln_stream kiln_stream;
  * Errors (the message names the field): KILN_ERR_INVALID_ARGUMENT: empty prompt, a prompt id
  * outside [0, n_vocab) (index given), max_tokens < 1, temperature outside [0, 2], top_p
  * outside (0, 1], min_p outside [0, 1], top_k < 0, penalties out of range, a logit_bias or
- * stop id out of range, top_logprobs outside [0, 20], more than 4 stop strings or an empty
- * one, a text prompt that is not valid UTF-8; KILN_ERR_NOT_FOUND (text prompt, model without
+ * stop_token_ids id out of range, top_logprobs outside [0, 20], more than 4 stop strings or an
+ * empty one, a text prompt that is not valid UTF-8; KILN_ERR_NOT_FOUND (text prompt, model without
  * tokenizer); KILN_ERR_QUEUE_FULL; KILN_ERR_CANCELLED (the engine is shutting down);
  * KILN_ERR_OUT_OF_MEMORY.
- * A request that passes validation but whose prompt + max_tokens can never fit (more than
- * the engine's n_ctx, or more KV blocks than the whole pool) is rejected at admission: its
- * stream finishes with KILN_FINISH_ERROR and status KILN_ERR_CONTEXT_OVER_BUDGET.
+ * Admission (engine thread, FIFO): a request waits until the KV pool has free blocks for
+ * its whole lifetime, prompt + max_tokens - 1 positions (the last generated token is never
+ * fed back), and reserves them. A request that passes validation but can never fit (those
+ * positions exceed the engine's n_ctx, or need more blocks than the whole pool) finishes at
+ * admission with KILN_FINISH_ERROR and status KILN_ERR_CONTEXT_OVER_BUDGET.
  */
 kiln_status kiln_engine_submit(kiln_engine *engine, const kiln_request *req, kiln_stream **out,
                                kiln_error *err);
@@ -301,9 +303,9 @@ typedef struct kiln_event {
     kiln_event_type type;
 
     /* KILN_EVENT_TOKEN */
-    int32_t token;  /* id in [0, n_vocab) */
-    int32_t index;  /* 0-based position among the generated tokens */
-    float logprob;  /* when the request asked for logprobs or top_logprobs, else 0 */
+    int32_t token;          /* id in [0, n_vocab) */
+    int32_t index;          /* 0-based position among the generated tokens */
+    float logprob;          /* when the request asked for logprobs or top_logprobs, else 0 */
     int32_t n_top_logprobs; /* = the request's top_logprobs (fewer if the vocab is smaller) */
     kiln_token_logprob top_logprobs[KILN_MAX_TOP_LOGPROBS]; /* most likely first; ties by id */
 

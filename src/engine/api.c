@@ -1,0 +1,66 @@
+/*
+ * api.c - the model half of the public API (kiln.h): loading, freeing and a few read-only
+ * accessors over the internal kiln_model.
+ */
+#include <string.h>
+
+#include "kiln.h"
+#include "model/model.h"
+#include "util/error.h"
+#include "util/vec.h"
+
+kiln_status kiln_model_load(const char *path, const kiln_model_params *params, kiln_model **out,
+                            kiln_error *err) {
+    if (!out) return kiln_error_set(err, KILN_ERR_INVALID_ARGUMENT, "out must not be NULL");
+    *out = NULL;
+    if (!path) return kiln_error_set(err, KILN_ERR_INVALID_ARGUMENT, "path must not be NULL");
+    kiln_model_load_params lp = {0};
+    if (params) {
+        lp.tokenizer_path = params->tokenizer_path;
+        lp.require_tokenizer = params->require_tokenizer;
+    }
+    return kiln_model_open(path, &lp, out, err);
+}
+
+void kiln_model_free(kiln_model *model) {
+    kiln_model_close(model);
+}
+
+int32_t kiln_model_n_vocab(const kiln_model *model) {
+    return model ? model->cfg.n_vocab : 0;
+}
+
+int32_t kiln_model_n_ctx_train(const kiln_model *model) {
+    return model && model->cfg.n_ctx_train > 0 ? model->cfg.n_ctx_train : 0;
+}
+
+kiln_status kiln_model_tokenize(const kiln_model *model, const char *text, size_t len,
+                                bool add_special, bool parse_special, int32_t *ids, int32_t cap,
+                                int32_t *n_out, kiln_error *err) {
+    if (!model || !n_out)
+        return kiln_error_set(err, KILN_ERR_INVALID_ARGUMENT, "model and n_out must not be NULL");
+    *n_out = 0;
+    if (!model->tokenizer)
+        return kiln_error_set(err, KILN_ERR_NOT_FOUND, "the model %s has no tokenizer",
+                              model->path ? model->path : "");
+    if (cap < 0 || (cap > 0 && !ids))
+        return kiln_error_set(err, KILN_ERR_INVALID_ARGUMENT, "ids is NULL or cap < 0");
+    kiln_ivec v = {0};
+    kiln_status st =
+        kiln_tokenizer_encode(model->tokenizer, text, len, add_special, parse_special, &v, err);
+    if (st) return st;
+    if (v.n > INT32_MAX) {
+        kiln_ivec_free(&v);
+        return kiln_error_set(err, KILN_ERR_INVALID_ARGUMENT, "text is too long to tokenize");
+    }
+    *n_out = (int32_t)v.n;
+    size_t n = v.n < (size_t)cap ? v.n : (size_t)cap;
+    if (n) memcpy(ids, v.data, n * sizeof *ids);
+    kiln_ivec_free(&v);
+    return KILN_OK;
+}
+
+size_t kiln_model_token_piece(const kiln_model *model, int32_t id, char *buf, size_t cap) {
+    if (!model || !model->tokenizer) return 0;
+    return kiln_tokenizer_piece(model->tokenizer, id, false, buf, cap);
+}

@@ -1,0 +1,315 @@
+/*
+ * engine.c - the engine object: limits, the KV pool, the thread that runs the steps, and
+ * submission (DESIGN.md "One request, end to end", steps 1 and 2's queue).
+ *
+ * The engine thread sleeps on a condition variable while it has nothing to do (no busy
+ * loop); a submission or the shutdown wakes it. Submitters only validate, snapshot and
+ * append to the incoming queue under the engine mutex.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/engine_internal.h"
+#include "util/error.h"
+
+#define DEFAULT_STEP_TOKENS 512
+#define DEFAULT_MAX_SEQS    256
+#define DEFAULT_MAX_QUEUE   4096
+#define DEFAULT_N_CTX       4096
+#define DEFAULT_KV_CONTEXTS 16
+#define DEFAULT_KV_BYTES    ((int64_t)2 << 30)
+
+kiln_engine_params kiln_engine_default_params(void) {
+    kiln_engine_params p;
+    memset(&p, 0, sizeof p);
+    return p;
+}
+
+static kiln_status resolve_params(const kiln_model *m, const kiln_engine_params *in,
+                                  kiln_engine_params *p, int32_t *n_blocks, kiln_error *err) {
+    *p = in ? *in : kiln_engine_default_params();
+#define CHECK_RANGE(field, lo, hi)                                                                 \
+    if (p->field < (lo) || p->field > (hi))                                                        \
+        return kiln_error_set(err, KILN_ERR_INVALID_ARGUMENT,                                      \
+                              #field " must be in [%lld, %lld] (got %lld)", (long long)(lo),       \
+                              (long long)(hi), (long long)p->field);
+    CHECK_RANGE(kv_memory, 0, INT64_MAX)
+    CHECK_RANGE(kv_tokens, 0, INT32_MAX)
+    CHECK_RANGE(block_size, 0, 4096)
+    CHECK_RANGE(step_tokens, 0, 1 << 20)
+    CHECK_RANGE(prefill_chunk, 0, 1 << 20)
+    CHECK_RANGE(max_seqs, 0, 1 << 16)
+    CHECK_RANGE(max_queue, 0, 1 << 24)
+    CHECK_RANGE(n_threads, 0, 512)
+    CHECK_RANGE(n_ctx, 0, 1 << 24)
+#undef CHECK_RANGE
+    if (p->kv_type != KILN_KV_F32 && p->kv_type != KILN_KV_F16)
+        return kiln_error_set(err, KILN_ERR_INVALID_ARGUMENT,
+                              "kv_type must be KILN_KV_F32 or KILN_KV_F16 (got %d)",
+                              (int)p->kv_type);
+    if (!p->block_size) p->block_size = KILN_KV_DEFAULT_BLOCK_SIZE;
+    if (!p->step_tokens) p->step_tokens = DEFAULT_STEP_TOKENS;
+    if (!p->prefill_chunk || p->prefill_chunk > p->step_tokens) p->prefill_chunk = p->step_tokens;
+    if (!p->max_seqs) p->max_seqs = DEFAULT_MAX_SEQS;
+    if (!p->max_queue) p->max_queue = DEFAULT_MAX_QUEUE;
+    if (!p->n_threads) p->n_threads = kiln_physical_cores();
+    if (!p->n_ctx) p->n_ctx = m->cfg.n_ctx_train > 0 ? m->cfg.n_ctx_train : DEFAULT_N_CTX;
+
+    kiln_dtype dt = p->kv_type == KILN_KV_F16 ? KILN_DTYPE_F16 : KILN_DTYPE_F32;
+    int64_t kv_dim = (int64_t)m->cfg.n_head_kv * m->cfg.head_dim;
+    int64_t block_bytes = kiln_kv_block_bytes(m->cfg.n_layer, kv_dim, p->block_size, dt);
+    if (block_bytes <= 0)
+        return kiln_error_set(err, KILN_ERR_INVALID_ARGUMENT,
+                              "cannot size a KV block (n_layer %d, kv_dim %lld, block_size %d)",
+                              m->cfg.n_layer, (long long)kv_dim, p->block_size);
+    if (p->kv_memory > 0) {
+        *n_blocks =
+            kiln_kv_pool_blocks_for_budget(m->cfg.n_layer, kv_dim, p->block_size, dt, p->kv_memory);
+        if (*n_blocks < 1)
+            return kiln_error_set(err, KILN_ERR_INVALID_ARGUMENT,
+                                  "kv_memory of %lld bytes is smaller than one KV block "
+                                  "(%lld bytes: %d positions, %d layers)",
+                                  (long long)p->kv_memory, (long long)block_bytes, p->block_size,
+                                  m->cfg.n_layer);
+    } else {
+        int64_t tokens = p->kv_tokens;
+        if (tokens == 0) {
+            int64_t cap = DEFAULT_KV_BYTES / block_bytes * p->block_size;
+            tokens = (int64_t)DEFAULT_KV_CONTEXTS * p->n_ctx;
+            if (tokens > cap) tokens = cap > p->n_ctx ? cap : p->n_ctx;
+        }
+        if (tokens > INT32_MAX) tokens = INT32_MAX;
+        *n_blocks = kiln_kv_blocks_for_tokens((int32_t)tokens, p->block_size);
+    }
+    return KILN_OK;
+}
+
+static void *engine_main(void *arg);
+
+kiln_status kiln_engine_create_debug(const kiln_model *m, const kiln_engine_params *params,
+                                     const kiln_engine_debug *debug, kiln_engine **out,
+                                     kiln_error *err) {
+    if (!out) return kiln_error_set(err, KILN_ERR_INVALID_ARGUMENT, "out must not be NULL");
+    *out = NULL;
+    if (!m) return kiln_error_set(err, KILN_ERR_INVALID_ARGUMENT, "model must not be NULL");
+    kiln_engine_params p;
+    int32_t n_blocks = 0;
+    kiln_status st = resolve_params(m, params, &p, &n_blocks, err);
+    if (st) return st;
+
+    kiln_engine *e = calloc(1, sizeof *e);
+    if (!e) return kiln_error_set(err, KILN_ERR_OUT_OF_MEMORY, "out of memory (engine)");
+    e->model = m;
+    e->p = p;
+    e->n_vocab = m->cfg.n_vocab;
+    if (debug) e->debug = *debug;
+    atomic_init(&e->n_queued, 0);
+    atomic_init(&e->st_running, 0);
+    atomic_init(&e->st_steps, 0);
+    atomic_init(&e->st_prefill, 0);
+    atomic_init(&e->st_decode, 0);
+    atomic_init(&e->st_finished, 0);
+    bool mu_ok = pthread_mutex_init(&e->mu, NULL) == 0;
+    bool cv_ok = mu_ok && pthread_cond_init(&e->cv, NULL) == 0;
+    if (!mu_ok || !cv_ok) {
+        if (mu_ok) pthread_mutex_destroy(&e->mu);
+        free(e);
+        return kiln_error_set(err, KILN_ERR_INTERNAL, "cannot create the engine's mutex");
+    }
+
+    kiln_kv_pool_params pp = {
+        .n_layer = m->cfg.n_layer,
+        .kv_dim = (int64_t)m->cfg.n_head_kv * m->cfg.head_dim,
+        .block_size = p.block_size,
+        .n_blocks = n_blocks,
+        .dtype = p.kv_type == KILN_KV_F16 ? KILN_DTYPE_F16 : KILN_DTYPE_F32,
+    };
+    if ((st = kiln_kv_pool_create(&pp, &e->pool, err))) {
+        kiln_error_prefix(err, "KV pool: ");
+        goto fail;
+    }
+    if (p.n_threads > 1 && (st = kiln_threadpool_create(p.n_threads, &e->tp, err))) goto fail;
+    if ((st = kiln_sampler_scratch_create(e->n_vocab, &e->scratch, err))) goto fail;
+    e->running = calloc((size_t)p.max_seqs, sizeof *e->running);
+    e->b_tokens = malloc((size_t)p.step_tokens * sizeof *e->b_tokens);
+    e->b_out = malloc((size_t)p.step_tokens * sizeof *e->b_out);
+    e->b_seqs = calloc((size_t)p.max_seqs, sizeof *e->b_seqs);
+    e->b_seq_of = calloc((size_t)p.max_seqs, sizeof *e->b_seq_of);
+    if (!e->running || !e->b_tokens || !e->b_out || !e->b_seqs || !e->b_seq_of) {
+        st = kiln_error_set(err, KILN_ERR_OUT_OF_MEMORY, "out of memory (engine buffers)");
+        goto fail;
+    }
+    if (pthread_create(&e->thread, NULL, engine_main, e) != 0) {
+        st = kiln_error_set(err, KILN_ERR_INTERNAL, "cannot start the engine thread");
+        goto fail;
+    }
+    e->thread_started = true;
+    *out = e;
+    return KILN_OK;
+fail:
+    kiln_engine_destroy(e);
+    return st;
+}
+
+kiln_status kiln_engine_create(const kiln_model *model, const kiln_engine_params *params,
+                               kiln_engine **out, kiln_error *err) {
+    return kiln_engine_create_debug(model, params, NULL, out, err);
+}
+
+static void *engine_main(void *arg) {
+    kiln_engine *e = arg;
+    for (;;) {
+        pthread_mutex_lock(&e->mu);
+        while (!e->shutdown && !e->in_head && !e->wait_head && e->n_running == 0)
+            pthread_cond_wait(&e->cv, &e->mu);
+        bool stop = e->shutdown;
+        pthread_mutex_unlock(&e->mu);
+        if (stop) break;
+        kiln_engine_step(e);
+    }
+    /* Shutdown: everything still queued or running finishes as cancelled. No submission can
+     * arrive any more (submit checks e->shutdown under the mutex). */
+    kiln_engine_drain_incoming(e);
+    for (kiln_seq *s = e->wait_head, *next; s; s = next) {
+        next = s->next;
+        atomic_fetch_sub(&e->n_queued, 1);
+        kiln_seq_finish(s, KILN_FINISH_CANCELLED, KILN_OK, NULL);
+        kiln_seq_release(e, s);
+    }
+    e->wait_head = e->wait_tail = NULL;
+    for (int32_t i = 0; i < e->n_running; i++) {
+        kiln_seq_finish(e->running[i], KILN_FINISH_CANCELLED, KILN_OK, NULL);
+        kiln_seq_release(e, e->running[i]);
+    }
+    e->n_running = 0;
+    atomic_store(&e->st_running, 0);
+    return NULL;
+}
+
+void kiln_engine_destroy(kiln_engine *e) {
+    if (!e) return;
+    if (e->thread_started) {
+        pthread_mutex_lock(&e->mu);
+        e->shutdown = true;
+        pthread_cond_broadcast(&e->cv);
+        pthread_mutex_unlock(&e->mu);
+        pthread_join(e->thread, NULL);
+    }
+    kiln_kv_pool_destroy(e->pool);
+    kiln_threadpool_destroy(e->tp);
+    kiln_sampler_scratch_destroy(e->scratch);
+    free(e->running);
+    free(e->b_tokens);
+    free(e->b_out);
+    free(e->b_seqs);
+    free(e->b_seq_of);
+    free(e->logits_buf);
+    pthread_cond_destroy(&e->cv);
+    pthread_mutex_destroy(&e->mu);
+    free(e);
+}
+
+kiln_status kiln_engine_submit_debug(kiln_engine *e, const kiln_request *req,
+                                     const kiln_request_debug *debug, kiln_stream **out,
+                                     kiln_error *err) {
+    if (!out) return kiln_error_set(err, KILN_ERR_INVALID_ARGUMENT, "out must not be NULL");
+    *out = NULL;
+    if (!e) return kiln_error_set(err, KILN_ERR_INVALID_ARGUMENT, "engine must not be NULL");
+    kiln_req *r = NULL;
+    kiln_status st = kiln_req_create(e->model, req, debug, &r, err);
+    if (st) return st;
+    kiln_seq *s = calloc(1, sizeof *s);
+    kiln_stream *stream = NULL;
+    if (!s) {
+        kiln_req_destroy(r);
+        return kiln_error_set(err, KILN_ERR_OUT_OF_MEMORY, "out of memory (sequence)");
+    }
+    s->req = r;
+    s->method = &kiln_method_sample;
+    s->n_prompt = (int32_t)r->prompt.n;
+    if ((st = kiln_ivec_append(&s->tokens, r->prompt.data, r->prompt.n))) {
+        kiln_error_set(err, st, "out of memory (sequence tokens)");
+        goto fail;
+    }
+    if ((st = kiln_stream_create(&stream, err))) goto fail;
+    s->stream = stream;
+    stream->seq = s;
+
+    pthread_mutex_lock(&e->mu);
+    if (e->shutdown) {
+        st = kiln_error_set(err, KILN_ERR_CANCELLED, "the engine is shutting down");
+    } else if (atomic_load(&e->n_queued) >= e->p.max_queue) {
+        st = kiln_error_set(err, KILN_ERR_QUEUE_FULL,
+                            "the engine's queue is full (%d requests waiting, max_queue); retry "
+                            "later",
+                            e->p.max_queue);
+    } else {
+        s->id = e->next_id++;
+        if (e->in_tail)
+            e->in_tail->next = s;
+        else
+            e->in_head = s;
+        e->in_tail = s;
+        atomic_fetch_add(&e->n_queued, 1);
+        pthread_cond_signal(&e->cv);
+    }
+    pthread_mutex_unlock(&e->mu);
+    if (st) goto fail;
+    *out = stream;
+    return KILN_OK;
+fail:
+    if (stream) {
+        kiln_stream_unref(stream);
+        kiln_stream_unref(stream);
+    }
+    kiln_ivec_free(&s->tokens);
+    kiln_req_destroy(s->req);
+    free(s);
+    return st;
+}
+
+kiln_status kiln_engine_submit(kiln_engine *e, const kiln_request *req, kiln_stream **out,
+                               kiln_error *err) {
+    return kiln_engine_submit_debug(e, req, NULL, out, err);
+}
+
+void kiln_engine_get_stats(const kiln_engine *e, kiln_engine_stats *out) {
+    memset(out, 0, sizeof *out);
+    if (!e) return;
+    kiln_kv_pool_stats ps = kiln_kv_pool_get_stats(e->pool);
+    out->kv_blocks_total = ps.n_blocks;
+    out->kv_blocks_used = ps.used;
+    out->kv_blocks_free = ps.free;
+    out->kv_blocks_peak = ps.peak;
+    out->block_size = e->p.block_size;
+    out->n_running = atomic_load(&((kiln_engine *)e)->st_running);
+    out->n_queued = atomic_load(&((kiln_engine *)e)->n_queued);
+    out->n_steps = atomic_load(&((kiln_engine *)e)->st_steps);
+    out->n_prefill_tokens = atomic_load(&((kiln_engine *)e)->st_prefill);
+    out->n_decode_tokens = atomic_load(&((kiln_engine *)e)->st_decode);
+    out->n_requests_finished = atomic_load(&((kiln_engine *)e)->st_finished);
+}
+
+void kiln_engine_reset_peak(kiln_engine *e) {
+    if (e) kiln_kv_pool_reset_peak(e->pool);
+}
+
+kiln_status kiln_engine_debug_progress(kiln_engine *e, kiln_stream *stream, kiln_seq_progress *out,
+                                       kiln_error *err) {
+    if (!e || !stream || !out)
+        return kiln_error_set(err, KILN_ERR_INVALID_ARGUMENT, "NULL argument");
+    memset(out, 0, sizeof *out);
+    kiln_seq *s = stream->seq;
+    if (!s) {
+        out->finished = true;
+        return KILN_OK;
+    }
+    out->admitted = s->state == KILN_SEQ_RUNNING;
+    out->finished = s->finish != KILN_FINISH_NONE;
+    out->n_prompt = s->n_prompt;
+    out->n_computed = s->n_computed;
+    out->n_generated = s->n_generated;
+    out->n_blocks = s->bt.n_blocks;
+    return KILN_OK;
+}

@@ -1,0 +1,210 @@
+/*
+ * engine_internal.h - the engine's private structures: request snapshots, streams,
+ * sequences and their methods, the engine itself (DESIGN.md "Key structures").
+ *
+ * Threads. Submitters touch only the request snapshot they build, the engine's incoming
+ * queue (under engine->mu) and their stream. Everything else (the pool, the waiting FIFO, the
+ * running sequences, the batch buffers) belongs to the engine thread. A stream is shared by
+ * its consumer and the engine: its event queue is under stream->mu, its cancel flag atomic.
+ */
+#ifndef KILN_ENGINE_ENGINE_INTERNAL_H
+#define KILN_ENGINE_ENGINE_INTERNAL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "engine/engine_debug.h"
+#include "engine/sampler.h"
+#include "engine/stop.h"
+#include "kiln.h"
+#include "kv/kv_pool.h"
+#include "model/model.h"
+#include "tokenizer/tokenizer.h"
+#include "util/threadpool.h"
+#include "util/vec.h"
+
+/* ---- request snapshot (request.c) ---------------------------------------------------- */
+
+/** An immutable, owned copy of a validated request, with its prompt tokenized. */
+typedef struct kiln_req {
+    kiln_ivec prompt; /* token ids, each in [0, n_vocab) */
+    int32_t max_tokens;
+    kiln_sampler_params sampler; /* bias arrays point into bias_ids / bias_values below */
+    int32_t *bias_ids;
+    float *bias_values;
+    bool logprobs;
+    int32_t top_logprobs;
+    int32_t n_stop;
+    char *stop[KILN_MAX_STOP_STRINGS];
+    int32_t n_stop_ids;
+    int32_t *stop_ids;
+    bool ignore_eos;
+    kiln_request_debug debug; /* debug.force_tokens points to force_tokens below */
+    int32_t *force_tokens;
+} kiln_req;
+
+/** Validate req against the model and build the snapshot (tokenizing a text prompt).
+ *  Errors: as kiln_engine_submit's validation errors. */
+kiln_status kiln_req_create(const kiln_model *m, const kiln_request *req,
+                            const kiln_request_debug *debug, kiln_req **out, kiln_error *err);
+void kiln_req_destroy(kiln_req *r);
+
+/* ---- streams (stream.c) -------------------------------------------------------------- */
+
+typedef struct kiln_stream_ev {
+    kiln_event ev;
+    char *owned; /* the text or message the event points to (heap), or NULL */
+} kiln_stream_ev;
+
+struct kiln_stream {
+    pthread_mutex_t mu;
+    pthread_cond_t cv; /* signalled when an event is queued */
+    atomic_int refs;   /* the consumer's handle + the engine's sequence */
+    atomic_bool cancel;
+    atomic_bool finished; /* the FINISH event is queued */
+    /* under mu */
+    kiln_stream_ev *q;
+    size_t q_head, q_len, q_cap;
+    kiln_event fin; /* the FINISH event, stored apart so queueing it cannot fail */
+    char fin_message[1024];
+    bool finish_taken;
+    char *delivered; /* strings of the event last returned by kiln_stream_next */
+    float *logits;   /* debug capture: [n_logit_rows][n_vocab] */
+    int32_t n_logit_rows, cap_logit_rows, n_vocab;
+    /* engine thread only */
+    struct kiln_seq *seq;
+};
+
+/** A stream with two references (consumer and engine). Errors: KILN_ERR_OUT_OF_MEMORY. */
+kiln_status kiln_stream_create(kiln_stream **out, kiln_error *err);
+/** Drop one reference; the last one frees the stream. */
+void kiln_stream_unref(kiln_stream *s);
+/** Queue a TOKEN event. Errors: KILN_ERR_OUT_OF_MEMORY (the event is lost). */
+kiln_status kiln_stream_push_token(kiln_stream *s, int32_t token, int32_t index,
+                                   const kiln_logprobs *lp, bool with_logprobs, kiln_error *err);
+/** Queue a TEXT event (text copied; len 0 queues nothing). Errors: KILN_ERR_OUT_OF_MEMORY. */
+kiln_status kiln_stream_push_text(kiln_stream *s, const char *text, size_t len, kiln_error *err);
+/** Queue the FINISH event (once; later calls are ignored). Never fails: it has its own slot,
+ *  delivered after every other event; an over-long message is truncated. */
+void kiln_stream_push_finish(kiln_stream *s, kiln_finish_reason reason, kiln_usage usage,
+                             kiln_status status, const char *message);
+/** Append one captured logits row. Errors: KILN_ERR_OUT_OF_MEMORY. */
+kiln_status kiln_stream_capture_logits(kiln_stream *s, const float *row, int32_t n_vocab,
+                                       kiln_error *err);
+
+/* ---- sequences and methods (sequence.c, method_sample.c) ----------------------------- */
+
+typedef struct kiln_engine kiln_engine;
+typedef struct kiln_seq kiln_seq;
+
+/**
+ * A method decides what a running sequence contributes to a step and what is done with its
+ * logits (DESIGN.md "Consume": sample, speculate, fill). The engine calls plan for every
+ * running sequence, runs one forward over everything planned, then calls consume for each
+ * sequence that asked for logits, then commits: n_computed advances by n_keep.
+ */
+typedef struct kiln_seq_method {
+    const char *name;
+    /* Choose this step's contribution: the n_new (returned, 0..budget) tokens starting at
+     * tokens[n_computed] (the method may append draft tokens first) and how many of the last
+     * of them need logits (*n_logits, 0..n_new). */
+    int32_t (*plan)(kiln_engine *e, kiln_seq *s, int32_t budget, int32_t *n_logits);
+    /* Read logits[n_logits][n_vocab] (rows for the last n_logits planned tokens). Sets
+     * *n_keep (0..n_new): how many planned tokens stay in the KV (fewer = rollback of
+     * rejected drafts to n_past + accepted + 1). May finish the sequence (seq_finish).
+     * An error finishes the sequence with KILN_FINISH_ERROR. */
+    kiln_status (*consume)(kiln_engine *e, kiln_seq *s, const float *logits, int32_t n_logits,
+                           int32_t *n_keep, kiln_error *err);
+} kiln_seq_method;
+
+extern const kiln_seq_method kiln_method_sample;
+
+typedef enum kiln_seq_state {
+    KILN_SEQ_QUEUED = 0, /* submitted, waiting for admission */
+    KILN_SEQ_RUNNING,    /* admitted: prefilling or decoding */
+    KILN_SEQ_FINISHED,
+} kiln_seq_state;
+
+struct kiln_seq {
+    uint64_t id;
+    kiln_seq *next;      /* incoming queue / waiting FIFO link */
+    kiln_req *req;       /* owned */
+    kiln_stream *stream; /* one reference */
+    const kiln_seq_method *method;
+    kiln_seq_state state;
+    int32_t n_prompt;
+    kiln_ivec tokens;    /* prompt then generated tokens (the stopping token excluded) */
+    int32_t n_computed;  /* positions whose KV is written (n_past) */
+    int32_t n_generated; /* tokens sampled, the stopping token included */
+    int32_t n_reserved;  /* positions the block table was reserved for at admission */
+    kiln_block_table bt;
+    kiln_detok *detok;
+    kiln_stop_matcher *stop;
+    kiln_finish_reason finish; /* KILN_FINISH_NONE while running */
+    kiln_error finish_err;     /* status and message when finish is KILN_FINISH_ERROR */
+    /* this step */
+    int32_t n_new, first, n_logits, out_row;
+    bool failed_forward;
+};
+
+/** Allocate per-sequence streaming state (detokenizer primed with the prompt, stop
+ *  matcher). Engine thread, at admission. Errors: KILN_ERR_OUT_OF_MEMORY, detok errors. */
+kiln_status kiln_seq_start(kiln_engine *e, kiln_seq *s, kiln_error *err);
+/** Feed one generated token into the text pipeline (detok, stop matcher), queue the TEXT
+ *  delta; *stopped is set when a stop string matched (the sequence must then finish with
+ *  KILN_FINISH_STOP). */
+kiln_status kiln_seq_emit_text(kiln_seq *s, int32_t token, bool *stopped, kiln_error *err);
+/** Mark the sequence finished with `reason` (status/message for errors); flush its text
+ *  when it ended without a stop string. The engine releases it at the end of the step. */
+void kiln_seq_finish(kiln_seq *s, kiln_finish_reason reason, kiln_status status,
+                     const char *message);
+/** Release the blocks, queue the FINISH event, drop the stream reference, free. */
+void kiln_seq_release(kiln_engine *e, kiln_seq *s);
+
+/* ---- the engine (engine.c, scheduler.c) ---------------------------------------------- */
+
+struct kiln_engine {
+    const kiln_model *model;
+    kiln_engine_params p; /* resolved: every field has its final value */
+    int32_t n_vocab;
+    kiln_kv_pool *pool;
+    kiln_threadpool *tp;
+    kiln_engine_debug debug;
+
+    pthread_t thread;
+    bool thread_started;
+    pthread_mutex_t mu;
+    pthread_cond_t cv; /* submissions and shutdown */
+    /* under mu */
+    bool shutdown;
+    kiln_seq *in_head, *in_tail;
+    uint64_t next_id;
+    atomic_int n_queued; /* submitted, not yet admitted */
+
+    /* engine thread only */
+    kiln_seq *wait_head, *wait_tail; /* FIFO of requests waiting for admission */
+    kiln_seq **running;              /* [n_running], in admission order */
+    int32_t n_running;
+    int32_t decode_rr; /* rotation of the decode order when the budget is short */
+    int64_t step;
+    kiln_sampler_scratch *scratch;
+    float *logits_buf; /* [cap_out][n_vocab] */
+    int32_t cap_out;
+    int32_t *b_tokens;      /* [step_tokens] */
+    int32_t *b_out;         /* [step_tokens] */
+    kiln_batch_seq *b_seqs; /* [max_seqs] */
+    kiln_seq **b_seq_of;    /* [max_seqs]: the sequence behind b_seqs[i] */
+
+    /* stats, any thread */
+    atomic_int st_running;
+    atomic_llong st_steps, st_prefill, st_decode, st_finished;
+};
+
+/** Move submissions from the incoming queue to the waiting FIFO. Engine thread. */
+void kiln_engine_drain_incoming(kiln_engine *e);
+/** One engine step: admission, plan, forward, consume, commit. Engine thread. */
+void kiln_engine_step(kiln_engine *e);
+
+#endif
