@@ -16,6 +16,9 @@ int kiln_cmd_run(int argc, char **argv);
 int kiln_cmd_tokenize(int argc, char **argv);
 int kiln_cmd_inspect(int argc, char **argv);
 int kiln_cmd_logits(int argc, char **argv);
+int kiln_cmd_quantize(int argc, char **argv);
+int kiln_cmd_convert(int argc, char **argv);
+int kiln_cmd_gen_model(int argc, char **argv);
 
 /** Print "kiln: error: <message>" to stderr and return KILN_EXIT_ERROR. */
 int cli_fail(const kiln_error *err);
@@ -36,5 +39,9 @@ double cli_now_ms(void);
 
 /** "f32" -> KILN_DTYPE_F32, "f16" -> KILN_DTYPE_F16; false for anything else. */
 bool cli_parse_kv_type(const char *s, kiln_dtype *out);
+
+/** Weight type names f32 f16 bf16 q8_0 q4_0 q4_k q6_k (case-insensitive) -> dtype; false for
+ *  anything else. (cmd_quantize.c) */
+bool cli_parse_weight_type(const char *s, kiln_dtype *out);
 
 #endif

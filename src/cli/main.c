@@ -15,6 +15,9 @@ static void usage(FILE *f) {
             "  tokenize  print the token ids of a text as a JSON array\n"
             "  inspect   print a model file's metadata and tensor table\n"
             "  logits    run one forward over token ids and write the logits (safetensors)\n"
+            "  quantize  rewrite a GGUF model with its weights in another type (q8_0, q4_0, ...)\n"
+            "  convert   convert a Hugging Face checkpoint directory to GGUF\n"
+            "  gen-model write a model with random weights and real shapes (GGUF)\n"
             "\n"
             "Run 'kiln <command> --help' for the options of a command.\n",
             KILN_VERSION);
@@ -38,6 +41,9 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "tokenize")) return kiln_cmd_tokenize(argc - 1, argv + 1);
     if (!strcmp(cmd, "inspect")) return kiln_cmd_inspect(argc - 1, argv + 1);
     if (!strcmp(cmd, "logits")) return kiln_cmd_logits(argc - 1, argv + 1);
+    if (!strcmp(cmd, "quantize")) return kiln_cmd_quantize(argc - 1, argv + 1);
+    if (!strcmp(cmd, "convert")) return kiln_cmd_convert(argc - 1, argv + 1);
+    if (!strcmp(cmd, "gen-model")) return kiln_cmd_gen_model(argc - 1, argv + 1);
     fprintf(stderr, "kiln: unknown command '%s'\n\n", cmd);
     usage(stderr);
     return KILN_EXIT_USAGE;

@@ -867,3 +867,39 @@ kiln_status kiln_gguf_writer_write_file(kiln_gguf_writer *w, const char *path,
     }
     return st;
 }
+
+uint32_t kiln_gguf_file_type(kiln_dtype t) {
+    switch (t) {
+    case KILN_DTYPE_F32:
+        return 0;
+    case KILN_DTYPE_F16:
+        return 1;
+    case KILN_DTYPE_Q4_0:
+        return 2;
+    case KILN_DTYPE_Q8_0:
+        return 7;
+    case KILN_DTYPE_Q4_K:
+        return 15;
+    case KILN_DTYPE_Q6_K:
+        return 18;
+    case KILN_DTYPE_BF16:
+        return 32;
+    default:
+        return UINT32_MAX;
+    }
+}
+
+kiln_status kiln_gguf_writer_set_file_type(kiln_gguf_writer *w, kiln_dtype t, kiln_error *err) {
+    uint32_t ft = kiln_gguf_file_type(t);
+    if (ft == UINT32_MAX)
+        return kiln_error_set(err, KILN_ERR_INVALID_ARGUMENT,
+                              "gguf writer: no llama.cpp file type for dtype %s",
+                              kiln_dtype_name((int32_t)t));
+    kiln_status st = kiln_gguf_writer_set_u32(w, "general.file_type", ft, err);
+    if (st) return st;
+    const kiln_dtype_traits *tr = kiln_dtype_traits_of((int32_t)t);
+    if (tr && tr->is_quantized)
+        return kiln_gguf_writer_set_u32(w, "general.quantization_version", 2, err);
+    kiln_gguf_writer_remove(w, "general.quantization_version");
+    return KILN_OK;
+}

@@ -116,6 +116,21 @@ const kiln_gguf_value *kiln_gguf_writer_get(const kiln_gguf_writer *w, const cha
 kiln_status kiln_gguf_writer_copy_kv(kiln_gguf_writer *w, const kiln_gguf *src, const char *prefix,
                                      kiln_error *err);
 
+/**
+ * llama.cpp's general.file_type (enum llama_ftype, llama.h) for a file whose weight matrices
+ * are stored as `t`: F32 0 (ALL_F32), F16 1, Q4_0 2, Q8_0 7, Q4_K 15 (MOSTLY_Q4_K_M, what
+ * llama-quantize's "Q4_K" alias names), Q6_K 18, BF16 32. Returns UINT32_MAX for other types.
+ */
+uint32_t kiln_gguf_file_type(kiln_dtype t);
+
+/**
+ * Set general.file_type (u32, kiln_gguf_file_type(t)) and, when t is block-quantized,
+ * general.quantization_version = 2 (u32), the ggml quantization format revision llama.cpp
+ * writes (GGML_QNT_VERSION); for plain types the latter key is removed.
+ * Errors: KILN_ERR_INVALID_ARGUMENT (t has no file type), as kiln_gguf_writer_set.
+ */
+kiln_status kiln_gguf_writer_set_file_type(kiln_gguf_writer *w, kiln_dtype t, kiln_error *err);
+
 /** Data alignment in bytes (general.alignment, default 32). */
 uint64_t kiln_gguf_writer_alignment(const kiln_gguf_writer *w);
 
