@@ -1,4 +1,5 @@
-/* cmd_run.c - `kiln run`: generate text from a prompt, streaming it to stdout. */
+/* cmd_run.c - `kiln run`: generate text from a prompt through the engine, streaming it to
+ * stdout (or printing one JSON object with --json). */
 #include <getopt.h>
 #include <jansson.h>
 #include <stdio.h>
@@ -7,125 +8,184 @@
 #include <time.h>
 
 #include "cli/cli.h"
-#include "engine/generate.h"
 #include "util/error.h"
 
 static void run_usage(FILE *f) {
     fprintf(f,
             "usage: kiln run -m MODEL -p PROMPT [options]\n"
             "\n"
-            "  -m, --model PATH       GGUF file, llama2.c checkpoint, or Hugging Face directory\n"
-            "      --tokenizer FILE   llama2.c tokenizer.bin (default: beside the checkpoint)\n"
-            "  -p, --prompt TEXT      prompt text ('-' reads stdin)\n"
-            "  -n, --max-tokens N     tokens to generate (default 256)\n"
-            "      --temp T           temperature in [0, 2]; 0 = greedy (default 0.8)\n"
-            "      --top-k K          keep the K most likely tokens; 0 = off (default 40)\n"
-            "      --top-p P          nucleus sampling, (0, 1] (default 0.95)\n"
-            "      --min-p P          min-p filter, [0, 1] (default 0.05)\n"
-            "      --seed S           random seed (default: from the clock, printed)\n"
-            "  -t, --threads N        threads (default: physical cores)\n"
-            "      --ctx N            context length (default: the model's)\n"
-            "      --kv-type T        KV cache storage, f32 (default) or f16\n"
-            "      --json             print one JSON object instead of streaming text\n");
+            "  -m, --model PATH        GGUF file, llama2.c checkpoint, or Hugging Face directory\n"
+            "      --tokenizer FILE    llama2.c tokenizer.bin (default: beside the checkpoint)\n"
+            "  -p, --prompt TEXT       prompt text ('-' reads stdin)\n"
+            "  -n, --max-tokens N      tokens to generate (default 256)\n"
+            "      --temp T            temperature in [0, 2]; 0 = greedy (default 0.8)\n"
+            "      --top-k K           keep the K most likely tokens; 0 = off (default 40)\n"
+            "      --top-p P           nucleus sampling, (0, 1] (default 0.95)\n"
+            "      --min-p P           min-p filter, [0, 1] (default 0.05)\n"
+            "      --seed S            random seed (default: from the clock, printed)\n"
+            "  -t, --threads N         threads (default: physical cores)\n"
+            "      --ctx N             context length (default: the model's)\n"
+            "      --kv-type T         KV cache storage, f32 (default) or f16\n"
+            "      --kv-memory BYTES   KV pool size in bytes (default: prompt + max tokens)\n"
+            "      --kv-tokens N       KV pool size in positions\n"
+            "      --step-tokens N     tokens per engine step (default 512)\n"
+            "      --prefill-chunk N   prompt tokens per step (default: --step-tokens)\n"
+            "      --json              print one JSON object instead of streaming text\n");
 }
 
-typedef struct run_state {
-    kiln_detok *detok;
-    bool stream;
-    kiln_status st;
-    kiln_error err;
-} run_state;
+/* Text of the whole completion, grown as TEXT events arrive. */
+typedef struct text_buf {
+    char *data;
+    size_t len, cap;
+} text_buf;
 
-static bool on_token(void *user, int32_t tok) {
-    run_state *rs = user;
-    if (!rs->stream) return true;
-    const char *text;
-    size_t len;
-    if ((rs->st = kiln_detok_push(rs->detok, tok, &text, &len, &rs->err)) != KILN_OK) return false;
-    fwrite(text, 1, len, stdout);
-    fflush(stdout);
+static bool text_append(text_buf *b, const char *s, size_t n) {
+    if (b->len + n + 1 > b->cap) {
+        size_t cap = (b->len + n + 1) * 2;
+        char *nd = realloc(b->data, cap);
+        if (!nd) return false;
+        b->data = nd;
+        b->cap = cap;
+    }
+    memcpy(b->data + b->len, s, n);
+    b->len += n;
+    b->data[b->len] = '\0';
     return true;
 }
 
 int kiln_cmd_run(int argc, char **argv) {
     static const struct option opts[] = {
-        {"model", required_argument, 0, 'm'},   {"tokenizer", required_argument, 0, 'T'},
-        {"prompt", required_argument, 0, 'p'},  {"max-tokens", required_argument, 0, 'n'},
-        {"temp", required_argument, 0, 'e'},    {"top-k", required_argument, 0, 'k'},
-        {"top-p", required_argument, 0, 'P'},   {"min-p", required_argument, 0, 'M'},
-        {"seed", required_argument, 0, 's'},    {"threads", required_argument, 0, 't'},
-        {"ctx", required_argument, 0, 'c'},     {"json", no_argument, 0, 'j'},
-        {"kv-type", required_argument, 0, 'K'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0},
+        {"model", required_argument, 0, 'm'},
+        {"tokenizer", required_argument, 0, 'T'},
+        {"prompt", required_argument, 0, 'p'},
+        {"max-tokens", required_argument, 0, 'n'},
+        {"temp", required_argument, 0, 'e'},
+        {"top-k", required_argument, 0, 'k'},
+        {"top-p", required_argument, 0, 'P'},
+        {"min-p", required_argument, 0, 'M'},
+        {"seed", required_argument, 0, 's'},
+        {"threads", required_argument, 0, 't'},
+        {"ctx", required_argument, 0, 'c'},
+        {"json", no_argument, 0, 'j'},
+        {"kv-type", required_argument, 0, 'K'},
+        {"kv-memory", required_argument, 0, 'B'},
+        {"kv-tokens", required_argument, 0, 'N'},
+        {"step-tokens", required_argument, 0, 'S'},
+        {"prefill-chunk", required_argument, 0, 'C'},
+        {"help", no_argument, 0, 'h'},
+        {0, 0, 0, 0},
     };
     const char *model_path = NULL, *prompt = NULL;
-    kiln_model_load_params lp = {.require_tokenizer = true};
-    kiln_generate_params gp = {.max_tokens = 256};
-    gp.sampler = kiln_sampler_defaults();
-    gp.sampler.temperature = 0.8f;
-    gp.sampler.top_k = 40;
-    gp.sampler.top_p = 0.95f;
-    gp.sampler.min_p = 0.05f;
+    kiln_model_params lp = {.require_tokenizer = true};
+    kiln_engine_params ep = kiln_engine_default_params();
+    kiln_request rq = kiln_request_defaults();
+    rq.temperature = 0.8f;
+    rq.top_k = 40;
+    rq.top_p = 0.95f;
+    rq.min_p = 0.05f;
     bool seed_set = false, json = false;
-    int64_t threads = 0, v;
+    int64_t v;
+    kiln_dtype kv_dtype = KILN_DTYPE_F32;
     optind = 1;
     opterr = 0;
     int c;
     while ((c = getopt_long(argc, argv, ":m:p:n:t:h", opts, NULL)) != -1) {
         switch (c) {
-        case 'm': model_path = optarg; break;
-        case 'T': lp.tokenizer_path = optarg; break;
-        case 'p': prompt = optarg; break;
+        case 'm':
+            model_path = optarg;
+            break;
+        case 'T':
+            lp.tokenizer_path = optarg;
+            break;
+        case 'p':
+            prompt = optarg;
+            break;
         case 'n':
             if (!cli_parse_i64(optarg, 1, 1 << 30, &v))
-                return cli_usage_error("run", "--max-tokens must be an integer >= 1 (got '%s')", optarg);
-            gp.max_tokens = (int32_t)v;
+                return cli_usage_error("run", "--max-tokens must be an integer >= 1 (got '%s')",
+                                       optarg);
+            rq.max_tokens = (int32_t)v;
             break;
         case 'e':
-            if (!cli_parse_f32(optarg, 0.0f, 2.0f, &gp.sampler.temperature))
-                return cli_usage_error("run", "--temp must be a number in [0, 2] (got '%s')", optarg);
+            if (!cli_parse_f32(optarg, 0.0f, 2.0f, &rq.temperature))
+                return cli_usage_error("run", "--temp must be a number in [0, 2] (got '%s')",
+                                       optarg);
             break;
         case 'k':
             if (!cli_parse_i64(optarg, 0, 1 << 30, &v))
                 return cli_usage_error("run", "--top-k must be an integer >= 0 (got '%s')", optarg);
-            gp.sampler.top_k = (int32_t)v;
+            rq.top_k = (int32_t)v;
             break;
         case 'P':
-            if (!cli_parse_f32(optarg, 0.0f, 1.0f, &gp.sampler.top_p) || gp.sampler.top_p <= 0.0f)
+            if (!cli_parse_f32(optarg, 0.0f, 1.0f, &rq.top_p) || rq.top_p <= 0.0f)
                 return cli_usage_error("run", "--top-p must be in (0, 1] (got '%s')", optarg);
             break;
         case 'M':
-            if (!cli_parse_f32(optarg, 0.0f, 1.0f, &gp.sampler.min_p))
+            if (!cli_parse_f32(optarg, 0.0f, 1.0f, &rq.min_p))
                 return cli_usage_error("run", "--min-p must be in [0, 1] (got '%s')", optarg);
             break;
         case 's':
             if (!cli_parse_i64(optarg, 0, INT64_MAX, &v))
-                return cli_usage_error("run", "--seed must be a non-negative integer (got '%s')", optarg);
-            gp.sampler.seed = (uint64_t)v;
+                return cli_usage_error("run", "--seed must be a non-negative integer (got '%s')",
+                                       optarg);
+            rq.seed = (uint64_t)v;
             seed_set = true;
             break;
         case 't':
-            if (!cli_parse_i64(optarg, 1, 512, &threads))
+            if (!cli_parse_i64(optarg, 1, 512, &v))
                 return cli_usage_error("run", "--threads must be in [1, 512] (got '%s')", optarg);
+            ep.n_threads = (int32_t)v;
             break;
         case 'c':
             if (!cli_parse_i64(optarg, 1, 1 << 24, &v))
                 return cli_usage_error("run", "--ctx must be in [1, 16777216] (got '%s')", optarg);
-            gp.n_ctx = (int32_t)v;
+            ep.n_ctx = (int32_t)v;
             break;
-        case 'j': json = true; break;
+        case 'j':
+            json = true;
+            break;
         case 'K':
-            if (!cli_parse_kv_type(optarg, &gp.kv_type))
+            if (!cli_parse_kv_type(optarg, &kv_dtype))
                 return cli_usage_error("run", "--kv-type must be f32 or f16 (got '%s')", optarg);
+            ep.kv_type = kv_dtype == KILN_DTYPE_F16 ? KILN_KV_F16 : KILN_KV_F32;
             break;
-        case 'h': run_usage(stdout); return 0;
-        case ':': return cli_usage_error("run", "option '%s' needs a value", argv[optind - 1]);
-        default: return cli_usage_error("run", "unknown option '%s'", argv[optind - 1]);
+        case 'B':
+            if (!cli_parse_i64(optarg, 1, INT64_MAX, &v))
+                return cli_usage_error("run", "--kv-memory must be a byte count >= 1 (got '%s')",
+                                       optarg);
+            ep.kv_memory = v;
+            break;
+        case 'N':
+            if (!cli_parse_i64(optarg, 1, INT32_MAX, &v))
+                return cli_usage_error("run", "--kv-tokens must be an integer >= 1 (got '%s')",
+                                       optarg);
+            ep.kv_tokens = (int32_t)v;
+            break;
+        case 'S':
+            if (!cli_parse_i64(optarg, 1, 1 << 20, &v))
+                return cli_usage_error("run", "--step-tokens must be in [1, 1048576] (got '%s')",
+                                       optarg);
+            ep.step_tokens = (int32_t)v;
+            break;
+        case 'C':
+            if (!cli_parse_i64(optarg, 1, 1 << 20, &v))
+                return cli_usage_error("run", "--prefill-chunk must be in [1, 1048576] (got '%s')",
+                                       optarg);
+            ep.prefill_chunk = (int32_t)v;
+            break;
+        case 'h':
+            run_usage(stdout);
+            return 0;
+        case ':':
+            return cli_usage_error("run", "option '%s' needs a value", argv[optind - 1]);
+        default:
+            return cli_usage_error("run", "unknown option '%s'", argv[optind - 1]);
         }
     }
     if (optind < argc) return cli_usage_error("run", "unexpected argument '%s'", argv[optind]);
     if (!model_path) return cli_usage_error("run", "-m MODEL is required");
     if (!prompt) return cli_usage_error("run", "-p PROMPT is required");
-    if (!seed_set) gp.sampler.seed = (uint64_t)time(NULL);
+    if (!seed_set) rq.seed = (uint64_t)time(NULL);
 
     char *stdin_buf = NULL;
     size_t prompt_len = strlen(prompt);
@@ -141,18 +201,19 @@ int kiln_cmd_run(int argc, char **argv) {
     int rc = 0;
     kiln_error err = {0};
     kiln_model *m = NULL;
-    kiln_threadpool *tp = NULL;
-    kiln_ivec ids = {0};
-    kiln_generate_result res = {0};
-    run_state rs = {.stream = !json};
+    kiln_engine *engine = NULL;
+    kiln_stream *stream = NULL;
+    kiln_detok *echo = NULL;
+    kiln_ivec ids = {0}, gen = {0};
+    text_buf text = {0};
     double t0 = cli_now_ms();
-    if (kiln_model_open(model_path, &lp, &m, &err) != KILN_OK) {
+    if (kiln_model_load(model_path, &lp, &m, &err) != KILN_OK) {
         rc = cli_fail(&err);
         goto done;
     }
     double load_ms = cli_now_ms() - t0;
-    if ((rc = cli_threadpool((int)threads, &tp))) goto done;
-    if (kiln_tokenizer_encode(m->tokenizer, prompt, prompt_len, true, false, &ids, &err) != KILN_OK) {
+    if (kiln_tokenizer_encode(m->tokenizer, prompt, prompt_len, true, false, &ids, &err) !=
+        KILN_OK) {
         kiln_error_prefix(&err, "prompt: ");
         rc = cli_fail(&err);
         goto done;
@@ -162,84 +223,92 @@ int kiln_cmd_run(int argc, char **argv) {
         rc = KILN_EXIT_ERROR;
         goto done;
     }
-    if (kiln_detok_create(m->tokenizer, &rs.detok, &err) != KILN_OK) {
+    /* Context: --ctx, else the model's, else just what this request needs. A request that
+     * would run past it is cut to end exactly at the context's last position (finish
+     * "length"), as the single-sequence loop always did. */
+    int64_t n_ctx = ep.n_ctx > 0 ? ep.n_ctx : kiln_model_n_ctx_train(m);
+    if (n_ctx <= 0) n_ctx = (int64_t)ids.n + rq.max_tokens;
+    if ((int64_t)ids.n > n_ctx) {
+        fprintf(stderr, "kiln: error: the prompt has %zu tokens but the context holds %lld\n",
+                ids.n, (long long)n_ctx);
+        rc = KILN_EXIT_ERROR;
+        goto done;
+    }
+    if ((int64_t)ids.n + rq.max_tokens - 1 > n_ctx)
+        rq.max_tokens = (int32_t)(n_ctx - (int64_t)ids.n + 1);
+    ep.n_ctx = (int32_t)n_ctx;
+    if (ep.kv_memory == 0 && ep.kv_tokens == 0)
+        ep.kv_tokens = (int32_t)ids.n + rq.max_tokens; /* one request: exactly its need */
+    if (kiln_engine_create(m, &ep, &engine, &err) != KILN_OK) {
         rc = cli_fail(&err);
         goto done;
     }
-    if (rs.stream) {
-        /* Echo the prompt through the detokenizer so spacing rules see the whole sequence. */
-        for (size_t i = 0; i < ids.n; i++) {
-            const char *text;
-            size_t len;
-            if (kiln_detok_push(rs.detok, ids.data[i], &text, &len, &err) != KILN_OK) {
-                rc = cli_fail(&err);
-                goto done;
-            }
-            fwrite(text, 1, len, stdout);
-        }
-        fflush(stdout);
-    }
-    kiln_status st = kiln_generate(m, tp, ids.data, (int32_t)ids.n, &gp, on_token, &rs, &res, &err);
-    if (rs.st != KILN_OK) {
-        rc = cli_fail(&rs.err);
-        goto done;
-    }
-    if (st != KILN_OK) {
-        rc = cli_fail(&err);
-        goto done;
-    }
-    const char *tail;
-    size_t tail_len;
-    if (rs.stream) {
-        if (kiln_detok_flush(rs.detok, &tail, &tail_len, &err) == KILN_OK) fwrite(tail, 1, tail_len, stdout);
-        fputc('\n', stdout);
-    }
-    double pp_tps = res.prompt_ms > 0 ? (double)ids.n * 1e3 / res.prompt_ms : 0.0;
-    double tg_tps = res.gen_ms > 0 && res.tokens.n > 1 ? (double)(res.tokens.n - 1) * 1e3 / res.gen_ms : 0.0;
-    if (json) {
-        /* Generated text alone: a fresh detokenizer primed with the prompt ids. */
-        kiln_detok *d2 = NULL;
-        char *text = NULL;
-        size_t tlen = 0, cap = 0;
-        kiln_status s2 = kiln_detok_create(m->tokenizer, &d2, &err);
-        for (size_t i = 0; s2 == KILN_OK && i < ids.n + res.tokens.n + 1; i++) {
-            const char *piece;
-            size_t plen;
-            if (i < ids.n + res.tokens.n) {
-                int32_t tok = i < ids.n ? ids.data[i] : res.tokens.data[i - ids.n];
-                s2 = kiln_detok_push(d2, tok, &piece, &plen, &err);
-            } else {
-                s2 = kiln_detok_flush(d2, &piece, &plen, &err);
-            }
-            if (s2 != KILN_OK || i < ids.n) continue;
-            if (tlen + plen + 1 > cap) {
-                cap = (tlen + plen + 1) * 2;
-                char *nt = realloc(text, cap);
-                if (!nt) {
-                    s2 = kiln_error_set(&err, KILN_ERR_OUT_OF_MEMORY, "out of memory");
-                    break;
-                }
-                text = nt;
-            }
-            memcpy(text + tlen, piece, plen);
-            tlen += plen;
-        }
-        kiln_detok_destroy(d2);
-        if (s2 != KILN_OK) {
-            free(text);
+    if (!json) {
+        /* Echo the prompt; the engine's text starts after it, with the spacing rules applied
+         * to the whole sequence. */
+        if (kiln_detok_create(m->tokenizer, &echo, &err) != KILN_OK) {
             rc = cli_fail(&err);
             goto done;
         }
+        for (size_t i = 0; i < ids.n; i++) {
+            const char *piece;
+            size_t len;
+            if (kiln_detok_push(echo, ids.data[i], &piece, &len, &err) != KILN_OK) {
+                rc = cli_fail(&err);
+                goto done;
+            }
+            fwrite(piece, 1, len, stdout);
+        }
+        fflush(stdout);
+    }
+    rq.prompt_ids = ids.data;
+    rq.n_prompt_ids = (int32_t)ids.n;
+    double t_submit = cli_now_ms(), t_first = 0, t_end = 0;
+    if (kiln_engine_submit(engine, &rq, &stream, &err) != KILN_OK) {
+        rc = cli_fail(&err);
+        goto done;
+    }
+    kiln_event ev;
+    kiln_finish_reason finish = KILN_FINISH_NONE;
+    for (;;) {
+        if (kiln_stream_next(stream, -1, &ev, &err) != KILN_OK) {
+            rc = cli_fail(&err);
+            goto done;
+        }
+        if (t_first == 0 && ev.type != KILN_EVENT_NONE) t_first = cli_now_ms();
+        if (ev.type == KILN_EVENT_TOKEN) {
+            if (kiln_ivec_push(&gen, ev.token) != KILN_OK) goto oom;
+        } else if (ev.type == KILN_EVENT_TEXT) {
+            if (!text_append(&text, ev.text, ev.text_len)) goto oom;
+            if (!json) {
+                fwrite(ev.text, 1, ev.text_len, stdout);
+                fflush(stdout);
+            }
+        } else if (ev.type == KILN_EVENT_FINISH) {
+            t_end = cli_now_ms();
+            finish = ev.finish_reason;
+            if (finish == KILN_FINISH_ERROR) {
+                kiln_error_set(&err, ev.status, "%s", ev.message);
+                rc = cli_fail(&err);
+                goto done;
+            }
+            break;
+        }
+    }
+    if (!json) fputc('\n', stdout);
+    double prompt_ms = t_first - t_submit, gen_ms = t_end - t_first;
+    double pp_tps = prompt_ms > 0 ? (double)ids.n * 1e3 / prompt_ms : 0.0;
+    double tg_tps = gen_ms > 0 && gen.n > 1 ? (double)(gen.n - 1) * 1e3 / gen_ms : 0.0;
+    if (json) {
         json_t *pj = json_array(), *gj = json_array();
         for (size_t i = 0; i < ids.n; i++) json_array_append_new(pj, json_integer(ids.data[i]));
-        for (size_t i = 0; i < res.tokens.n; i++) json_array_append_new(gj, json_integer(res.tokens.data[i]));
-        json_t *o = json_pack("{s:o, s:o, s:s%, s:s, s:{s:f, s:f, s:f, s:f, s:f}, s:I}", "prompt_ids", pj,
-                              "generated_ids", gj, "text", text ? text : "", tlen, "finish_reason",
-                              kiln_finish_reason_name(res.finish), "timings", "load_ms", load_ms,
-                              "prompt_ms", res.prompt_ms, "generation_ms", res.gen_ms,
-                              "prompt_tokens_per_s", pp_tps, "generation_tokens_per_s", tg_tps,
-                              "seed", (json_int_t)gp.sampler.seed);
-        free(text);
+        for (size_t i = 0; i < gen.n; i++) json_array_append_new(gj, json_integer(gen.data[i]));
+        json_t *o = json_pack(
+            "{s:o, s:o, s:s%, s:s, s:{s:f, s:f, s:f, s:f, s:f}, s:I}", "prompt_ids", pj,
+            "generated_ids", gj, "text", text.data ? text.data : "", text.len, "finish_reason",
+            kiln_finish_reason_name(finish), "timings", "load_ms", load_ms, "prompt_ms", prompt_ms,
+            "generation_ms", gen_ms, "prompt_tokens_per_s", pp_tps, "generation_tokens_per_s",
+            tg_tps, "seed", (json_int_t)rq.seed);
         char *s = o ? json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
         if (!s) {
             fprintf(stderr, "kiln: error: cannot build the JSON output\n");
@@ -251,16 +320,22 @@ int kiln_cmd_run(int argc, char **argv) {
         json_decref(o);
     }
     fprintf(stderr,
-            "kiln: load %.1f ms | prompt %zu tokens, %.1f tok/s | generated %zu tokens, %.1f tok/s "
-            "| finish %s | seed %llu\n",
-            load_ms, ids.n, pp_tps, res.tokens.n, tg_tps, kiln_finish_reason_name(res.finish),
-            (unsigned long long)gp.sampler.seed);
+            "kiln: load %.1f ms | prompt %zu tokens, %.1f tok/s | generated %zu tokens, %.1f "
+            "tok/s | finish %s | seed %llu\n",
+            load_ms, ids.n, pp_tps, gen.n, tg_tps, kiln_finish_reason_name(finish),
+            (unsigned long long)rq.seed);
+    goto done;
+oom:
+    kiln_error_set(&err, KILN_ERR_OUT_OF_MEMORY, "out of memory");
+    rc = cli_fail(&err);
 done:
+    kiln_stream_destroy(stream);
+    kiln_engine_destroy(engine);
+    kiln_detok_destroy(echo);
     kiln_ivec_free(&ids);
-    kiln_ivec_free(&res.tokens);
-    kiln_detok_destroy(rs.detok);
-    kiln_threadpool_destroy(tp);
-    kiln_model_close(m);
+    kiln_ivec_free(&gen);
+    free(text.data);
+    kiln_model_free(m);
     free(stdin_buf);
     return rc;
 }

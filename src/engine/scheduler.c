@@ -118,18 +118,21 @@ static void admit(kiln_engine *e) {
     }
 }
 
-/* Release finished running sequences, keeping admission order. */
+/* Release finished running sequences, keeping admission order. The counters are updated
+ * before the FINISH events go out, so a consumer that saw FINISH sees consistent stats. */
 static void reap(kiln_engine *e) {
+    int32_t alive = 0;
+    for (int32_t i = 0; i < e->n_running; i++) alive += e->running[i]->finish == KILN_FINISH_NONE;
+    atomic_store(&e->st_running, alive);
     int32_t k = 0;
     for (int32_t i = 0; i < e->n_running; i++) {
         kiln_seq *s = e->running[i];
-        if (s->finish != KILN_FINISH_NONE)
-            kiln_seq_release(e, s);
-        else
+        if (s->finish == KILN_FINISH_NONE)
             e->running[k++] = s;
+        else
+            kiln_seq_release(e, s);
     }
     e->n_running = k;
-    atomic_store(&e->st_running, k);
 }
 
 typedef struct plan_state {

@@ -91,6 +91,7 @@ void kiln_seq_finish(kiln_seq *s, kiln_finish_reason reason, kiln_status status,
 void kiln_seq_release(kiln_engine *e, kiln_seq *s) {
     if (!s) return;
     kiln_block_table_release(&s->bt, e->pool);
+    atomic_fetch_add(&e->st_finished, 1);
     kiln_usage usage = {.prompt_tokens = s->n_prompt, .completion_tokens = s->n_generated};
     kiln_finish_reason reason = s->finish != KILN_FINISH_NONE ? s->finish : KILN_FINISH_CANCELLED;
     if (s->stream) {
@@ -104,6 +105,5 @@ void kiln_seq_release(kiln_engine *e, kiln_seq *s) {
     kiln_stop_matcher_destroy(s->stop);
     kiln_ivec_free(&s->tokens);
     kiln_req_destroy(s->req);
-    atomic_fetch_add(&e->st_finished, 1);
     free(s);
 }

@@ -247,8 +247,7 @@ static inline kiln_engine_stats et_run_jobs(const kiln_model *m, const kiln_engi
             memset(jobs[i].res, 0, sizeof *jobs[i].res);
             jobs[i].res->finish = KILN_FINISH_ERROR;
             jobs[i].res->status = jobs[i].submit_status;
-            snprintf(jobs[i].res->message, sizeof jobs[i].res->message, "%s",
-                     jobs[i].submit_message);
+            memcpy(jobs[i].res->message, jobs[i].submit_message, sizeof jobs[i].res->message);
         }
     }
     /* Every stream has finished; the FINISH event is queued only after the blocks are

@@ -1,0 +1,412 @@
+/*
+ * cmd_bench.c - `kiln bench`: serving throughput of the engine, in process.
+ *
+ * For each concurrency C, C requests with synthetic prompts (deterministic pseudo-random
+ * ordinary tokens: no control or end-of-generation ids) are submitted at once; each asks for
+ * exactly --gen-tokens greedy tokens (ignore_eos). One consumer thread per request reads its
+ * stream. Reported per level:
+ *   total gen tok/s        all generated tokens / wall time (first submit to last finish)
+ *   per-request gen tok/s  mean over requests of (tokens - 1) / (last token - first token)
+ *   prefill tok/s          all prompt tokens / time until the last request's first token
+ *   TTFT p50, p99          submit to first token (nearest-rank percentiles)
+ *   peak KV blocks         most blocks in use during the level
+ * A short warm-up request runs first. The engine is created once, with a pool sized for
+ * the largest level (unless --kv-memory/--kv-tokens say otherwise).
+ */
+#include <getopt.h>
+#include <jansson.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/cli.h"
+#include "engine/generate.h"
+#include "util/error.h"
+
+#define BENCH_MAX_LEVELS      16
+#define BENCH_MAX_CONCURRENCY 4096
+
+static void bench_usage(FILE *f) {
+    fprintf(
+        f,
+        "usage: kiln bench -m MODEL [options]\n"
+        "\n"
+        "  -m, --model PATH        GGUF file, llama2.c checkpoint, or Hugging Face directory\n"
+        "      --tokenizer FILE    llama2.c tokenizer.bin (default: beside the checkpoint)\n"
+        "      --concurrency LIST  comma-separated request counts (default 1,4,16)\n"
+        "      --prompt-tokens N   prompt length of every request (default 128)\n"
+        "      --gen-tokens N      tokens generated per request (default 128)\n"
+        "  -t, --threads N         compute threads (default: physical cores)\n"
+        "      --kv-type T         KV cache storage, f32 (default) or f16\n"
+        "      --kv-memory BYTES   KV pool size in bytes (default: enough for the largest level)\n"
+        "      --kv-tokens N       KV pool size in positions\n"
+        "      --step-tokens N     tokens per engine step (default 512)\n"
+        "      --prefill-chunk N   prompt tokens per sequence per step (default: --step-tokens)\n"
+        "      --seed S            seed of the synthetic prompts (default 1)\n"
+        "      --json              print one JSON object instead of a table\n");
+}
+
+typedef struct bench_req {
+    kiln_stream *stream;
+    double t_submit, t_first, t_last, t_end;
+    int32_t n_tokens;
+    kiln_finish_reason finish;
+    kiln_error err;
+} bench_req;
+
+static void *consume(void *arg) {
+    bench_req *r = arg;
+    for (;;) {
+        kiln_event ev;
+        if (kiln_stream_next(r->stream, -1, &ev, &r->err) != KILN_OK) {
+            r->finish = KILN_FINISH_ERROR;
+            break;
+        }
+        double now = cli_now_ms();
+        if (ev.type == KILN_EVENT_TOKEN) {
+            if (r->n_tokens == 0) r->t_first = now;
+            r->t_last = now;
+            r->n_tokens++;
+        } else if (ev.type == KILN_EVENT_FINISH) {
+            r->t_end = now;
+            r->finish = ev.finish_reason;
+            if (ev.finish_reason == KILN_FINISH_ERROR)
+                kiln_error_set(&r->err, ev.status, "%s", ev.message);
+            break;
+        }
+    }
+    return NULL;
+}
+
+typedef struct bench_level {
+    int32_t concurrency;
+    double wall_s, total_tps, per_req_tps, prefill_tps, ttft_p50, ttft_p99;
+    int32_t peak_blocks;
+} bench_level;
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Nearest-rank percentile of sorted v[0..n). */
+static double percentile(const double *v, int32_t n, double p) {
+    int32_t k = (int32_t)((p / 100.0) * n + 0.999999);
+    if (k < 1) k = 1;
+    if (k > n) k = n;
+    return v[k - 1];
+}
+
+/* Ordinary tokens for synthetic prompts: a non-empty piece and not end-of-generation. */
+static int32_t *ordinary_tokens(const kiln_model *m, int32_t *n_out) {
+    int32_t nv = kiln_model_n_vocab(m), n = 0;
+    int32_t *ids = malloc((size_t)nv * sizeof *ids);
+    if (!ids) return NULL;
+    for (int32_t id = 0; id < nv; id++) {
+        char buf[64];
+        if (kiln_model_is_eog(m, id)) continue;
+        if (m->tokenizer && kiln_model_token_piece(m, id, buf, sizeof buf) == 0) continue;
+        if (m->tokenizer && id == kiln_tokenizer_bos(m->tokenizer)) continue;
+        ids[n++] = id;
+    }
+    *n_out = n;
+    return ids;
+}
+
+static int run_level(kiln_engine *e, const int32_t *ord, int32_t n_ord, int32_t c,
+                     int32_t prompt_tokens, int32_t gen_tokens, uint64_t seed, bench_level *out) {
+    int rc = 0;
+    int32_t *prompts = malloc((size_t)c * (size_t)prompt_tokens * sizeof *prompts);
+    bench_req *reqs = calloc((size_t)c, sizeof *reqs);
+    pthread_t *th = calloc((size_t)c, sizeof *th);
+    double *ttft = calloc((size_t)c, sizeof *ttft);
+    if (!prompts || !reqs || !th || !ttft) {
+        fprintf(stderr, "kiln: error: out of memory\n");
+        rc = KILN_EXIT_ERROR;
+        goto done;
+    }
+    uint64_t x = seed * 0x9E3779B97F4A7C15ull + (uint64_t)c;
+    for (size_t i = 0; i < (size_t)c * (size_t)prompt_tokens; i++) {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        prompts[i] = ord[x % (uint64_t)n_ord];
+    }
+    kiln_engine_reset_peak(e);
+    kiln_request rq = kiln_request_defaults();
+    rq.temperature = 0.0f;
+    rq.max_tokens = gen_tokens;
+    rq.ignore_eos = true;
+    rq.n_prompt_ids = prompt_tokens;
+    double t0 = cli_now_ms();
+    int32_t started = 0;
+    for (int32_t i = 0; i < c; i++) {
+        rq.prompt_ids = prompts + (size_t)i * prompt_tokens;
+        reqs[i].t_submit = cli_now_ms();
+        kiln_error err = {0};
+        if (kiln_engine_submit(e, &rq, &reqs[i].stream, &err) != KILN_OK) {
+            rc = cli_fail(&err);
+            break;
+        }
+        if (pthread_create(&th[i], NULL, consume, &reqs[i]) != 0) {
+            fprintf(stderr, "kiln: error: cannot start a consumer thread\n");
+            kiln_stream_cancel(reqs[i].stream);
+            consume(&reqs[i]);
+            rc = KILN_EXIT_ERROR;
+            started = i;
+            break;
+        }
+        started = i + 1;
+    }
+    for (int32_t i = 0; i < started; i++) pthread_join(th[i], NULL);
+    if (rc) goto done;
+    double t_end = t0, t_first_max = t0, per_req = 0;
+    int64_t total_tokens = 0;
+    for (int32_t i = 0; i < c; i++) {
+        bench_req *r = &reqs[i];
+        if (r->finish == KILN_FINISH_ERROR) {
+            rc = cli_fail(&r->err);
+            goto done;
+        }
+        if (r->t_end > t_end) t_end = r->t_end;
+        if (r->t_first > t_first_max) t_first_max = r->t_first;
+        ttft[i] = r->t_first - r->t_submit;
+        total_tokens += r->n_tokens;
+        if (r->n_tokens > 1 && r->t_last > r->t_first)
+            per_req += (r->n_tokens - 1) * 1e3 / (r->t_last - r->t_first);
+    }
+    qsort(ttft, (size_t)c, sizeof *ttft, cmp_double);
+    kiln_engine_stats st;
+    kiln_engine_get_stats(e, &st);
+    out->concurrency = c;
+    out->wall_s = (t_end - t0) / 1e3;
+    out->total_tps = out->wall_s > 0 ? (double)total_tokens / out->wall_s : 0;
+    out->per_req_tps = per_req / c;
+    out->prefill_tps = t_first_max > t0 ? (double)c * prompt_tokens * 1e3 / (t_first_max - t0) : 0;
+    out->ttft_p50 = percentile(ttft, c, 50);
+    out->ttft_p99 = percentile(ttft, c, 99);
+    out->peak_blocks = st.kv_blocks_peak;
+done:
+    for (int32_t i = 0; reqs && i < c; i++) kiln_stream_destroy(reqs[i].stream);
+    free(prompts);
+    free(reqs);
+    free(th);
+    free(ttft);
+    return rc;
+}
+
+int kiln_cmd_bench(int argc, char **argv) {
+    static const struct option opts[] = {
+        {"model", required_argument, 0, 'm'},
+        {"tokenizer", required_argument, 0, 'T'},
+        {"concurrency", required_argument, 0, 'c'},
+        {"prompt-tokens", required_argument, 0, 'p'},
+        {"gen-tokens", required_argument, 0, 'g'},
+        {"threads", required_argument, 0, 't'},
+        {"kv-type", required_argument, 0, 'K'},
+        {"kv-memory", required_argument, 0, 'B'},
+        {"kv-tokens", required_argument, 0, 'N'},
+        {"step-tokens", required_argument, 0, 'S'},
+        {"prefill-chunk", required_argument, 0, 'C'},
+        {"seed", required_argument, 0, 's'},
+        {"json", no_argument, 0, 'j'},
+        {"help", no_argument, 0, 'h'},
+        {0, 0, 0, 0},
+    };
+    const char *model_path = NULL;
+    kiln_model_params lp = {0};
+    kiln_engine_params ep = kiln_engine_default_params();
+    int32_t levels[BENCH_MAX_LEVELS] = {1, 4, 16}, n_levels = 3;
+    int64_t prompt_tokens = 128, gen_tokens = 128, v;
+    uint64_t seed = 1;
+    bool json = false;
+    kiln_dtype kv_dtype = KILN_DTYPE_F32;
+    optind = 1;
+    opterr = 0;
+    int c;
+    while ((c = getopt_long(argc, argv, ":m:t:h", opts, NULL)) != -1) {
+        switch (c) {
+        case 'm':
+            model_path = optarg;
+            break;
+        case 'T':
+            lp.tokenizer_path = optarg;
+            break;
+        case 'c': {
+            n_levels = 0;
+            char buf[256];
+            snprintf(buf, sizeof buf, "%s", optarg);
+            for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok;
+                 tok = strtok_r(NULL, ",", &save)) {
+                if (n_levels == BENCH_MAX_LEVELS ||
+                    !cli_parse_i64(tok, 1, BENCH_MAX_CONCURRENCY, &v))
+                    return cli_usage_error("bench",
+                                           "--concurrency must be a list of at most %d integers "
+                                           "in [1, %d] (got '%s')",
+                                           BENCH_MAX_LEVELS, BENCH_MAX_CONCURRENCY, optarg);
+                levels[n_levels++] = (int32_t)v;
+            }
+            if (n_levels == 0) return cli_usage_error("bench", "--concurrency is empty");
+            break;
+        }
+        case 'p':
+            if (!cli_parse_i64(optarg, 1, 1 << 20, &prompt_tokens))
+                return cli_usage_error(
+                    "bench", "--prompt-tokens must be in [1, 1048576] (got '%s')", optarg);
+            break;
+        case 'g':
+            if (!cli_parse_i64(optarg, 1, 1 << 20, &gen_tokens))
+                return cli_usage_error("bench", "--gen-tokens must be in [1, 1048576] (got '%s')",
+                                       optarg);
+            break;
+        case 't':
+            if (!cli_parse_i64(optarg, 1, 512, &v))
+                return cli_usage_error("bench", "--threads must be in [1, 512] (got '%s')", optarg);
+            ep.n_threads = (int32_t)v;
+            break;
+        case 'K':
+            if (!cli_parse_kv_type(optarg, &kv_dtype))
+                return cli_usage_error("bench", "--kv-type must be f32 or f16 (got '%s')", optarg);
+            ep.kv_type = kv_dtype == KILN_DTYPE_F16 ? KILN_KV_F16 : KILN_KV_F32;
+            break;
+        case 'B':
+            if (!cli_parse_i64(optarg, 1, INT64_MAX, &v))
+                return cli_usage_error("bench", "--kv-memory must be a byte count >= 1 (got '%s')",
+                                       optarg);
+            ep.kv_memory = v;
+            break;
+        case 'N':
+            if (!cli_parse_i64(optarg, 1, INT32_MAX, &v))
+                return cli_usage_error("bench", "--kv-tokens must be an integer >= 1 (got '%s')",
+                                       optarg);
+            ep.kv_tokens = (int32_t)v;
+            break;
+        case 'S':
+            if (!cli_parse_i64(optarg, 1, 1 << 20, &v))
+                return cli_usage_error("bench", "--step-tokens must be in [1, 1048576] (got '%s')",
+                                       optarg);
+            ep.step_tokens = (int32_t)v;
+            break;
+        case 'C':
+            if (!cli_parse_i64(optarg, 1, 1 << 20, &v))
+                return cli_usage_error(
+                    "bench", "--prefill-chunk must be in [1, 1048576] (got '%s')", optarg);
+            ep.prefill_chunk = (int32_t)v;
+            break;
+        case 's':
+            if (!cli_parse_i64(optarg, 0, INT64_MAX, &v))
+                return cli_usage_error("bench", "--seed must be a non-negative integer (got '%s')",
+                                       optarg);
+            seed = (uint64_t)v;
+            break;
+        case 'j':
+            json = true;
+            break;
+        case 'h':
+            bench_usage(stdout);
+            return 0;
+        case ':':
+            return cli_usage_error("bench", "option '%s' needs a value", argv[optind - 1]);
+        default:
+            return cli_usage_error("bench", "unknown option '%s'", argv[optind - 1]);
+        }
+    }
+    if (optind < argc) return cli_usage_error("bench", "unexpected argument '%s'", argv[optind]);
+    if (!model_path) return cli_usage_error("bench", "-m MODEL is required");
+
+    int rc = 0;
+    kiln_error err = {0};
+    kiln_model *m = NULL;
+    kiln_engine *e = NULL;
+    int32_t *ord = NULL, n_ord = 0;
+    bench_level res[BENCH_MAX_LEVELS];
+    if (kiln_model_load(model_path, &lp, &m, &err) != KILN_OK) {
+        rc = cli_fail(&err);
+        goto done;
+    }
+    int32_t max_c = 0;
+    for (int32_t i = 0; i < n_levels; i++) max_c = levels[i] > max_c ? levels[i] : max_c;
+    int64_t per_req = prompt_tokens + gen_tokens;
+    /* The synthetic requests may be longer than the model was trained for; the engine's
+     * context is stretched to fit them (RoPE extrapolates; the numbers stay meaningful for
+     * speed, not for text quality). */
+    int64_t n_ctx = kiln_model_n_ctx_train(m);
+    if (n_ctx < per_req) n_ctx = per_req;
+    ep.n_ctx = (int32_t)n_ctx;
+    if (ep.kv_memory == 0 && ep.kv_tokens == 0) {
+        int64_t want = (int64_t)max_c * (per_req + 16); /* + a partial block each */
+        ep.kv_tokens = want > INT32_MAX ? INT32_MAX : (int32_t)want;
+    }
+    if (ep.max_seqs == 0) ep.max_seqs = max_c > 256 ? max_c : 256;
+    if (ep.max_queue == 0) ep.max_queue = max_c > 4096 ? max_c : 4096;
+    if (kiln_engine_create(m, &ep, &e, &err) != KILN_OK) {
+        rc = cli_fail(&err);
+        goto done;
+    }
+    int32_t n_threads = ep.n_threads ? ep.n_threads : kiln_physical_cores();
+    if (!(ord = ordinary_tokens(m, &n_ord)) || n_ord == 0) {
+        fprintf(stderr, "kiln: error: the vocabulary has no ordinary tokens to build prompts\n");
+        rc = KILN_EXIT_ERROR;
+        goto done;
+    }
+    bench_level warm;
+    int32_t wp = prompt_tokens < 16 ? (int32_t)prompt_tokens : 16;
+    int32_t wg = gen_tokens < 8 ? (int32_t)gen_tokens : 8;
+    if ((rc = run_level(e, ord, n_ord, 1, wp, wg, seed + 1000, &warm))) goto done;
+    for (int32_t i = 0; i < n_levels; i++) {
+        if ((rc = run_level(e, ord, n_ord, levels[i], (int32_t)prompt_tokens, (int32_t)gen_tokens,
+                            seed, &res[i])))
+            goto done;
+        if (!json) {
+            if (i == 0) {
+                kiln_engine_stats st;
+                kiln_engine_get_stats(e, &st);
+                printf("kiln bench: %s | prompt %lld, gen %lld tokens | %d threads | KV %s, %d "
+                       "blocks of %d | step %d tokens\n",
+                       model_path, (long long)prompt_tokens, (long long)gen_tokens, n_threads,
+                       ep.kv_type == KILN_KV_F16 ? "f16" : "f32", st.kv_blocks_total, st.block_size,
+                       ep.step_tokens ? ep.step_tokens : 512);
+                printf("%11s %10s %14s %16s %13s %13s %13s %10s\n", "concurrency", "wall s",
+                       "total gen t/s", "per-req gen t/s", "prefill t/s", "TTFT p50 ms",
+                       "TTFT p99 ms", "peak KV");
+            }
+            printf("%11d %10.3f %14.1f %16.1f %13.1f %13.1f %13.1f %10d\n", res[i].concurrency,
+                   res[i].wall_s, res[i].total_tps, res[i].per_req_tps, res[i].prefill_tps,
+                   res[i].ttft_p50, res[i].ttft_p99, res[i].peak_blocks);
+            fflush(stdout);
+        }
+    }
+    if (json) {
+        kiln_engine_stats st;
+        kiln_engine_get_stats(e, &st);
+        json_t *arr = json_array();
+        for (int32_t i = 0; i < n_levels; i++)
+            json_array_append_new(arr, json_pack("{s:i, s:f, s:f, s:f, s:f, s:f, s:f, s:i}",
+                                                 "concurrency", res[i].concurrency, "wall_s",
+                                                 res[i].wall_s, "total_gen_tok_s", res[i].total_tps,
+                                                 "per_request_gen_tok_s", res[i].per_req_tps,
+                                                 "prefill_tok_s", res[i].prefill_tps, "ttft_ms_p50",
+                                                 res[i].ttft_p50, "ttft_ms_p99", res[i].ttft_p99,
+                                                 "peak_kv_blocks", res[i].peak_blocks));
+        json_t *o = json_pack("{s:s, s:I, s:I, s:i, s:s, s:i, s:i, s:o}", "model", model_path,
+                              "prompt_tokens", (json_int_t)prompt_tokens, "gen_tokens",
+                              (json_int_t)gen_tokens, "threads", n_threads, "kv_type",
+                              ep.kv_type == KILN_KV_F16 ? "f16" : "f32", "kv_blocks_total",
+                              st.kv_blocks_total, "block_size", st.block_size, "levels", arr);
+        char *s = o ? json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
+        if (!s) {
+            fprintf(stderr, "kiln: error: cannot build the JSON output\n");
+            rc = KILN_EXIT_ERROR;
+        } else {
+            printf("%s\n", s);
+        }
+        free(s);
+        json_decref(o);
+    }
+done:
+    free(ord);
+    kiln_engine_destroy(e);
+    kiln_model_free(m);
+    return rc;
+}
