@@ -176,9 +176,13 @@ typedef struct kiln_engine_stats {
     int64_t n_requests_finished;
 } kiln_engine_stats;
 
+/** Fill *out (all zero for a NULL engine). Any thread; the counters are read one by one, so
+ *  a snapshot taken while the engine steps may mix two steps. A request's counters (blocks
+ *  released, n_running, n_requests_finished) are updated before its FINISH event is queued. */
 void kiln_engine_get_stats(const kiln_engine *engine, kiln_engine_stats *out);
 
-/** Reset kv_blocks_peak to the blocks used now (benchmarks measure one phase at a time). */
+/** Reset kv_blocks_peak to the blocks used now (benchmarks measure one phase at a time).
+ *  Exact when the engine is idle; while it steps, a concurrent allocation may be missed. */
 void kiln_engine_reset_peak(kiln_engine *engine);
 
 /* ---------------------------------------------------------------------------------------- */

@@ -101,7 +101,17 @@ static void admit(kiln_engine *e) {
             reject(e, pop_waiting(e), KILN_ERR_CONTEXT_OVER_BUDGET, msg);
             continue;
         }
-        if (need > kiln_kv_pool_n_free(e->pool)) break; /* wait for blocks (FIFO) */
+        if (need > kiln_kv_pool_n_free(e->pool)) {
+            if (e->n_running > 0) break; /* wait for blocks (FIFO) */
+            /* Nothing runs, yet the pool lacks blocks: they leaked. Fail the request rather
+             * than wait forever. */
+            snprintf(msg, sizeof msg,
+                     "internal error: the KV pool has %d free blocks of %d with no sequence "
+                     "running; %d are needed",
+                     kiln_kv_pool_n_free(e->pool), total, need);
+            reject(e, pop_waiting(e), KILN_ERR_INTERNAL, msg);
+            continue;
+        }
         kiln_error err = {0};
         kiln_status st = kiln_block_table_reserve(&s->bt, e->pool, kv_tokens, &err);
         if (st == KILN_OK) st = kiln_seq_start(e, s, &err);

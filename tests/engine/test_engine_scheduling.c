@@ -5,6 +5,7 @@
  *     other requests' tokens and logits are bitwise those of a run without the cancelled ones;
  *   - a pool too small for all requests at once: they queue (observed), all complete, with
  *     the outputs of a big-pool run;
+ *   - a step budget smaller than the number of decoding sequences (they take turns);
  *   - context_over_budget for a request that can never fit (context or whole pool), while a
  *     request exactly at the limit runs;
  *   - a request that fails (injected fault) finishes with an error, the others go on
@@ -156,6 +157,31 @@ static void test_small_pool(void) {
     }
 }
 
+/* A step budget smaller than the number of decoding sequences: they take turns (no
+ * starvation), and every output equals the roomy run's. */
+static void test_tiny_budget(void) {
+    kiln_engine_params big = params();
+    et_job j[8];
+    et_result a[8], b[8];
+    for (int k = 0; k < 8; k++) job(&j[k], k, 5 + 3 * k, 12 + k, 0, &a[k]);
+    et_run_jobs(g_m, &big, j, 8, NULL);
+    kiln_engine_params tiny = params();
+    tiny.step_tokens = 3;
+    tiny.prefill_chunk = 2;
+    for (int k = 0; k < 8; k++) job(&j[k], k, 5 + 3 * k, 12 + k, 0, &b[k]);
+    et_run run;
+    kiln_engine_stats st = et_run_jobs(g_m, &tiny, j, 8, &run);
+    CHECKF(run.max_running == 8, "tiny budget: %d ran at once", run.max_running);
+    CHECK(st.kv_blocks_used == 0);
+    for (int k = 0; k < 8; k++) {
+        CHECKF(b[k].finish == KILN_FINISH_LENGTH && same_output(&a[k], &b[k]),
+               "tiny budget: request %d differs (%s, %d tokens)", k,
+               kiln_finish_reason_name(b[k].finish), b[k].n_tokens);
+        et_result_free(&a[k]);
+        et_result_free(&b[k]);
+    }
+}
+
 static void test_context_over_budget(void) {
     kiln_engine_params p = params();
     p.n_ctx = 64;
@@ -225,6 +251,7 @@ int main(void) {
     test_cancel();
     test_destroy_cancels();
     test_small_pool();
+    test_tiny_budget();
     test_context_over_budget();
     test_failure_isolated();
     kiln_model_free(g_m);
