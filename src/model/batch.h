@@ -14,6 +14,13 @@ typedef struct kiln_batch_seq {
     int32_t n_new;              /* tokens this step, at positions n_past .. n_past+n_new-1 */
     int32_t first;              /* index of its first token in the flat batch */
     int32_t n_blocks;           /* entries in block_table (checked against n_past + n_new) */
+    /* Recurrent state of this sequence (models with linear-attention layers, e.g.
+     * Qwen3-Next): kiln_model_seq_state_floats(model) floats, owned by the caller, not paged.
+     * NULL ("none") for models without recurrent layers. It records how many positions it
+     * has consumed: forward_batch starts it afresh when n_past == 0, else requires it to hold
+     * exactly n_past positions, and leaves it holding n_past + n_new. Rolling the KV back
+     * does not roll this state back. */
+    float *rec_state;
 } kiln_batch_seq;
 
 typedef struct kiln_batch {

@@ -2,6 +2,7 @@
 
 #include <dirent.h>
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,6 +23,10 @@ static void *model_alloc(kiln_model *m, size_t bytes) {
     if (!p) return NULL;
     m->owned[m->n_owned++] = p;
     return p;
+}
+
+static kiln_status oom(const kiln_model *m, kiln_error *err) {
+    return kiln_error_set(err, KILN_ERR_OUT_OF_MEMORY, "%s: out of memory", m->path);
 }
 
 /* A named tensor from any source, normalised to GGML order ne[0] = innermost. */
@@ -58,17 +63,20 @@ static bool find_st(const kiln_model *m, const char *name, src_tensor *out) {
     return true;
 }
 
-static kiln_status get_mat(kiln_model *m, find_fn find, const char *name, int64_t n_out,
-                           int64_t n_in, kiln_mat *mat, kiln_error *err) {
+/* A matrix [n_out, n_in] (rows of n_in). transposed: the file stores it as [n_in, n_out]
+ * (GPT-2's Conv1D, y = x W + b); an owned copy in the row layout is made (plain dtypes). */
+static kiln_status get_mat_t(kiln_model *m, find_fn find, const char *name, int64_t n_out,
+                             int64_t n_in, bool transposed, kiln_mat *mat, kiln_error *err) {
     src_tensor t;
     if (!find(m, name, &t))
         return kiln_error_set(err, KILN_ERR_FORMAT, "%s: tensor '%s' is missing", m->path, name);
-    if (t.n_dims != 2 || t.ne[0] != n_in || t.ne[1] != n_out)
+    const int64_t want0 = transposed ? n_out : n_in, want1 = transposed ? n_in : n_out;
+    if (t.n_dims != 2 || t.ne[0] != want0 || t.ne[1] != want1)
         return kiln_error_set(err, KILN_ERR_FORMAT,
                               "%s: tensor '%s' has shape [%lld, %lld] (rows x cols), expected "
                               "[%lld, %lld]",
                               m->path, name, (long long)t.ne[1], (long long)t.ne[0],
-                              (long long)n_out, (long long)n_in);
+                              (long long)want1, (long long)want0);
     const kiln_dtype_traits *tr = kiln_dtype_traits_of(t.dtype);
     if (!tr || !tr->to_float)
         return kiln_error_set(err, KILN_ERR_UNSUPPORTED, "%s: tensor '%s' has unsupported dtype %s",
@@ -79,6 +87,21 @@ static kiln_status get_mat(kiln_model *m, find_fn find, const char *name, int64_
                               "size %d",
                               m->path, name, (long long)n_in, tr->name, tr->block_size);
     mat->data = t.data;
+    if (transposed) {
+        if (tr->block_size != 1)
+            return kiln_error_set(err, KILN_ERR_UNSUPPORTED,
+                                  "%s: tensor '%s': a transposed (Conv1D) weight must be of a "
+                                  "plain dtype, not %s",
+                                  m->path, name, tr->name);
+        const size_t es = tr->type_size;
+        char *dst = model_alloc(m, (size_t)(n_out * n_in) * es);
+        if (!dst) return oom(m, err);
+        const char *src = t.data;
+        for (int64_t i = 0; i < n_in; i++)
+            for (int64_t o = 0; o < n_out; o++)
+                memcpy(dst + (size_t)(o * n_in + i) * es, src + (size_t)(i * n_out + o) * es, es);
+        mat->data = dst;
+    }
     mat->dtype = t.dtype;
     mat->n_out = n_out;
     mat->n_in = n_in;
@@ -86,76 +109,365 @@ static kiln_status get_mat(kiln_model *m, find_fn find, const char *name, int64_
     return KILN_OK;
 }
 
-/* A 1-D vector of n floats; converted to an owned f32 copy when stored in another dtype. */
-static kiln_status get_vec(kiln_model *m, find_fn find, const char *name, int64_t n,
-                           const float **out, kiln_error *err) {
+static kiln_status get_mat(kiln_model *m, find_fn find, const char *name, int64_t n_out,
+                           int64_t n_in, kiln_mat *mat, kiln_error *err) {
+    return get_mat_t(m, find, name, n_out, n_in, false, mat, err);
+}
+
+/* Rows [row0, row0 + n) of a bound matrix, as a view. */
+static kiln_mat mat_rows(const kiln_mat *a, int64_t row0, int64_t n) {
+    kiln_mat v = *a;
+    v.data = (const char *)a->data + (size_t)row0 * kiln_dtype_row_size(a->dtype, a->n_in);
+    v.n_out = n;
+    return v;
+}
+
+/* A tensor of n f32 values (any shape with that many elements and innermost size ne0, or
+ * ne0 = 0 for a 1-D vector); converted to an owned f32 copy when stored in another dtype or
+ * at an address not aligned for float. add_one: store 1 + w (norms with a unit offset). */
+static kiln_status get_f32(kiln_model *m, find_fn find, const char *name, int64_t n, int64_t ne0,
+                           bool add_one, const float **out, kiln_error *err) {
     src_tensor t;
     if (!find(m, name, &t))
         return kiln_error_set(err, KILN_ERR_FORMAT, "%s: tensor '%s' is missing", m->path, name);
-    if (t.n_dims != 1 || t.ne[0] != n)
-        return kiln_error_set(err, KILN_ERR_FORMAT,
-                              "%s: tensor '%s' should be a vector of %lld elements", m->path, name,
-                              (long long)n);
-    if (t.dtype == KILN_DTYPE_F32) {
-        *out = t.data;
-        return KILN_OK;
-    }
+    int64_t count = 1;
+    for (int i = 0; i < t.n_dims; i++) count *= t.ne[i];
+    if ((ne0 == 0 && (t.n_dims != 1 || t.ne[0] != n)) ||
+        (ne0 != 0 && (count != n || t.ne[0] != ne0)))
+        return kiln_error_set(err, KILN_ERR_FORMAT, "%s: tensor '%s' should hold %lld elements%s",
+                              m->path, name, (long long)n, ne0 == 0 ? " as a vector" : "");
     const kiln_dtype_traits *tr = kiln_dtype_traits_of(t.dtype);
     if (!tr || !tr->to_float || n % tr->block_size != 0)
         return kiln_error_set(err, KILN_ERR_UNSUPPORTED, "%s: tensor '%s' has unsupported dtype %s",
                               m->path, name, kiln_dtype_name(t.dtype));
+    if (t.dtype == KILN_DTYPE_F32 && ((uintptr_t)t.data % sizeof(float)) == 0 && !add_one) {
+        *out = t.data;
+        return KILN_OK;
+    }
     float *f = model_alloc(m, (size_t)n * sizeof *f);
-    if (!f) return kiln_error_set(err, KILN_ERR_OUT_OF_MEMORY, "%s: out of memory", m->path);
+    if (!f) return oom(m, err);
     tr->to_float(t.data, f, n);
+    if (add_one)
+        for (int64_t i = 0; i < n; i++) f[i] = 1.0f + f[i];
     *out = f;
     return KILN_OK;
 }
 
-/* Weight names per source: printf patterns taking the layer index. */
+static kiln_status get_vec(kiln_model *m, find_fn find, const char *name, int64_t n,
+                           const float **out, kiln_error *err) {
+    return get_f32(m, find, name, n, 0, false, out, err);
+}
+
+/* A norm weight: (1 + w) when the config says the stored weights are offsets. */
+static kiln_status get_norm(kiln_model *m, find_fn find, const char *name, int64_t n,
+                            const float **out, kiln_error *err) {
+    return get_f32(m, find, name, n, 0, m->cfg.norm_unit_offset, out, err);
+}
+
+/* Weight names per source and family: printf patterns taking the layer index (and the
+ * expert index for exp_*). NULL: the scheme has no such tensor. */
 typedef struct name_scheme {
-    const char *tok_embd, *output_norm, *output;
-    const char *attn_norm, *ffn_norm, *wq, *wk, *wv, *wo, *w_gate, *w_up, *w_down;
+    const char *tok_embd, *pos_embd, *output_norm, *output_norm_b, *output;
+    const char *attn_norm, *attn_norm_b, *ffn_norm, *ffn_norm_b, *post_attn_norm, *post_ffn_norm;
+    const char *wq, *wk, *wv, *wqkv, *wo, *bq, *bk, *bv, *bqkv, *bo, *q_norm, *k_norm;
+    const char *w_gate, *w_up, *w_gate_up, *w_down, *b_up, *b_down;
+    const char *router, *exp_gate, *exp_up, *exp_down;
+    const char *shexp_gate, *shexp_up, *shexp_down, *shexp_router;
+    const char *ssm_in_qkvz, *ssm_in_ba, *ssm_out, *ssm_conv, *ssm_a_log, *ssm_dt_bias, *ssm_norm;
+    bool conv1d; /* 2-D weights stored [in, out] (GPT-2 Conv1D) */
 } name_scheme;
 
 static const name_scheme gguf_names = {
-    "token_embd.weight",       "output_norm.weight",      "output.weight",
-    "blk.%d.attn_norm.weight", "blk.%d.ffn_norm.weight",  "blk.%d.attn_q.weight",
-    "blk.%d.attn_k.weight",    "blk.%d.attn_v.weight",    "blk.%d.attn_output.weight",
-    "blk.%d.ffn_gate.weight",  "blk.%d.ffn_up.weight",    "blk.%d.ffn_down.weight",
+    .tok_embd = "token_embd.weight",
+    .output_norm = "output_norm.weight",
+    .output = "output.weight",
+    .attn_norm = "blk.%d.attn_norm.weight",
+    .ffn_norm = "blk.%d.ffn_norm.weight",
+    .wq = "blk.%d.attn_q.weight",
+    .wk = "blk.%d.attn_k.weight",
+    .wv = "blk.%d.attn_v.weight",
+    .wo = "blk.%d.attn_output.weight",
+    .w_gate = "blk.%d.ffn_gate.weight",
+    .w_up = "blk.%d.ffn_up.weight",
+    .w_down = "blk.%d.ffn_down.weight",
 };
 
-static const name_scheme hf_names = {
-    "model.embed_tokens.weight",
-    "model.norm.weight",
-    "lm_head.weight",
-    "model.layers.%d.input_layernorm.weight",
-    "model.layers.%d.post_attention_layernorm.weight",
-    "model.layers.%d.self_attn.q_proj.weight",
-    "model.layers.%d.self_attn.k_proj.weight",
-    "model.layers.%d.self_attn.v_proj.weight",
-    "model.layers.%d.self_attn.o_proj.weight",
-    "model.layers.%d.mlp.gate_proj.weight",
-    "model.layers.%d.mlp.up_proj.weight",
-    "model.layers.%d.mlp.down_proj.weight",
+#define HF_L "model.layers.%d."
+/* transformers' Llama-style module names, shared by most families. */
+static const name_scheme hf_llama_names = {
+    .tok_embd = "model.embed_tokens.weight",
+    .output_norm = "model.norm.weight",
+    .output = "lm_head.weight",
+    .attn_norm = HF_L "input_layernorm.weight",
+    .ffn_norm = HF_L "post_attention_layernorm.weight",
+    .wq = HF_L "self_attn.q_proj.weight",
+    .wk = HF_L "self_attn.k_proj.weight",
+    .wv = HF_L "self_attn.v_proj.weight",
+    .wo = HF_L "self_attn.o_proj.weight",
+    .bq = HF_L "self_attn.q_proj.bias",
+    .bk = HF_L "self_attn.k_proj.bias",
+    .bv = HF_L "self_attn.v_proj.bias",
+    .bo = HF_L "self_attn.o_proj.bias",
+    .q_norm = HF_L "self_attn.q_norm.weight",
+    .k_norm = HF_L "self_attn.k_norm.weight",
+    .w_gate = HF_L "mlp.gate_proj.weight",
+    .w_up = HF_L "mlp.up_proj.weight",
+    .w_down = HF_L "mlp.down_proj.weight",
+    .router = HF_L "mlp.gate.weight",
+    .exp_gate = HF_L "mlp.experts.%d.gate_proj.weight",
+    .exp_up = HF_L "mlp.experts.%d.up_proj.weight",
+    .exp_down = HF_L "mlp.experts.%d.down_proj.weight",
+    .shexp_gate = HF_L "mlp.shared_expert.gate_proj.weight",
+    .shexp_up = HF_L "mlp.shared_expert.up_proj.weight",
+    .shexp_down = HF_L "mlp.shared_expert.down_proj.weight",
+    .shexp_router = HF_L "mlp.shared_expert_gate.weight",
+    .ssm_in_qkvz = HF_L "linear_attn.in_proj_qkvz.weight",
+    .ssm_in_ba = HF_L "linear_attn.in_proj_ba.weight",
+    .ssm_out = HF_L "linear_attn.out_proj.weight",
+    .ssm_conv = HF_L "linear_attn.conv1d.weight",
+    .ssm_a_log = HF_L "linear_attn.A_log",
+    .ssm_dt_bias = HF_L "linear_attn.dt_bias",
+    .ssm_norm = HF_L "linear_attn.norm.weight",
 };
+
+static name_scheme hf_names_for(const kiln_model_config *c, bool gpt2_prefixed) {
+    name_scheme nm = hf_llama_names;
+    switch (c->arch) {
+    case KILN_ARCH_GEMMA2:
+    case KILN_ARCH_GEMMA3:
+        nm.ffn_norm = HF_L "pre_feedforward_layernorm.weight";
+        nm.post_attn_norm = HF_L "post_attention_layernorm.weight";
+        nm.post_ffn_norm = HF_L "post_feedforward_layernorm.weight";
+        break;
+    case KILN_ARCH_PHI3:
+        nm.wq = nm.wk = nm.wv = NULL;
+        nm.wqkv = HF_L "self_attn.qkv_proj.weight";
+        nm.w_gate = nm.w_up = NULL;
+        nm.w_gate_up = HF_L "mlp.gate_up_proj.weight";
+        break;
+    case KILN_ARCH_MIXTRAL:
+        nm.router = HF_L "block_sparse_moe.gate.weight";
+        nm.exp_gate = HF_L "block_sparse_moe.experts.%d.w1.weight";
+        nm.exp_up = HF_L "block_sparse_moe.experts.%d.w3.weight";
+        nm.exp_down = HF_L "block_sparse_moe.experts.%d.w2.weight";
+        break;
+    case KILN_ARCH_GPT2: {
+        static const name_scheme gpt2[2] = {
+#define GPT2_NAMES(P)                                                                              \
+    {                                                                                              \
+        .tok_embd = P "wte.weight",                                                                \
+        .pos_embd = P "wpe.weight",                                                                \
+        .output_norm = P "ln_f.weight",                                                            \
+        .output_norm_b = P "ln_f.bias",                                                            \
+        .output = "lm_head.weight",                                                                \
+        .attn_norm = P "h.%d.ln_1.weight",                                                         \
+        .attn_norm_b = P "h.%d.ln_1.bias",                                                         \
+        .ffn_norm = P "h.%d.ln_2.weight",                                                          \
+        .ffn_norm_b = P "h.%d.ln_2.bias",                                                          \
+        .wqkv = P "h.%d.attn.c_attn.weight",                                                       \
+        .bqkv = P "h.%d.attn.c_attn.bias",                                                         \
+        .wo = P "h.%d.attn.c_proj.weight",                                                         \
+        .bo = P "h.%d.attn.c_proj.bias",                                                           \
+        .w_up = P "h.%d.mlp.c_fc.weight",                                                          \
+        .b_up = P "h.%d.mlp.c_fc.bias",                                                            \
+        .w_down = P "h.%d.mlp.c_proj.weight",                                                      \
+        .b_down = P "h.%d.mlp.c_proj.bias",                                                        \
+        .conv1d = true,                                                                            \
+    }
+            GPT2_NAMES("transformer."),
+            GPT2_NAMES(""),
+#undef GPT2_NAMES
+        };
+        nm = gpt2[gpt2_prefixed ? 0 : 1];
+        break;
+    }
+    default:
+        break;
+    }
+    return nm;
+}
 
 /* Layer tensor names must outlive loading (kiln_mat.name): keep them in owned memory. */
-static const char *layer_name(kiln_model *m, const char *pattern, int layer) {
-    char buf[256];
-    snprintf(buf, sizeof buf, pattern, layer);
+static const char *layer_name2(kiln_model *m, const char *pattern, int layer, int expert) {
+    char buf[512];
+    snprintf(buf, sizeof buf, pattern, layer, expert);
     char *s = model_alloc(m, strlen(buf) + 1);
     if (s) strcpy(s, buf);
     return s;
 }
 
+static const char *layer_name(kiln_model *m, const char *pattern, int layer) {
+    return layer_name2(m, pattern, layer, 0);
+}
+
+/* Binding context for one layer. */
+typedef struct binder {
+    kiln_model *m;
+    find_fn find;
+    const name_scheme *nm;
+    int layer;
+    kiln_error *err;
+} binder;
+
+static kiln_status b_mat(binder *b, const char *pat, int64_t n_out, int64_t n_in, kiln_mat *out) {
+    if (!pat)
+        return kiln_error_set(b->err, KILN_ERR_UNSUPPORTED,
+                              "%s: this source has no tensor name for a weight the configuration "
+                              "needs (layer %d)",
+                              b->m->path, b->layer);
+    const char *name = layer_name(b->m, pat, b->layer);
+    if (!name) return oom(b->m, b->err);
+    return get_mat_t(b->m, b->find, name, n_out, n_in, b->nm->conv1d, out, b->err);
+}
+
+static kiln_status b_vec(binder *b, const char *pat, int64_t n, bool norm, const float **out) {
+    if (!pat)
+        return kiln_error_set(b->err, KILN_ERR_UNSUPPORTED,
+                              "%s: this source has no tensor name for a vector the configuration "
+                              "needs (layer %d)",
+                              b->m->path, b->layer);
+    const char *name = layer_name(b->m, pat, b->layer);
+    if (!name) return oom(b->m, b->err);
+    return norm ? get_norm(b->m, b->find, name, n, out, b->err)
+                : get_vec(b->m, b->find, name, n, out, b->err);
+}
+
+static kiln_status bind_attention(binder *b, kiln_layer_weights *L) {
+    const kiln_model_config *c = &b->m->cfg;
+    const name_scheme *nm = b->nm;
+    const int64_t d = c->n_embd, hd = c->head_dim, q_dim = (int64_t)c->n_head * hd,
+                  q_rows = c->attn_out_gate ? 2 * q_dim : q_dim,
+                  kv_dim = (int64_t)c->n_head_kv * hd;
+    kiln_status st;
+    if (nm->wqkv && !nm->wq) {
+        kiln_mat qkv;
+        if ((st = b_mat(b, nm->wqkv, q_rows + 2 * kv_dim, d, &qkv))) return st;
+        L->wq = mat_rows(&qkv, 0, q_rows);
+        L->wk = mat_rows(&qkv, q_rows, kv_dim);
+        L->wv = mat_rows(&qkv, q_rows + kv_dim, kv_dim);
+    } else {
+        if ((st = b_mat(b, nm->wq, q_rows, d, &L->wq))) return st;
+        if ((st = b_mat(b, nm->wk, kv_dim, d, &L->wk))) return st;
+        if ((st = b_mat(b, nm->wv, kv_dim, d, &L->wv))) return st;
+    }
+    if ((st = b_mat(b, nm->wo, d, q_dim, &L->wo))) return st;
+    if (c->attn_bias_qkv) {
+        if (nm->bqkv && !nm->bq) {
+            const float *bqkv;
+            if ((st = b_vec(b, nm->bqkv, q_rows + 2 * kv_dim, false, &bqkv))) return st;
+            L->bq = bqkv;
+            L->bk = bqkv + q_rows;
+            L->bv = bqkv + q_rows + kv_dim;
+        } else {
+            if ((st = b_vec(b, nm->bq, q_rows, false, &L->bq))) return st;
+            if ((st = b_vec(b, nm->bk, kv_dim, false, &L->bk))) return st;
+            if ((st = b_vec(b, nm->bv, kv_dim, false, &L->bv))) return st;
+        }
+    }
+    if (c->attn_bias_o && (st = b_vec(b, nm->bo, d, false, &L->bo))) return st;
+    if (c->qk_norm) {
+        if ((st = b_vec(b, nm->q_norm, hd, true, &L->q_norm))) return st;
+        if ((st = b_vec(b, nm->k_norm, hd, true, &L->k_norm))) return st;
+    }
+    return KILN_OK;
+}
+
+static kiln_status bind_delta_net(binder *b, kiln_layer_weights *L) {
+    const kiln_model_config *c = &b->m->cfg;
+    const name_scheme *nm = b->nm;
+    const int64_t d = c->n_embd, key_dim = (int64_t)c->ssm_n_k_heads * c->ssm_k_head_dim,
+                  value_dim = (int64_t)c->ssm_n_v_heads * c->ssm_v_head_dim,
+                  conv_dim = 2 * key_dim + value_dim;
+    kiln_status st;
+    if ((st = b_mat(b, nm->ssm_in_qkvz, 2 * key_dim + 2 * value_dim, d, &L->ssm_in_qkvz)))
+        return st;
+    if ((st = b_mat(b, nm->ssm_in_ba, 2 * (int64_t)c->ssm_n_v_heads, d, &L->ssm_in_ba))) return st;
+    if ((st = b_mat(b, nm->ssm_out, d, value_dim, &L->ssm_out))) return st;
+    if (!nm->ssm_conv)
+        return kiln_error_set(b->err, KILN_ERR_UNSUPPORTED, "%s: no conv weight name", b->m->path);
+    const char *cn = layer_name(b->m, nm->ssm_conv, b->layer);
+    if (!cn) return oom(b->m, b->err);
+    if ((st = get_f32(b->m, b->find, cn, conv_dim * c->ssm_conv_kernel, c->ssm_conv_kernel, false,
+                      &L->ssm_conv, b->err)))
+        return st;
+    if ((st = b_vec(b, nm->ssm_a_log, c->ssm_n_v_heads, false, &L->ssm_a_log))) return st;
+    if ((st = b_vec(b, nm->ssm_dt_bias, c->ssm_n_v_heads, false, &L->ssm_dt_bias))) return st;
+    /* the gated norm multiplies by w itself, never 1 + w */
+    if ((st = b_vec(b, nm->ssm_norm, c->ssm_v_head_dim, false, &L->ssm_norm))) return st;
+    return KILN_OK;
+}
+
+static kiln_status bind_ffn(binder *b, kiln_layer_weights *L, bool moe) {
+    const kiln_model_config *c = &b->m->cfg;
+    const name_scheme *nm = b->nm;
+    const int64_t d = c->n_embd;
+    kiln_status st;
+    if (!moe) {
+        const int64_t ff = c->n_ff;
+        if (c->ffn_gated) {
+            if (nm->w_gate_up && !nm->w_gate) {
+                kiln_mat gu;
+                if ((st = b_mat(b, nm->w_gate_up, 2 * ff, d, &gu))) return st;
+                L->w_gate = mat_rows(&gu, 0, ff); /* Phi-3: gate first, then up */
+                L->w_up = mat_rows(&gu, ff, ff);
+            } else {
+                if ((st = b_mat(b, nm->w_gate, ff, d, &L->w_gate))) return st;
+                if ((st = b_mat(b, nm->w_up, ff, d, &L->w_up))) return st;
+            }
+        } else if ((st = b_mat(b, nm->w_up, ff, d, &L->w_up))) {
+            return st;
+        }
+        if ((st = b_mat(b, nm->w_down, d, ff, &L->w_down))) return st;
+        if (c->ffn_bias) {
+            if ((st = b_vec(b, nm->b_up, ff, false, &L->b_up))) return st;
+            if ((st = b_vec(b, nm->b_down, d, false, &L->b_down))) return st;
+        }
+        return KILN_OK;
+    }
+    kiln_model *m = b->m;
+    const int64_t fe = c->n_ff_expert, E = c->n_expert;
+    if ((st = b_mat(b, nm->router, E, d, &L->w_router))) return st;
+    L->exp_gate = model_alloc(m, (size_t)E * 3 * sizeof(kiln_mat));
+    if (!L->exp_gate) return oom(m, b->err);
+    L->exp_up = L->exp_gate + E;
+    L->exp_down = L->exp_up + E;
+    if (!nm->exp_gate || !nm->exp_up || !nm->exp_down)
+        return kiln_error_set(b->err, KILN_ERR_UNSUPPORTED, "%s: no expert weight names", m->path);
+    for (int64_t e = 0; e < E; e++) {
+        const char *gn = layer_name2(m, nm->exp_gate, b->layer, (int)e),
+                   *un = layer_name2(m, nm->exp_up, b->layer, (int)e),
+                   *dn = layer_name2(m, nm->exp_down, b->layer, (int)e);
+        if (!gn || !un || !dn) return oom(m, b->err);
+        if ((st = get_mat(m, b->find, gn, fe, d, &L->exp_gate[e], b->err))) return st;
+        if ((st = get_mat(m, b->find, un, fe, d, &L->exp_up[e], b->err))) return st;
+        if ((st = get_mat(m, b->find, dn, d, fe, &L->exp_down[e], b->err))) return st;
+    }
+    if (c->n_ff_shexp > 0) {
+        const int64_t fs = c->n_ff_shexp;
+        if ((st = b_mat(b, nm->shexp_gate, fs, d, &L->shexp_gate))) return st;
+        if ((st = b_mat(b, nm->shexp_up, fs, d, &L->shexp_up))) return st;
+        if ((st = b_mat(b, nm->shexp_down, d, fs, &L->shexp_down))) return st;
+        if (c->shexp_gate && (st = b_mat(b, nm->shexp_router, 1, d, &L->shexp_router))) return st;
+    }
+    return KILN_OK;
+}
+
 static kiln_status bind_named_weights(kiln_model *m, find_fn find, const name_scheme *nm,
                                       kiln_error *err) {
     const kiln_model_config *c = &m->cfg;
-    const int64_t d = c->n_embd, q_dim = (int64_t)c->n_head * c->head_dim,
-                  kv_dim = (int64_t)c->n_head_kv * c->head_dim;
+    const int64_t d = c->n_embd;
     kiln_status st;
     if ((st = get_mat(m, find, nm->tok_embd, c->n_vocab, d, &m->tok_embd, err))) return st;
-    if ((st = get_vec(m, find, nm->output_norm, d, &m->output_norm, err))) return st;
+    if (c->learned_pos) {
+        if (!nm->pos_embd)
+            return kiln_error_set(err, KILN_ERR_UNSUPPORTED, "%s: no position embedding name",
+                                  m->path);
+        if ((st = get_mat(m, find, nm->pos_embd, c->n_ctx_train, d, &m->pos_embd, err))) return st;
+    }
+    if ((st = get_norm(m, find, nm->output_norm, d, &m->output_norm, err))) return st;
+    if (c->norm_kind == KILN_NORM_LAYER &&
+        (st = get_vec(m, find, nm->output_norm_b, d, &m->output_norm_b, err)))
+        return st;
     src_tensor probe;
     if (!c->tied_embeddings && find(m, nm->output, &probe)) {
         if ((st = get_mat(m, find, nm->output, c->n_vocab, d, &m->output, err))) return st;
@@ -164,40 +476,38 @@ static kiln_status bind_named_weights(kiln_model *m, find_fn find, const name_sc
     }
     for (int l = 0; l < c->n_layer; l++) {
         kiln_layer_weights *L = &m->layers[l];
-        struct {
-            const char *pat;
-            kiln_mat *mat;
-            int64_t n_out, n_in;
-        } mats[] = {
-            {nm->wq, &L->wq, q_dim, d},           {nm->wk, &L->wk, kv_dim, d},
-            {nm->wv, &L->wv, kv_dim, d},          {nm->wo, &L->wo, d, q_dim},
-            {nm->w_gate, &L->w_gate, c->n_ff, d}, {nm->w_up, &L->w_up, c->n_ff, d},
-            {nm->w_down, &L->w_down, d, c->n_ff},
-        };
-        for (size_t i = 0; i < sizeof mats / sizeof mats[0]; i++) {
-            const char *name = layer_name(m, mats[i].pat, l);
-            if (!name) return kiln_error_set(err, KILN_ERR_OUT_OF_MEMORY, "out of memory");
-            if ((st = get_mat(m, find, name, mats[i].n_out, mats[i].n_in, mats[i].mat, err)))
-                return st;
+        const kiln_layer_config *lc = &c->layer[l];
+        binder b = {m, find, nm, l, err};
+        if ((st = b_vec(&b, nm->attn_norm, d, true, &L->attn_norm))) return st;
+        if ((st = b_vec(&b, nm->ffn_norm, d, true, &L->ffn_norm))) return st;
+        if (c->norm_kind == KILN_NORM_LAYER) {
+            if ((st = b_vec(&b, nm->attn_norm_b, d, false, &L->attn_norm_b))) return st;
+            if ((st = b_vec(&b, nm->ffn_norm_b, d, false, &L->ffn_norm_b))) return st;
         }
-        const char *an = layer_name(m, nm->attn_norm, l), *fn = layer_name(m, nm->ffn_norm, l);
-        if (!an || !fn) return kiln_error_set(err, KILN_ERR_OUT_OF_MEMORY, "out of memory");
-        if ((st = get_vec(m, find, an, d, &L->attn_norm, err))) return st;
-        if ((st = get_vec(m, find, fn, d, &L->ffn_norm, err))) return st;
+        if (c->sandwich_norms) {
+            if ((st = b_vec(&b, nm->post_attn_norm, d, true, &L->post_attn_norm))) return st;
+            if ((st = b_vec(&b, nm->post_ffn_norm, d, true, &L->post_ffn_norm))) return st;
+        }
+        st =
+            lc->mixer == KILN_MIXER_GATED_DELTA_NET ? bind_delta_net(&b, L) : bind_attention(&b, L);
+        if (st) return st;
+        if ((st = bind_ffn(&b, L, lc->moe))) return st;
     }
     return KILN_OK;
 }
 
-/* RoPE inverse frequencies: 1 / theta^(2j/d), with llama3 scaling as transformers'
- * _compute_llama3_parameters, or GGUF rope_freqs.weight factors (divide) as llama.cpp. */
-static kiln_status init_rope(kiln_model *m, const float *freq_factors, kiln_error *err) {
+/* RoPE inverse frequencies over rope_dim: 1 / theta^(2j/rope_dim) (transformers
+ * compute_default_rope_parameters), with llama3 scaling as _compute_llama3_parameters or
+ * linear scaling (/ factor), or GGUF rope_freqs.weight factors (divide) as llama.cpp. */
+static float *make_rope_table(kiln_model *m, float theta, kiln_rope_scaling scaling,
+                              const float *freq_factors) {
     const kiln_model_config *c = &m->cfg;
-    const int32_t half = c->head_dim / 2;
-    m->inv_freq = model_alloc(m, (size_t)half * sizeof(float));
-    if (!m->inv_freq) return kiln_error_set(err, KILN_ERR_OUT_OF_MEMORY, "out of memory");
+    const int32_t half = c->rope_dim / 2;
+    float *t = model_alloc(m, (size_t)(half > 0 ? half : 1) * sizeof(float));
+    if (!t) return NULL;
     for (int32_t j = 0; j < half; j++) {
-        float inv = 1.0f / powf(c->rope_theta, (float)(2 * j) / (float)c->head_dim);
-        if (c->rope_scaling == KILN_ROPE_SCALING_LLAMA3) {
+        float inv = 1.0f / powf(theta, (float)(2 * j) / (float)c->rope_dim);
+        if (scaling == KILN_ROPE_SCALING_LLAMA3) {
             const float two_pi = 6.283185307179586f;
             float low_wavelen = (float)c->rope_orig_ctx / c->rope_low_freq_factor;
             float high_wavelen = (float)c->rope_orig_ctx / c->rope_high_freq_factor;
@@ -209,11 +519,48 @@ static kiln_status init_rope(kiln_model *m, const float *freq_factors, kiln_erro
                 scaled = (1.0f - smooth) * scaled / c->rope_factor + smooth * scaled;
             }
             inv = scaled;
+        } else if (scaling == KILN_ROPE_SCALING_LINEAR) {
+            inv = inv / c->rope_factor;
         }
         if (freq_factors) inv = inv / freq_factors[j];
-        m->inv_freq[j] = inv;
+        t[j] = inv;
     }
+    return t;
+}
+
+static kiln_status init_rope(kiln_model *m, const float *freq_factors, kiln_error *err) {
+    const kiln_model_config *c = &m->cfg;
+    if (c->rope_style == KILN_ROPE_NONE) return KILN_OK;
+    m->inv_freq = make_rope_table(m, c->rope_theta, c->rope_scaling, freq_factors);
+    m->inv_freq_local = make_rope_table(m, c->rope_theta_local, KILN_ROPE_SCALING_NONE, NULL);
+    if (!m->inv_freq || !m->inv_freq_local) return oom(m, err);
+    for (int32_t l = 0; l < c->n_layer; l++)
+        m->layers[l].inv_freq = c->layer[l].rope_local ? m->inv_freq_local : m->inv_freq;
     return KILN_OK;
+}
+
+/* Per-sequence recurrent state layout: a header, then per gated-delta-net layer its conv
+ * window [conv_dim][conv_kernel - 1] and delta-rule state [n_v_heads][k_head_dim][v_head_dim]. */
+#define KILN_STATE_HEADER_FLOATS 16
+static void init_state_layout(kiln_model *m) {
+    const kiln_model_config *c = &m->cfg;
+    int64_t off = KILN_STATE_HEADER_FLOATS;
+    bool any = false;
+    for (int32_t l = 0; l < c->n_layer; l++) {
+        m->layers[l].state_off = -1;
+        if (c->layer[l].mixer != KILN_MIXER_GATED_DELTA_NET) continue;
+        any = true;
+        const int64_t conv_dim = 2 * (int64_t)c->ssm_n_k_heads * c->ssm_k_head_dim +
+                                 (int64_t)c->ssm_n_v_heads * c->ssm_v_head_dim;
+        m->layers[l].state_off = off;
+        off += conv_dim * (c->ssm_conv_kernel - 1) +
+               (int64_t)c->ssm_n_v_heads * c->ssm_k_head_dim * c->ssm_v_head_dim;
+    }
+    m->state_floats = any ? off : 0;
+}
+
+int64_t kiln_model_seq_state_floats(const kiln_model *m) {
+    return m ? m->state_floats : 0;
 }
 
 /* ---- sources ------------------------------------------------------------------------- */
@@ -242,8 +589,10 @@ static char *find_llama2c_tokenizer(const char *model_path) {
     char dir[4096];
     snprintf(dir, sizeof dir, "%s", model_path);
     char *slash = strrchr(dir, '/');
-    if (slash) *slash = '\0';
-    else snprintf(dir, sizeof dir, ".");
+    if (slash)
+        *slash = '\0';
+    else
+        snprintf(dir, sizeof dir, ".");
     char cand[4352];
     snprintf(cand, sizeof cand, "%s/tokenizer.bin", dir);
     if (file_exists(cand)) return strdup(cand);
@@ -254,7 +603,8 @@ static char *find_llama2c_tokenizer(const char *model_path) {
     struct dirent *e;
     while ((e = readdir(dp))) {
         size_t len = strlen(e->d_name);
-        if (strncmp(e->d_name, "tok", 3) == 0 && len > 4 && strcmp(e->d_name + len - 4, ".bin") == 0) {
+        if (strncmp(e->d_name, "tok", 3) == 0 && len > 4 &&
+            strcmp(e->d_name + len - 4, ".bin") == 0) {
             count++;
             free(found);
             snprintf(cand, sizeof cand, "%s/%s", dir, e->d_name);
@@ -279,8 +629,7 @@ static kiln_status open_llama2c(kiln_model *m, const kiln_model_load_params *p, 
     const kiln_model_config *c = &m->cfg;
     const int64_t d = c->n_embd, hd = c->head_dim, q_dim = (int64_t)c->n_head * hd,
                   kv_dim = (int64_t)c->n_head_kv * hd, ff = c->n_ff;
-#define MAT(field, ptr, no, ni)                                                                    \
-    (m->field = (kiln_mat){(ptr), KILN_DTYPE_F32, (no), (ni), #field})
+#define MAT(field, ptr, no, ni) (m->field = (kiln_mat){(ptr), KILN_DTYPE_F32, (no), (ni), #field})
     MAT(tok_embd, l2c->token_embedding, c->n_vocab, d);
     MAT(output, l2c->wcls, c->n_vocab, d);
     m->output_norm = l2c->rms_final;
@@ -297,8 +646,8 @@ static kiln_status open_llama2c(kiln_model *m, const kiln_model_load_params *p, 
         MAT(layers[l].w_up, l2c->w3 + l * ff * d, ff, d);
     }
 #undef MAT
-    char *tok_path = p && p->tokenizer_path ? strdup(p->tokenizer_path)
-                                            : find_llama2c_tokenizer(m->path);
+    char *tok_path =
+        p && p->tokenizer_path ? strdup(p->tokenizer_path) : find_llama2c_tokenizer(m->path);
     if (!tok_path) {
         if (p && p->require_tokenizer)
             return kiln_error_set(err, KILN_ERR_NOT_FOUND,
@@ -347,7 +696,9 @@ static kiln_status open_hf(kiln_model *m, const kiln_model_load_params *p, kiln_
     m->safetensors = sft;
     m->layers = model_alloc(m, (size_t)m->cfg.n_layer * sizeof *m->layers);
     if (!m->layers) return kiln_error_set(err, KILN_ERR_OUT_OF_MEMORY, "out of memory");
-    if ((st = bind_named_weights(m, find_st, &hf_names, err))) return st;
+    src_tensor probe;
+    name_scheme nm = hf_names_for(&m->cfg, find_st(m, "transformer.wte.weight", &probe));
+    if ((st = bind_named_weights(m, find_st, &nm, err))) return st;
     if (p && p->require_tokenizer)
         return kiln_error_set(err, KILN_ERR_UNSUPPORTED,
                               "%s: loading a tokenizer from a Hugging Face directory "
@@ -384,7 +735,8 @@ kiln_status kiln_model_open(const char *path, const kiln_model_load_params *para
             st = m->layers ? open_llama2c(m, params, err)
                            : kiln_error_set(err, KILN_ERR_OUT_OF_MEMORY, "out of memory");
         } else {
-            kiln_error_prefix(err, "not a GGUF file (no 'GGUF' magic) and not a llama2.c checkpoint: ");
+            kiln_error_prefix(err,
+                              "not a GGUF file (no 'GGUF' magic) and not a llama2.c checkpoint: ");
         }
     }
     if (st == KILN_OK) {
@@ -392,14 +744,15 @@ kiln_status kiln_model_open(const char *path, const kiln_model_load_params *para
         if (m->gguf) {
             const kiln_gguf_tensor *t = kiln_gguf_find_tensor(m->gguf, "rope_freqs.weight");
             if (t) {
-                if (t->dtype != KILN_DTYPE_F32 || t->n_dims != 1 || t->ne[0] != m->cfg.head_dim / 2)
+                if (t->dtype != KILN_DTYPE_F32 || t->n_dims != 1 || t->ne[0] != m->cfg.rope_dim / 2)
                     st = kiln_error_set(err, KILN_ERR_FORMAT,
                                         "%s: tensor 'rope_freqs.weight' should be f32 [%d]", path,
-                                        m->cfg.head_dim / 2);
+                                        m->cfg.rope_dim / 2);
                 ff = t->data;
             }
         }
         if (st == KILN_OK) st = init_rope(m, ff, err);
+        if (st == KILN_OK) init_state_layout(m);
     }
     if (st == KILN_OK && m->tokenizer && kiln_tokenizer_n_vocab(m->tokenizer) > m->cfg.n_vocab)
         st = kiln_error_set(err, KILN_ERR_FORMAT,

@@ -1,6 +1,7 @@
 /*
- * model.h - a loaded Llama-family model: config, weight views into the mapped file(s), the
- * tokenizer, and the forward pass.
+ * model.h - a loaded model of one of the supported families (config.h): config, weight
+ * views into the mapped file(s), the tokenizer, and the forward pass of the one
+ * configurable transformer block.
  */
 #ifndef KILN_MODEL_MODEL_H
 #define KILN_MODEL_MODEL_H
@@ -24,20 +25,49 @@ typedef struct kiln_mat {
     const char *name; /* for messages */
 } kiln_mat;
 
+/** Weights of one layer. Pointers that a configuration does not use are NULL / zero. Norm
+ *  vectors are f32 with any (1 + w) offset already applied. */
 typedef struct kiln_layer_weights {
-    const float *attn_norm, *ffn_norm; /* [n_embd] */
-    kiln_mat wq, wk, wv, wo;           /* [n_head*hd, n_embd], [n_kv*hd, n_embd] x2, [n_embd, n_head*hd] */
-    kiln_mat w_gate, w_up, w_down;     /* [n_ff, n_embd] x2, [n_embd, n_ff] */
+    const float *attn_norm, *attn_norm_b;        /* [n_embd]; _b: LayerNorm bias */
+    const float *ffn_norm, *ffn_norm_b;          /* [n_embd] */
+    const float *post_attn_norm, *post_ffn_norm; /* [n_embd], sandwich norms */
+    /* attention: wq [n_head*hd (x2 with the output gate, per head [q | gate]), n_embd],
+     * wk/wv [n_kv*hd, n_embd], wo [n_embd, n_head*hd] */
+    kiln_mat wq, wk, wv, wo;
+    const float *bq, *bk, *bv, *bo;
+    const float *q_norm, *k_norm; /* [head_dim] */
+    /* dense FFN: GLU down(act(gate x) * up x), or MLP down(act(up x + b_up)) + b_down */
+    kiln_mat w_gate, w_up, w_down; /* [n_ff, n_embd] x2, [n_embd, n_ff] */
+    const float *b_up, *b_down;
+    /* MoE FFN */
+    kiln_mat w_router;                         /* [n_expert, n_embd] */
+    kiln_mat *exp_gate, *exp_up, *exp_down;    /* [n_expert] each: [n_ff_expert, n_embd] x2,
+                                                  [n_embd, n_ff_expert] */
+    kiln_mat shexp_gate, shexp_up, shexp_down; /* shared expert (n_ff_shexp) */
+    kiln_mat shexp_router;                     /* [1, n_embd] sigmoid gate of the shared expert */
+    /* gated delta net */
+    kiln_mat ssm_in_qkvz;     /* [2*key_dim + 2*value_dim, n_embd], grouped per key head */
+    kiln_mat ssm_in_ba;       /* [2*n_v_heads, n_embd], grouped per key head */
+    kiln_mat ssm_out;         /* [n_embd, value_dim] */
+    const float *ssm_conv;    /* [conv_dim, conv_kernel] depthwise causal conv weights */
+    const float *ssm_a_log;   /* [n_v_heads] */
+    const float *ssm_dt_bias; /* [n_v_heads] */
+    const float *ssm_norm;    /* [v_head_dim] gated RMSNorm weight */
+    const float *inv_freq;    /* the RoPE table this layer uses ([rope_dim/2]) */
+    int64_t state_off;        /* offset of this layer's recurrent state in a sequence state */
 } kiln_layer_weights;
 
 typedef struct kiln_model {
     kiln_model_config cfg;
     char *path;
-    kiln_mat tok_embd;        /* [n_vocab, n_embd] */
-    const float *output_norm; /* [n_embd] */
-    kiln_mat output;          /* [n_vocab, n_embd]; tok_embd when tied */
+    kiln_mat tok_embd;                        /* [n_vocab, n_embd] */
+    kiln_mat pos_embd;                        /* [n_ctx_train, n_embd] learned positions (GPT-2) */
+    const float *output_norm, *output_norm_b; /* [n_embd] */
+    kiln_mat output;                          /* [n_vocab, n_embd]; tok_embd when tied */
     kiln_layer_weights *layers;
-    float *inv_freq; /* [head_dim/2] RoPE inverse frequencies, scaling applied */
+    float *inv_freq;           /* [rope_dim/2] RoPE inverse frequencies, scaling applied */
+    float *inv_freq_local;     /* [rope_dim/2] for layers with rope_local (Gemma 3) */
+    int64_t state_floats;      /* per-sequence recurrent state size (0: none) */
     kiln_tokenizer *tokenizer; /* may be NULL (HF dirs without tokenizer) */
     /* sources, owned */
     void *gguf, *llama2c, *safetensors;
@@ -72,7 +102,16 @@ typedef struct kiln_kv_seq {
     int32_t n_ctx;
     kiln_kv_pool *pool;
     kiln_block_table table;
+    float *rec_state; /* kiln_model_seq_state_floats(m) floats, or NULL */
 } kiln_kv_seq;
+
+/**
+ * Floats of per-sequence recurrent state the model needs (kiln_batch_seq.rec_state): for
+ * every gated-delta-net layer, the conv window (conv_dim x (conv_kernel - 1)) and the delta
+ * rule state (n_v_heads x k_head_dim x v_head_dim), plus a small header. 0 for models
+ * without recurrent layers.
+ */
+int64_t kiln_model_seq_state_floats(const kiln_model *m);
 
 /**
  * Allocate a cache for n_ctx positions stored as dtype (F32, or F16: half the memory; the

@@ -2,8 +2,11 @@
 #ifndef KILN_MODEL_TEST_UTIL_H
 #define KILN_MODEL_TEST_UTIL_H
 
+#include <jansson.h>
 #include <math.h>
 #include <stdint.h>
+#include <stdlib.h>
+#include <unistd.h>
 
 #include "format/safetensors.h"
 #include "model/model.h"
@@ -44,6 +47,43 @@ static inline float max_abs_diff(const float *a, const float *b, size_t n) {
         if (!(d <= m)) m = d; /* NaN propagates as a failure */
     }
     return m;
+}
+
+/* A copy of the Hugging Face directory src_dir in a fresh temp dir: config.json rewritten with
+ * `edit` applied to its JSON object (edit may be NULL), the other files symlinked. Returns
+ * the malloc'd directory path; remove it with variant_dir_remove. */
+static inline char *variant_dir(const char *src_dir, void (*edit)(json_t *cfg, const void *arg),
+                                const void *arg) {
+    char tmpl[] = "/tmp/kiln-variant-XXXXXX";
+    char *dir = mkdtemp(tmpl);
+    REQUIRE(dir);
+    char src[4096], dst[4096];
+    snprintf(src, sizeof src, "%s/config.json", src_dir);
+    json_error_t jerr;
+    json_t *root = json_load_file(src, 0, &jerr);
+    REQUIRE(root);
+    if (edit) edit(root, arg);
+    snprintf(dst, sizeof dst, "%s/config.json", dir);
+    REQUIRE(json_dump_file(root, dst, JSON_INDENT(2)) == 0);
+    json_decref(root);
+    const char *links[] = {"model.safetensors", "generation_config.json"};
+    for (size_t i = 0; i < sizeof links / sizeof links[0]; i++) {
+        snprintf(src, sizeof src, "%s/%s", src_dir, links[i]);
+        snprintf(dst, sizeof dst, "%s/%s", dir, links[i]);
+        if (access(src, R_OK) == 0) REQUIRE(symlink(src, dst) == 0);
+    }
+    return strdup(dir);
+}
+
+static inline void variant_dir_remove(char *dir) {
+    const char *files[] = {"config.json", "model.safetensors", "generation_config.json"};
+    char p[4096];
+    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
+        snprintf(p, sizeof p, "%s/%s", dir, files[i]);
+        unlink(p);
+    }
+    rmdir(dir);
+    free(dir);
 }
 
 #endif

@@ -1,37 +1,48 @@
 /*
- * Acceptance 3: Hugging Face transformers parity for the llama and llama3 checkpoints in
- * ../shared/reference/hf/<arch>/ (reference.safetensors saved by transformers 5.17.0):
+ * Hugging Face transformers parity for every checkpoint in ../shared/reference/hf/<arch>/
+ * (reference.safetensors saved by transformers 5.17.0):
  *   - one forward over input_ids [48]: max |kiln - HF| <= 1e-4 over all [48, 512] logits;
  *   - greedy decoding with KV cache from prompt_ids [16] reproduces greedy_ids [24] exactly
  *     (no EOS stop, as HF generate was run).
+ * Usage: test_hf_logits [ARCH...]; without arguments every architecture below is checked.
+ * Prints one table row per architecture: max abs difference and greedy match.
+ *
+ * gemma2: transformers 5 runs Gemma 2 with SDPA attention by default, and its SDPA path
+ * ignores attn_logit_softcapping (only the eager path applies it, as the Gemma 2 paper and
+ * llama.cpp do). kiln always applies the configured softcap, so the reference is compared
+ * against the same checkpoint with attn_logit_softcapping set to null (what the reference
+ * computed); the difference under the full config is printed as well (it stays within
+ * 1e-3 on these small scores) and greedy decoding must still match there.
  */
 #include "engine/sampler.h"
 #include "model_test_util.h"
 
-static void check_arch(const char *arch) {
-    char dir[256], refp[256];
-    snprintf(dir, sizeof dir, "reference/hf/%s", arch);
-    snprintf(refp, sizeof refp, "reference/hf/%s/reference.safetensors", arch);
-    const char *mdir = kiln_test_shared(dir), *rpath = kiln_test_shared(refp);
-    kiln_test_require_file(rpath);
+static const char *ALL[] = {"llama",  "llama3", "mistral", "qwen2",     "qwen3", "gemma2",
+                            "gemma3", "phi3",   "mixtral", "qwen3_moe", "gpt2",  "qwen3_next"};
+
+typedef struct parity {
+    float mad;         /* max abs logit difference over input_ids */
+    int32_t first_bad; /* first greedy index that differs, -1 when all match */
+    int32_t n_same, n_greedy;
+    kiln_arch arch;
+} parity;
+
+/* Load mdir and compare with the reference file; false when the model fails to load. */
+static bool compare(const char *mdir, const kiln_safetensors *ref, parity *out) {
     kiln_error err = {0};
-    kiln_safetensors *ref = NULL;
     kiln_model *m = NULL;
-    REQUIRE(kiln_safetensors_open(rpath, &ref, &err) == KILN_OK);
     kiln_model_load_params lp = {0};
     if (kiln_model_open(mdir, &lp, &m, &err) != KILN_OK) {
-        fprintf(stderr, "%s: %s\n", arch, err.message);
-        kiln_test_failures++;
-        kiln_safetensors_close(ref);
-        return;
+        fprintf(stderr, "%s: %s\n", mdir, err.message);
+        return false;
     }
+    out->arch = m->cfg.arch;
     const kiln_st_tensor *ids = ref_tensor(ref, "input_ids", KILN_DTYPE_I32);
     const kiln_st_tensor *want = ref_tensor(ref, "logits", KILN_DTYPE_F32);
     const int32_t T = (int32_t)ids->shape[0], V = m->cfg.n_vocab;
     REQUIRE(want->shape[0] == T && want->shape[1] == V);
     float *got = forward_all(m, ids->data, T, KILN_DTYPE_F32);
-    float mad = max_abs_diff(got, want->data, (size_t)T * (size_t)V);
-    CHECKF(mad <= 1e-4f, "%s: max abs logit difference %g > 1e-4", arch, mad);
+    out->mad = max_abs_diff(got, want->data, (size_t)T * (size_t)V);
     free(got);
 
     const kiln_st_tensor *prompt = ref_tensor(ref, "prompt_ids", KILN_DTYPE_I32);
@@ -42,24 +53,79 @@ static void check_arch(const char *arch) {
     float *logits = malloc((size_t)V * sizeof *logits);
     REQUIRE(logits && kiln_kv_seq_create(m, np + ng, KILN_DTYPE_F32, &kv, &err) == KILN_OK);
     REQUIRE(kiln_model_forward(m, kv, NULL, prompt->data, np, 0, false, logits, &err) == KILN_OK);
-    int32_t first_bad = -1;
+    out->first_bad = -1;
+    out->n_same = 0;
+    out->n_greedy = ng;
     for (int32_t i = 0; i < ng; i++) {
         int32_t tok = kiln_argmax(logits, V);
-        if (tok != want_ids[i] && first_bad < 0) first_bad = i;
+        if (tok != want_ids[i] && out->first_bad < 0) out->first_bad = i;
+        if (tok == want_ids[i]) out->n_same++;
         tok = want_ids[i]; /* teacher-force so one miss does not cascade into many */
-        REQUIRE(kiln_model_forward(m, kv, NULL, &tok, 1, np + i, false, logits, &err) == KILN_OK);
+        if (i + 1 < ng)
+            REQUIRE(kiln_model_forward(m, kv, NULL, &tok, 1, np + i, false, logits, &err) ==
+                    KILN_OK);
     }
-    CHECKF(first_bad < 0, "%s: greedy id %d differs from transformers", arch, first_bad);
-    printf("%-8s logits max|diff| %.3g over [%d, %d]; greedy %d/%d ids %s\n", arch, mad, T, V, ng, ng,
-           first_bad < 0 ? "identical" : "DIFFER");
     free(logits);
     kiln_kv_seq_destroy(kv);
     kiln_model_close(m);
+    return true;
+}
+
+static void no_attn_softcap(json_t *cfg, const void *arg) {
+    (void)arg;
+    json_object_set_new(cfg, "attn_logit_softcapping", json_null());
+}
+
+static void check_arch(const char *arch) {
+    char dir[256], refp[256];
+    snprintf(dir, sizeof dir, "reference/hf/%s", arch);
+    snprintf(refp, sizeof refp, "reference/hf/%s/reference.safetensors", arch);
+    const char *mdir = kiln_test_shared(dir), *rpath = kiln_test_shared(refp);
+    if (access(rpath, R_OK) != 0) {
+        printf("| %-10s | (reference missing: skipped)                |\n", arch);
+        return;
+    }
+    kiln_error err = {0};
+    kiln_safetensors *ref = NULL;
+    REQUIRE(kiln_safetensors_open(rpath, &ref, &err) == KILN_OK);
+    parity p, full;
+    const bool sdpa_variant = !strcmp(arch, "gemma2");
+    bool ok = true;
+    if (sdpa_variant) {
+        char *vdir = variant_dir(mdir, no_attn_softcap, NULL);
+        ok = compare(vdir, ref, &p) && compare(mdir, ref, &full);
+        variant_dir_remove(vdir);
+    } else {
+        ok = compare(mdir, ref, &p);
+    }
+    if (!ok) {
+        printf("| %-10s | load failed  |           |              |\n", arch);
+        kiln_test_failures++;
+        kiln_safetensors_close(ref);
+        return;
+    }
+    CHECKF(p.mad <= 1e-4f, "%s: max abs logit difference %g > 1e-4", arch, p.mad);
+    CHECKF(p.first_bad < 0, "%s: greedy id %d differs from transformers", arch, p.first_bad);
+    printf("| %-10s | %-12s | %9.3g | %-3s (%d/%d) |\n", arch, kiln_arch_name(p.arch), p.mad,
+           p.first_bad < 0 ? "yes" : "NO", p.n_same, p.n_greedy);
+    if (sdpa_variant) {
+        CHECKF(full.mad <= 1e-3f, "%s (attention softcap on): max abs difference %g > 1e-3", arch,
+               full.mad);
+        CHECKF(full.first_bad < 0, "%s (attention softcap on): greedy id %d differs", arch,
+               full.first_bad);
+        printf("|   (softcap on; reference ran SDPA without it) | %9.3g | %-3s (%d/%d) |\n",
+               full.mad, full.first_bad < 0 ? "yes" : "NO", full.n_same, full.n_greedy);
+    }
     kiln_safetensors_close(ref);
 }
 
-int main(void) {
-    check_arch("llama");
-    check_arch("llama3");
+int main(int argc, char **argv) {
+    printf("| reference  | kiln arch    | max|diff| | greedy match |\n");
+    printf("|------------|--------------|-----------|--------------|\n");
+    if (argc > 1) {
+        for (int i = 1; i < argc; i++) check_arch(argv[i]);
+    } else {
+        for (size_t i = 0; i < sizeof ALL / sizeof ALL[0]; i++) check_arch(ALL[i]);
+    }
     return kiln_test_finish("test_hf_logits");
 }

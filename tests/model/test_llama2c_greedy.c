@@ -15,7 +15,8 @@ typedef struct model_files {
 } model_files;
 
 static const model_files MODELS[] = {
-    {"stories260K", "models/stories260K/stories260K.bin", "models/stories260K/stories260K-f32.gguf"},
+    {"stories260K", "models/stories260K/stories260K.bin",
+     "models/stories260K/stories260K-f32.gguf"},
     {"llama2xs", "models/llama2xs-260K/llama2xs.bin", "models/llama2xs-260K/llama2xs-f32.gguf"},
 };
 
@@ -43,7 +44,8 @@ static void run_case(const char *path, const char *prompt, json_t *want_prompt, 
     gp.sampler = kiln_sampler_defaults();
     gp.sampler.temperature = 0.0f;
     kiln_generate_result res;
-    REQUIRE(kiln_generate(m, NULL, ids.data, (int32_t)ids.n, &gp, NULL, NULL, &res, &err) == KILN_OK);
+    REQUIRE(kiln_generate(m, NULL, ids.data, (int32_t)ids.n, &gp, NULL, NULL, &res, &err) ==
+            KILN_OK);
     size_t mismatch = (size_t)-1;
     for (size_t i = 0; i < ng && i < res.tokens.n; i++)
         if (res.tokens.data[i] != json_integer_value(json_array_get(want_gen, i))) {
@@ -81,8 +83,10 @@ int main(void) {
         const char *ckpt = kiln_test_shared(mf->ckpt), *gguf = kiln_test_shared(mf->gguf);
         kiln_test_require_file(ckpt);
         kiln_test_require_file(gguf);
-        run_case(ckpt, prompt, json_object_get(c, "prompt_ids"), json_object_get(c, "generated_ids"));
-        run_case(gguf, prompt, json_object_get(c, "prompt_ids"), json_object_get(c, "generated_ids"));
+        run_case(ckpt, prompt, json_object_get(c, "prompt_ids"),
+                 json_object_get(c, "generated_ids"));
+        run_case(gguf, prompt, json_object_get(c, "prompt_ids"),
+                 json_object_get(c, "generated_ids"));
     }
     json_decref(root);
     return kiln_test_finish("test_llama2c_greedy");

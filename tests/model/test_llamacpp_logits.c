@@ -20,7 +20,8 @@ typedef struct golden_case {
 } golden_case;
 
 static const golden_case CASES[] = {
-    {"golden/llamacpp-stories260K-f32.safetensors", "models/stories260K/stories260K-f32.gguf", false},
+    {"golden/llamacpp-stories260K-f32.safetensors", "models/stories260K/stories260K-f32.gguf",
+     false},
     {"golden/llamacpp-llama2xs-f32.safetensors", "models/llama2xs-260K/llama2xs-f32.gguf", false},
     {"golden/llamacpp-llama2xs-Q8_0.safetensors", "models/llama2xs-260K/llama2xs-Q8_0.gguf", true},
     {"golden/llamacpp-llama2xs-Q4_0.safetensors", "models/llama2xs-260K/llama2xs-Q4_0.gguf", true},
@@ -39,7 +40,8 @@ static int32_t top2(const float *x, int32_t n, float *margin) {
 
 int main(void) {
     for (size_t c = 0; c < sizeof CASES / sizeof CASES[0]; c++) {
-        const char *gpath = kiln_test_shared(CASES[c].golden), *mpath = kiln_test_shared(CASES[c].model);
+        const char *gpath = kiln_test_shared(CASES[c].golden),
+                   *mpath = kiln_test_shared(CASES[c].model);
         kiln_test_require_file(gpath);
         kiln_test_require_file(mpath);
         kiln_error err = {0};

@@ -11,12 +11,41 @@ void kiln_rmsnorm(float *out, const float *x, const float *w, int64_t n, float e
     ss /= (float)n;
     ss += eps;
     ss = 1.0f / sqrtf(ss);
-    for (int64_t i = 0; i < n; i++) out[i] = w[i] * (ss * x[i]);
+    if (w) {
+        for (int64_t i = 0; i < n; i++) out[i] = w[i] * (ss * x[i]);
+    } else {
+        for (int64_t i = 0; i < n; i++) out[i] = ss * x[i];
+    }
 }
 
-void kiln_rope(float *x, int32_t n_heads, int32_t head_dim, int32_t pos, const float *inv_freq,
-               int adjacent_pairs) {
-    const int32_t half = head_dim / 2;
+void kiln_layernorm(float *out, const float *x, const float *w, const float *b, int64_t n,
+                    float eps) {
+    float mean = 0.0f;
+    for (int64_t i = 0; i < n; i++) mean += x[i];
+    mean /= (float)n;
+    float var = 0.0f;
+    for (int64_t i = 0; i < n; i++) {
+        float d = x[i] - mean;
+        var += d * d;
+    }
+    var /= (float)n;
+    const float rstd = 1.0f / sqrtf(var + eps);
+    for (int64_t i = 0; i < n; i++) {
+        float y = (x[i] - mean) * rstd * w[i];
+        out[i] = b ? y + b[i] : y;
+    }
+}
+
+void kiln_l2norm(float *x, int64_t n, float eps) {
+    float ss = 0.0f;
+    for (int64_t i = 0; i < n; i++) ss += x[i] * x[i];
+    const float inv = 1.0f / sqrtf(ss + eps);
+    for (int64_t i = 0; i < n; i++) x[i] *= inv;
+}
+
+void kiln_rope(float *x, int32_t n_heads, int32_t head_dim, int32_t rot_dim, int32_t pos,
+               const float *inv_freq, int adjacent_pairs) {
+    const int32_t half = rot_dim / 2;
     for (int32_t j = 0; j < half; j++) {
         float angle = (float)pos * inv_freq[j];
         float c = cosf(angle), s = sinf(angle);
@@ -29,6 +58,27 @@ void kiln_rope(float *x, int32_t n_heads, int32_t head_dim, int32_t pos, const f
             v[b] = v0 * s + v1 * c;
         }
     }
+}
+
+float kiln_act_value(float v, int act) {
+    switch (act) {
+    case KILN_OP_ACT_GELU_TANH: {
+        const float k = 0.7978845608028654f; /* sqrt(2 / pi) */
+        return 0.5f * v * (1.0f + tanhf(k * (v + 0.044715f * v * v * v)));
+    }
+    case KILN_OP_ACT_GELU_ERF:
+        return 0.5f * v * (1.0f + erff(v * 0.7071067811865476f));
+    default:
+        return v * (1.0f / (1.0f + expf(-v)));
+    }
+}
+
+void kiln_act_apply(float *x, int64_t n, int act) {
+    for (int64_t i = 0; i < n; i++) x[i] = kiln_act_value(x[i], act);
+}
+
+void kiln_glu(float *g, const float *u, int64_t n, int act) {
+    for (int64_t i = 0; i < n; i++) g[i] = kiln_act_value(g[i], act) * u[i];
 }
 
 void kiln_swiglu(float *g, const float *u, int64_t n) {
@@ -51,41 +101,48 @@ void kiln_softmax(float *x, int64_t n) {
     for (int64_t i = 0; i < n; i++) x[i] /= sum;
 }
 
+void kiln_softcap(float *x, int64_t n, float cap) {
+    for (int64_t i = 0; i < n; i++) x[i] = cap * tanhf(x[i] / cap);
+}
+
 void kiln_attention_paged(float *out, const float *q, const void *const *k_blocks,
                           const void *const *v_blocks, int32_t block_size, int64_t row_stride,
-                          int64_t head_off, int32_t n_keys, int32_t head_dim, float score_div,
-                          int kv_is_f16, float *scores, uint16_t *q16) {
+                          int64_t head_off, int32_t key_begin, int32_t n_keys, int32_t head_dim,
+                          float score_div, float softcap, int kv_is_f16, float *scores,
+                          uint16_t *q16) {
+    const int32_t n = n_keys - key_begin;
     if (kv_is_f16) {
         for (int32_t d = 0; d < head_dim; d++) q16[d] = kiln_fp32_to_fp16(q[d]);
-        for (int32_t t = 0; t < n_keys; t++) {
+        for (int32_t t = key_begin; t < n_keys; t++) {
             const uint16_t *kt = (const uint16_t *)k_blocks[t / block_size] + head_off +
                                  (int64_t)(t % block_size) * row_stride;
             float s = 0.0f;
             for (int32_t d = 0; d < head_dim; d++)
                 s += kiln_fp16_to_fp32(q16[d]) * kiln_fp16_to_fp32(kt[d]);
-            scores[t] = s / score_div;
+            scores[t - key_begin] = s / score_div;
         }
     } else {
-        for (int32_t t = 0; t < n_keys; t++) {
+        for (int32_t t = key_begin; t < n_keys; t++) {
             const float *kt = (const float *)k_blocks[t / block_size] + head_off +
                               (int64_t)(t % block_size) * row_stride;
             float s = 0.0f;
             for (int32_t d = 0; d < head_dim; d++) s += q[d] * kt[d];
-            scores[t] = s / score_div;
+            scores[t - key_begin] = s / score_div;
         }
     }
-    kiln_softmax(scores, n_keys);
+    if (softcap > 0.0f) kiln_softcap(scores, n, softcap);
+    kiln_softmax(scores, n);
     memset(out, 0, (size_t)head_dim * sizeof *out);
-    for (int32_t t = 0; t < n_keys; t++) {
+    for (int32_t t = key_begin; t < n_keys; t++) {
         if (kv_is_f16) {
             const uint16_t *vt = (const uint16_t *)v_blocks[t / block_size] + head_off +
                                  (int64_t)(t % block_size) * row_stride;
-            float a = kiln_fp16_to_fp32(kiln_fp32_to_fp16(scores[t]));
+            float a = kiln_fp16_to_fp32(kiln_fp32_to_fp16(scores[t - key_begin]));
             for (int32_t d = 0; d < head_dim; d++) out[d] += a * kiln_fp16_to_fp32(vt[d]);
         } else {
             const float *vt = (const float *)v_blocks[t / block_size] + head_off +
                               (int64_t)(t % block_size) * row_stride;
-            float a = scores[t];
+            float a = scores[t - key_begin];
             for (int32_t d = 0; d < head_dim; d++) out[d] += a * vt[d];
         }
     }

@@ -1,7 +1,8 @@
 /*
- * ops.h - row-wise CPU operations of the transformer block: RMSNorm, RoPE, SwiGLU, softmax
- * and causal attention. Every function reduces in a fixed order that depends only on its own
- * row, so results are independent of batch composition (DESIGN.md principle 3).
+ * ops.h - row-wise CPU operations of the transformer block: RMSNorm, LayerNorm, RoPE, gated
+ * and plain activations, softmax, softcapping and attention over paged KV. Every function
+ * reduces in a fixed order that depends only on its own row, so results are independent of
+ * batch composition (DESIGN.md principle 3).
  */
 #ifndef KILN_BACKEND_CPU_OPS_H
 #define KILN_BACKEND_CPU_OPS_H
@@ -11,19 +12,49 @@
 /**
  * RMSNorm of one row: out[i] = w[i] * (x[i] / sqrt(mean(x^2) + eps)).
  * Source: Zhang & Sennrich 2019; order of operations as llama2.c run.c rmsnorm (sum of
- * squares in f32, then 1/sqrtf). out may alias x. n >= 1.
+ * squares in f32, then 1/sqrtf). out may alias x. n >= 1. w == NULL means w = 1.
+ * (Gemma's (1 + w) form is obtained by passing 1 + w, computed once at load time.)
  */
 void kiln_rmsnorm(float *out, const float *x, const float *w, int64_t n, float eps);
 
 /**
- * Rotate one token's heads in place: x holds n_heads vectors of head_dim floats.
- * For pair j (j < head_dim/2) the angle is pos * inv_freq[j].
+ * LayerNorm of one row (Ba et al. 2016; torch.nn.LayerNorm with biased variance):
+ * out[i] = (x[i] - mean) / sqrt(var + eps) * w[i] + b[i], mean and var computed in two
+ * passes left to right. out may alias x. n >= 1. b may be NULL (no bias).
+ */
+void kiln_layernorm(float *out, const float *x, const float *w, const float *b, int64_t n,
+                    float eps);
+
+/** L2 normalisation in place: x[i] *= 1 / sqrt(sum(x^2) + eps) (the flash-linear-attention
+ *  l2norm that transformers' Qwen3-Next applies to q and k). */
+void kiln_l2norm(float *x, int64_t n, float eps);
+
+/**
+ * Rotate one token's heads in place: x holds n_heads vectors of head_dim floats, of which the
+ * first rot_dim (even, <= head_dim) are rotated and the rest pass through (partial rotary,
+ * as transformers' apply_rotary_pos_emb with rotary_dim = cos.shape[-1]).
+ * For pair j (j < rot_dim/2) the angle is pos * inv_freq[j].
  * adjacent_pairs != 0 rotates (x[2j], x[2j+1]) (llama2.c run.c, llama.cpp ROPE_TYPE_NORM);
- * otherwise (x[j], x[j + head_dim/2]) (transformers rotate_half). Source: Su et al. 2021,
+ * otherwise (x[j], x[j + rot_dim/2]) (transformers rotate_half). Source: Su et al. 2021,
  * "RoFormer: Enhanced Transformer with Rotary Position Embedding".
  */
-void kiln_rope(float *x, int32_t n_heads, int32_t head_dim, int32_t pos, const float *inv_freq,
-               int adjacent_pairs);
+void kiln_rope(float *x, int32_t n_heads, int32_t head_dim, int32_t rot_dim, int32_t pos,
+               const float *inv_freq, int adjacent_pairs);
+
+/** Activation kinds for kiln_act_apply / kiln_glu (values of kiln_act in model/config.h). */
+enum { KILN_OP_ACT_SILU = 0, KILN_OP_ACT_GELU_TANH = 1, KILN_OP_ACT_GELU_ERF = 2 };
+
+/** One activation value: silu(v) = v / (1 + exp(-v)); gelu_tanh(v) = 0.5 v (1 + tanh(
+ *  sqrt(2/pi) (v + 0.044715 v^3))) (Hendrycks & Gimpel 2016, torch gelu approximate="tanh");
+ *  gelu_erf(v) = 0.5 v (1 + erf(v / sqrt(2))). */
+float kiln_act_value(float v, int act);
+
+/** x[i] = act(x[i]) for i < n. */
+void kiln_act_apply(float *x, int64_t n, int act);
+
+/** Gated linear unit in place: g[i] = act(g[i]) * u[i] (Shazeer 2020, "GLU Variants Improve
+ *  Transformer": SwiGLU with silu, GeGLU with gelu). */
+void kiln_glu(float *g, const float *u, int64_t n, int act);
 
 /** SwiGLU in place: g[i] = silu(g[i]) * u[i], silu(v) = v / (1 + exp(-v)) (Shazeer 2020). */
 void kiln_swiglu(float *g, const float *u, int64_t n);
@@ -31,23 +62,31 @@ void kiln_swiglu(float *g, const float *u, int64_t n);
 /** Softmax in place over n >= 1 values, max-subtracted, summed left to right. */
 void kiln_softmax(float *x, int64_t n);
 
+/** Soft capping in place (Gemma 2): x[i] = cap * tanh(x[i] / cap); cap > 0. */
+void kiln_softcap(float *x, int64_t n, float cap);
+
 /**
- * Attention of one query head over n_keys cached positions stored in blocks (paged KV,
- * Kwon et al. 2023): key t lives in block t / block_size at row t % block_size, and its
- * elements start at (elem *)k_blocks[t / block_size] + head_off + (t % block_size) * row_stride
- * (likewise v). Causal masking is the caller's choice of n_keys.
- *   out[d] = sum_t softmax_t(q . k_t / score_div) * v_t[d]
+ * Attention of one query head over the cached positions [key_begin, n_keys) stored in blocks
+ * (paged KV, Kwon et al. 2023): key t lives in block t / block_size at row t % block_size,
+ * and its elements start at (elem *)k_blocks[t / block_size] + head_off +
+ * (t % block_size) * row_stride (likewise v). Causal masking and sliding windows are the
+ * caller's choice of key_begin and n_keys (a window W at position p: key_begin =
+ * max(0, p - W + 1), n_keys = p + 1). Only the blocks holding [key_begin, n_keys) are read.
+ *   s_t = q . k_t / score_div;   if softcap > 0: s_t = softcap * tanh(s_t / softcap)
+ *   out[d] = sum_t softmax_t(s) * v_t[d]
  * score_div is usually sqrtf(head_dim); dividing, as llama2.c run.c does. Reduction is
  * sequential over t and d, so the result does not depend on how keys are split into blocks.
  * kv_type KILN_DTYPE_F32: f32 rows. KILN_DTYPE_F16: half rows, computed as an f16 matmul
  * pipeline does: q is rounded to f16 before q . k and the softmax probabilities are rounded
  * to f16 before they weight v, with f32 accumulation (llama.cpp's CPU path with its f16 KV
  * cache computes this; FlashAttention-2 likewise casts P to half before P.V).
- * scores: scratch of n_keys floats; q16: scratch of head_dim halves (F16 only).
+ * scores: scratch of n_keys - key_begin floats; q16: scratch of head_dim halves (F16 only).
+ * Requires 0 <= key_begin < n_keys.
  */
 void kiln_attention_paged(float *out, const float *q, const void *const *k_blocks,
                           const void *const *v_blocks, int32_t block_size, int64_t row_stride,
-                          int64_t head_off, int32_t n_keys, int32_t head_dim, float score_div,
-                          int kv_is_f16, float *scores, uint16_t *q16);
+                          int64_t head_off, int32_t key_begin, int32_t n_keys, int32_t head_dim,
+                          float score_div, float softcap, int kv_is_f16, float *scores,
+                          uint16_t *q16);
 
 #endif
