@@ -138,7 +138,11 @@ kiln_status kiln_model_forward(const kiln_model *m, kiln_kv_seq *kv, kiln_thread
 /**
  * One forward over a flat batch (DESIGN.md principle 1): every sequence's new tokens are
  * embedded, their K/V rows written into the sequence's paged KV blocks at positions
- * n_past .. n_past+n_new-1, and each token attends causally over positions [0, its own].
+ * n_past .. n_past+n_new-1, and each token at position p attends causally over positions
+ * [0, p], or (p - W, p] in a layer with sliding window W (only those blocks are read; the
+ * table must still cover every position). Linear-attention layers (gated delta net) read
+ * and advance the sequence's rec_state instead of the KV pool (their pool slots stay
+ * unused).
  * Logits are computed only for the rows listed in batch->out, into logits[n_out, n_vocab].
  *
  * Batch invariance (principle 3): a token's logits depend only on its sequence's tokens
@@ -148,7 +152,9 @@ kiln_status kiln_model_forward(const kiln_model *m, kiln_kv_seq *kv, kiln_thread
  * Preconditions checked (KILN_ERR_INVALID_ARGUMENT, naming the sequence/token): token ids in
  * [0, n_vocab); seqs partition [0, n_tokens) in order; each block table covers
  * n_past + n_new positions of the pool; the pool's n_layer and kv_dim match the model; out
- * indices ascending and in range. Errors also: KILN_ERR_OUT_OF_MEMORY. On error the KV
+ * indices ascending and in range; positions below the model's learned-position limit
+ * (GPT-2); for models with recurrent layers, a rec_state per sequence holding exactly n_past
+ * positions (or n_past == 0). Errors also: KILN_ERR_OUT_OF_MEMORY. On error the KV
  * blocks of this step's positions may have been partly written; callers roll those
  * sequences back (their n_past is unchanged).
  */
