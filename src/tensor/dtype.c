@@ -29,6 +29,7 @@
  */
 #include "tensor/dtype.h"
 
+#include <float.h>
 #include <math.h>
 #include <string.h>
 
@@ -174,6 +175,31 @@ static void q8_0_from_float(const float *src, void *dst, int64_t n) {
             q = fminf(127.0f, fmaxf(-127.0f, q));
             b[i].qs[j] = (int8_t)q;
         }
+    }
+}
+
+/* Activation quantizer with ggml's quantize_row_q8_0_ref semantics (see dtype.h). */
+void kiln_quantize_q8_0_act(const float *x, kiln_block_q8_0 *y, int64_t n) {
+    for (int64_t i = 0; i < n / 32; i++, x += 32) {
+        float amax = 0.0f;
+        bool finite = true;
+        for (int j = 0; j < 32; j++) {
+            float a = fabsf(x[j]);
+            if (!(a <= FLT_MAX))
+                finite = false;
+            else if (a > amax)
+                amax = a;
+        }
+        memset(y[i].qs, 0, sizeof y[i].qs);
+        if (!finite) {
+            y[i].d = 0x7E00u;
+            continue;
+        }
+        float d = amax / 127.0f;
+        y[i].d = kiln_fp32_to_fp16(d);
+        if (!(d >= FLT_MIN)) continue; /* fp16(d) == 0 here */
+        float id = 1.0f / d;
+        for (int j = 0; j < 32; j++) y[i].qs[j] = (int8_t)roundf(x[j] * id);
     }
 }
 

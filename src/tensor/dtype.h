@@ -98,6 +98,23 @@ _Static_assert(sizeof(kiln_block_q4_k) == 144, "q4_K block size");
 _Static_assert(sizeof(kiln_block_q6_k) == 210, "q6_K block size");
 
 /**
+ * Q8_0 quantization of activations with the semantics of ggml's quantize_row_q8_0_ref (the
+ * activation quantizer llama.cpp applies before Q8_0 and Q4_0 weight dot products; read for
+ * semantics, this is an independent implementation). n % 32 == 0; x: n floats; y: n / 32
+ * blocks (2-byte aligned). Per block of 32:
+ *   amax = max |x_j|;  d = amax / 127 (f32 division);  id = d != 0 ? 1 / d : 0;
+ *   y.d = fp16(d) (round to nearest even);  y.qs[j] = (int8) roundf(x_j * id)
+ * (roundf: halfway cases away from zero; id is the f32 d, not the fp16 one, so the stored
+ * scale and the quants can disagree by the fp16 rounding of d, as in ggml). |qs| <= 127.
+ * Inputs ggml leaves undefined are defined here: a block holding an Inf or NaN gets
+ * d = fp16 NaN (0x7E00) and qs = 0 (so dot products with it are NaN); a block whose d is
+ * below FLT_MIN (amax < 127 * FLT_MIN, where 1 / d would overflow) gets d = fp16(d) = 0
+ * and qs = 0 (its dot contribution is 0 either way). amax / 127 above 65504 stores an
+ * fp16 Inf, as ggml does.
+ */
+void kiln_quantize_q8_0_act(const float *x, kiln_block_q8_0 *y, int64_t n);
+
+/**
  * Sub-block j (0..7) scale and min of a Q4_K super-block from its 12 packed bytes s, as
  * GGML's get_scale_min_k4: j < 4: sc = s[j] & 63, m = s[j+4] & 63; j >= 4: sc = (s[j+4] & 15)
  * | (s[j-4] >> 6) << 4, m = (s[j+4] >> 4) | (s[j] >> 6) << 4.
