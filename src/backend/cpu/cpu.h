@@ -18,8 +18,8 @@
 typedef enum kiln_simd {
     KILN_SIMD_SCALAR = 0,
     KILN_SIMD_AVX2 = 1,   /* AVX2 + FMA + F16C */
-    KILN_SIMD_AVX512 = 2, /* AVX-512 F/BW/VL/DQ (+ AVX2/FMA/F16C); VNNI and BF16 are detected
-                           but unused while activations stay f32 */
+    KILN_SIMD_AVX512 = 2, /* AVX-512 F/BW/VL/DQ (+ AVX2/FMA/F16C); the q8-activation kernels
+                           use VNNI (vpdpbusd) when cpuid reports it, else AVX-512BW */
 } kiln_simd;
 
 typedef struct kiln_cpu_features {
@@ -44,6 +44,12 @@ kiln_simd kiln_simd_active(void);
 const char *kiln_simd_name(kiln_simd s);
 
 /**
+ * True when the AVX-512 q8 kernels use VNNI: cpuid reports AVX512_VNNI and env KILN_VNNI is
+ * not "0" (read once; KILN_VNNI=0 selects the AVX-512BW kernels, for benchmarks).
+ */
+bool kiln_cpu_use_vnni(void);
+
+/**
  * Dot product of one weight row of dtype t (n elements, n % block_size == 0) with f32 x.
  * Returns sum_i dequant(w)[i] * x[i] with a fixed per-path reduction order:
  *   scalar: left to right in f32; block types sum q*x per block (per sub-block for the K
@@ -57,6 +63,76 @@ typedef float (*kiln_vec_dot_fn)(int64_t n, const void *w, const float *x);
 
 /** The kernel for (t, path), or NULL when t has no kernel or the path is unsupported here. */
 kiln_vec_dot_fn kiln_cpu_vec_dot(kiln_dtype t, kiln_simd path);
+
+/*
+ * ---------------------------------------------------------------- q8 activations
+ *
+ * For Q8_0 and Q4_0 weights llama.cpp does not dot the weights with f32 activations: it
+ * quantizes each activation row to Q8_0 blocks (kiln_quantize_q8_0_act, ggml's
+ * quantize_row_q8_0_ref semantics) and computes, per weight row,
+ *     sum over blocks b of (fp32(d_w[b]) * fp32(d_x[b])) * isum[b],
+ *     isum[b] = sum_j q_w[b][j] * q_x[b][j]   (exact integer; Q4_0: q_w = nibble - 8).
+ * kiln's q8 kernels compute exactly that, with one fixed float order for every path:
+ * D_b = d_w * d_x (exact in f32: two fp16 values), 16 accumulators a[0..15] = +0,
+ * a[b % 16] = fma(D_b, (float)isum[b], a[b % 16]) for b = 0, 1, ... (correctly rounded; isum
+ * is exact in f32), then s8[j] = a[j] + a[j+8], s4[j] = s8[j] + s8[j+4],
+ * s2[j] = s4[j] + s4[j+2], result = s2[0] + s2[1]. Integer sums are exact, so the scalar,
+ * AVX2, AVX-512 VNNI and AVX-512BW kernels return bit-identical results (NaN for NaN).
+ *
+ * Quantized activation rows live in a scratch format whose block order depends on the path
+ * (a "layout"): one row of n elements (n % 32 == 0, nb = n / 32 blocks, nbp = nb rounded up
+ * to a multiple of 16) takes kiln_cpu_q8_row_size(n) = 40 * nbp bytes:
+ *   bytes [0, 32 nbp): the int8 quants. Scalar and AVX2 ("plain"): block b's 32 quants at
+ *     32 b. AVX-512 ("t16", transposed for vpdpbusd): 16-block group g at 512 g; within it,
+ *     element e of block g*16 + l at 64 (e / 4) + 4 l + e % 4.
+ *   then nbp f32 scales d_x (the fp16 d converted to f32), then nbp int32 sums of the block's
+ *   quants (used by the Q4_0 and VNNI kernels). Padding blocks are all zero.
+ * Rows are 64-byte aligned when the buffer is (40 * nbp is a multiple of 64).
+ */
+
+/** True when weight dtype t has q8-activation kernels (Q8_0 and Q4_0). */
+bool kiln_cpu_q8_supported(kiln_dtype t);
+
+/** Bytes of one quantized activation row of n elements (any path); 0 if n % 32 != 0 or
+ * n < 0 or the size overflows. */
+size_t kiln_cpu_q8_row_size(int64_t n);
+
+/**
+ * Quantize n_rows rows of n floats (x row stride n) into dst (row stride
+ * kiln_cpu_q8_row_size(n), 64-byte aligned) in path's layout; every block as
+ * kiln_quantize_q8_0_act. Each row independently; all paths give the same blocks. An
+ * unsupported path falls back to the scalar code for that path's layout. n % 32 == 0.
+ */
+void kiln_cpu_q8_quantize(kiln_simd path, int64_t n, int64_t n_rows, const float *x, void *dst);
+
+/** Block b (< n / 32) of a quantized row in path's layout, as a GGML Q8_0 block (tests). */
+void kiln_cpu_q8_get_block(kiln_simd path, int64_t n, const void *row, int64_t b,
+                           kiln_block_q8_0 *out);
+
+/**
+ * q8 dot product: one weight row of dtype t (n elements) with one quantized activation row
+ * xq in the path's layout (from kiln_cpu_q8_quantize with the same path). Order above.
+ */
+typedef float (*kiln_vec_dot_q8_fn)(int64_t n, const void *w, const void *xq);
+
+/** The q8 kernel for (t, path): NULL when t has none or the path is unsupported here. The
+ * AVX-512 kernel uses VNNI when kiln_cpu_use_vnni(). */
+kiln_vec_dot_q8_fn kiln_cpu_vec_dot_q8(kiln_dtype t, kiln_simd path);
+
+/** How kiln_cpu_matmul_ex treats the activations. */
+typedef enum kiln_act_mode {
+    /* KILN_ACT_Q8, unless env KILN_Q8_ACT=0 (read once) makes it KILN_ACT_F32 */
+    KILN_ACT_AUTO = 0,
+    /* f32 activations against exactly dequantized weights: more accurate (no activation
+     * rounding), slower for Q8_0/Q4_0 */
+    KILN_ACT_F32 = 1,
+    /* Q8_0/Q4_0 weights: activations quantized to Q8_0 as llama.cpp does (its logits are
+     * reproduced to float rounding); other dtypes: f32 activations */
+    KILN_ACT_Q8 = 2,
+} kiln_act_mode;
+
+/** The mode KILN_ACT_AUTO resolves to (KILN_ACT_Q8 or KILN_ACT_F32). */
+kiln_act_mode kiln_cpu_act_default(void);
 
 /**
  * y[t * n_out + o] = dot(row o of W, x[t * n_in .. + n_in]) for t < n_tok, o < n_out.
@@ -81,5 +157,19 @@ void kiln_cpu_matmul(kiln_threadpool *tp, const void *w, kiln_dtype wt, int64_t 
  */
 void kiln_cpu_matmul_path(kiln_threadpool *tp, kiln_simd path, const void *w, kiln_dtype wt,
                           int64_t n_out, int64_t n_in, const float *x, int64_t n_tok, float *y);
+
+/**
+ * As kiln_cpu_matmul_path with an explicit activation mode (kiln_cpu_matmul and
+ * kiln_cpu_matmul_path use KILN_ACT_AUTO). In q8 mode with Q8_0/Q4_0 weights, the caller's
+ * thread (or the pool, for large batches) quantizes every activation row once into scratch
+ * memory (a 16 KiB stack buffer, else one heap buffer per call; if that allocation fails,
+ * the tokens go through the stack buffer in chunks, and only when one quantized row does not
+ * fit there (n_in > ~13000) is y filled with NaN), then each y[t, o] is the q8 dot product of
+ * row o with token t's quantized row: bit-identical whatever n_tok, the thread count, the
+ * tiling or the path (scalar, AVX2, AVX-512 VNNI or BW all agree), see above.
+ */
+void kiln_cpu_matmul_ex(kiln_threadpool *tp, kiln_simd path, kiln_act_mode act, const void *w,
+                        kiln_dtype wt, int64_t n_out, int64_t n_in, const float *x, int64_t n_tok,
+                        float *y);
 
 #endif

@@ -59,6 +59,7 @@ static void detect(kiln_cpu_features *f) {
 
 static kiln_cpu_features g_features;
 static kiln_simd g_active;
+static bool g_vnni;
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 
 static bool supported(const kiln_cpu_features *f, kiln_simd s) {
@@ -80,6 +81,8 @@ static void init_once(void) {
     if (supported(&g_features, KILN_SIMD_AVX2)) best = KILN_SIMD_AVX2;
     if (supported(&g_features, KILN_SIMD_AVX512)) best = KILN_SIMD_AVX512;
     g_active = best;
+    const char *vn = getenv("KILN_VNNI");
+    g_vnni = g_features.avx512vnni && !(vn && strcmp(vn, "0") == 0);
     const char *env = getenv("KILN_SIMD");
     if (env && *env) {
         /* a named path is used if this CPU has it; otherwise the best path below it */
@@ -106,6 +109,11 @@ bool kiln_simd_supported(kiln_simd s) {
 kiln_simd kiln_simd_active(void) {
     pthread_once(&g_once, init_once);
     return g_active;
+}
+
+bool kiln_cpu_use_vnni(void) {
+    pthread_once(&g_once, init_once);
+    return g_vnni;
 }
 
 const char *kiln_simd_name(kiln_simd s) {

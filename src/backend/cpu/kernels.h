@@ -11,6 +11,7 @@
 #ifndef KILN_BACKEND_CPU_KERNELS_H
 #define KILN_BACKEND_CPU_KERNELS_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -36,5 +37,42 @@ const kiln_cpu_kernel *kiln_cpu_kernel_avx512(kiln_dtype t);
 
 /* The kernel for (t, path) when the path is supported by this CPU, else NULL. */
 const kiln_cpu_kernel *kiln_cpu_kernel_get(kiln_dtype t, kiln_simd path);
+
+/* ---------------------------------------------------------------- q8 activations */
+
+/* Byte offsets inside one quantized activation row (layout in cpu.h). */
+static inline int64_t kiln_q8_nbp(int64_t n) {
+    return ((n / 32 + 15) / 16) * 16;
+}
+#define KILN_Q8_D_OFF(nbp)   ((size_t)(nbp)*32)
+#define KILN_Q8_SUM_OFF(nbp) ((size_t)(nbp)*36)
+
+/*
+ * out[k * ntok + r] = q8 dot of weight row k (w + k * row_stride) with quantized activation
+ * row r (xq + r * xq_stride) for k < nrows (1..max_rows), r < ntok (1..max_tok); each bit
+ * identical to the one-token dot (cpu.h fixes the order).
+ */
+typedef void (*kiln_q8_tile_fn)(int64_t n, const void *w, size_t row_stride, int nrows,
+                                const uint8_t *xq, size_t xq_stride, int ntok, float *out);
+
+typedef struct kiln_cpu_q8_kernel {
+    kiln_vec_dot_q8_fn dot;
+    kiln_q8_tile_fn tile; /* NULL: one dot per (row, token) */
+    int max_rows, max_tok;
+} kiln_cpu_q8_kernel;
+
+/* Per path: q8 kernel of weight dtype t (NULL if none) and the row quantizer of the path's
+ * layout (n % 32 == 0, one row). avx512: vnni selects vpdpbusd or the AVX-512BW kernels. */
+const kiln_cpu_q8_kernel *kiln_cpu_q8_kernel_scalar(kiln_dtype t);
+const kiln_cpu_q8_kernel *kiln_cpu_q8_kernel_avx2(kiln_dtype t);
+const kiln_cpu_q8_kernel *kiln_cpu_q8_kernel_avx512(kiln_dtype t, bool vnni);
+void kiln_cpu_q8_quantize_row_avx2(int64_t n, const float *x, uint8_t *dst);
+void kiln_cpu_q8_quantize_row_avx512(int64_t n, const float *x, uint8_t *dst);
+
+/* Reference row quantizer into either layout (t16 = the AVX-512 transposed one). */
+void kiln_cpu_q8_quantize_row_ref(int64_t n, const float *x, uint8_t *dst, bool t16);
+
+/* The q8 kernel for (t, path) when supported here (AVX-512: VNNI per kiln_cpu_use_vnni). */
+const kiln_cpu_q8_kernel *kiln_cpu_q8_kernel_get(kiln_dtype t, kiln_simd path);
 
 #endif
