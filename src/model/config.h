@@ -158,12 +158,23 @@ bool kiln_config_has_sliding(const kiln_model_config *cfg);
 bool kiln_config_has_moe(const kiln_model_config *cfg);
 
 /**
- * Read a config from GGUF metadata (general.architecture "llama"; keys
- * llama.embedding_length, .block_count, .attention.head_count(_kv), .feed_forward_length,
- * .attention.layer_norm_rms_epsilon, .rope.freq_base, .context_length,
- * .rope.dimension_count; n_vocab from llama.vocab_size or the token_embd tensor).
- * Errors: KILN_ERR_UNSUPPORTED (another architecture, named), KILN_ERR_FORMAT (missing or
- * inconsistent key, named).
+ * Read a config from GGUF metadata with llama.cpp's conventions (llama-arch.cpp keys
+ * "<arch>.*", llama-model.cpp hyper-parameter defaults). general.architecture: llama (with
+ * <arch>.expert_count: Mixtral-style MoE, top-k renormalised), qwen2 (q/k/v bias), qwen3
+ * (q/k norm), qwen3moe, gemma2, gemma3, phi3, gpt2. Keys: embedding_length, block_count,
+ * attention.head_count(_kv), feed_forward_length, attention.key_length/value_length,
+ * rope.dimension_count (partial rotary), context_length, attention.layer_norm_rms_epsilon
+ * (layer_norm_epsilon for gpt2), rope.freq_base, rope.scaling.type none|linear (+ factor),
+ * expert_count, expert_used_count, expert_feed_forward_length; Gemma: attention.sliding_window
+ * (default 4096), attention.sliding_window_pattern (2 / 6: layer l windowed when
+ * l % period < period - 1), rope.freq_base_swa (Gemma 3 default 10000), attn/final logit
+ * softcapping (Gemma 2 defaults 50 / 30); the Gemma attention scale is 1/sqrt(head_dim), or
+ * 1/sqrt(n_embd/n_head) for the 27B models, as llama.cpp. llama uses adjacent-pair RoPE (its
+ * Q/K rows were permuted at conversion); the others half-split (NEOX). Phi-3 runs without a
+ * sliding window, as llama.cpp. n_vocab from <arch>.vocab_size or the token_embd tensor.
+ * Errors: KILN_ERR_UNSUPPORTED (another architecture, a rope scaling type, per-layer arrays,
+ * long-rope factors, expert_weights_scale: named), KILN_ERR_FORMAT (missing or inconsistent
+ * key, named).
  */
 kiln_status kiln_config_from_gguf(const kiln_gguf *g, kiln_model_config *cfg, kiln_error *err);
 

@@ -122,6 +122,30 @@ static kiln_mat mat_rows(const kiln_mat *a, int64_t row0, int64_t n) {
     return v;
 }
 
+/* A 3-D tensor [n_expert][n_out][n_in] (GGML ne = {n_in, n_out, n_expert}) as n_expert
+ * matrix views. */
+static kiln_status get_experts(kiln_model *m, find_fn find, const char *name, int64_t n_expert,
+                               int64_t n_out, int64_t n_in, kiln_mat *out, kiln_error *err) {
+    src_tensor t;
+    if (!find(m, name, &t))
+        return kiln_error_set(err, KILN_ERR_FORMAT, "%s: tensor '%s' is missing", m->path, name);
+    if (t.n_dims != 3 || t.ne[0] != n_in || t.ne[1] != n_out || t.ne[2] != n_expert)
+        return kiln_error_set(err, KILN_ERR_FORMAT,
+                              "%s: tensor '%s' has ne [%lld, %lld, %lld], expected [%lld, %lld, "
+                              "%lld]",
+                              m->path, name, (long long)t.ne[0], (long long)t.ne[1],
+                              (long long)t.ne[2], (long long)n_in, (long long)n_out,
+                              (long long)n_expert);
+    const kiln_dtype_traits *tr = kiln_dtype_traits_of(t.dtype);
+    if (!tr || !tr->to_float || n_in % tr->block_size != 0)
+        return kiln_error_set(err, KILN_ERR_UNSUPPORTED, "%s: tensor '%s' has unsupported dtype %s",
+                              m->path, name, kiln_dtype_name(t.dtype));
+    const size_t per = (size_t)n_out * kiln_dtype_row_size(t.dtype, n_in);
+    for (int64_t e = 0; e < n_expert; e++)
+        out[e] = (kiln_mat){(const char *)t.data + (size_t)e * per, t.dtype, n_out, n_in, name};
+    return KILN_OK;
+}
+
 /* A tensor of n f32 values (any shape with that many elements and innermost size ne0, or
  * ne0 = 0 for a 1-D vector); converted to an owned f32 copy when stored in another dtype or
  * at an address not aligned for float. add_one: store 1 + w (norms with a unit offset). */
@@ -174,23 +198,56 @@ typedef struct name_scheme {
     const char *router, *exp_gate, *exp_up, *exp_down;
     const char *shexp_gate, *shexp_up, *shexp_down, *shexp_router;
     const char *ssm_in_qkvz, *ssm_in_ba, *ssm_out, *ssm_conv, *ssm_a_log, *ssm_dt_bias, *ssm_norm;
-    bool conv1d; /* 2-D weights stored [in, out] (GPT-2 Conv1D) */
+    bool conv1d;     /* 2-D weights stored [in, out] (GPT-2 Conv1D) */
+    bool exp_merged; /* exp_* name one 3-D tensor [n_expert][rows][cols] per layer (GGUF) */
 } name_scheme;
 
+#define GG_L "blk.%d."
+/* llama.cpp's tensor names (llama-arch.cpp LLM_TENSOR_NAMES). */
 static const name_scheme gguf_names = {
     .tok_embd = "token_embd.weight",
+    .pos_embd = "position_embd.weight",
     .output_norm = "output_norm.weight",
+    .output_norm_b = "output_norm.bias",
     .output = "output.weight",
-    .attn_norm = "blk.%d.attn_norm.weight",
-    .ffn_norm = "blk.%d.ffn_norm.weight",
-    .wq = "blk.%d.attn_q.weight",
-    .wk = "blk.%d.attn_k.weight",
-    .wv = "blk.%d.attn_v.weight",
-    .wo = "blk.%d.attn_output.weight",
-    .w_gate = "blk.%d.ffn_gate.weight",
-    .w_up = "blk.%d.ffn_up.weight",
-    .w_down = "blk.%d.ffn_down.weight",
+    .attn_norm = GG_L "attn_norm.weight",
+    .attn_norm_b = GG_L "attn_norm.bias",
+    .ffn_norm = GG_L "ffn_norm.weight",
+    .ffn_norm_b = GG_L "ffn_norm.bias",
+    .post_attn_norm = GG_L "post_attention_norm.weight",
+    .post_ffn_norm = GG_L "post_ffw_norm.weight",
+    .wq = GG_L "attn_q.weight",
+    .wk = GG_L "attn_k.weight",
+    .wv = GG_L "attn_v.weight",
+    .wqkv = GG_L "attn_qkv.weight",
+    .wo = GG_L "attn_output.weight",
+    .bq = GG_L "attn_q.bias",
+    .bk = GG_L "attn_k.bias",
+    .bv = GG_L "attn_v.bias",
+    .bqkv = GG_L "attn_qkv.bias",
+    .bo = GG_L "attn_output.bias",
+    .q_norm = GG_L "attn_q_norm.weight",
+    .k_norm = GG_L "attn_k_norm.weight",
+    .w_gate = GG_L "ffn_gate.weight",
+    .w_up = GG_L "ffn_up.weight",
+    .w_down = GG_L "ffn_down.weight",
+    .b_up = GG_L "ffn_up.bias",
+    .b_down = GG_L "ffn_down.bias",
+    .router = GG_L "ffn_gate_inp.weight",
+    .exp_gate = GG_L "ffn_gate_exps.weight",
+    .exp_up = GG_L "ffn_up_exps.weight",
+    .exp_down = GG_L "ffn_down_exps.weight",
+    .exp_merged = true,
 };
+
+static name_scheme gguf_names_for(const kiln_model_config *c) {
+    name_scheme nm = gguf_names;
+    if (c->arch == KILN_ARCH_PHI3) { /* ffn_up holds [gate; up] (llama.cpp LLM_FFN_SWIGLU) */
+        nm.w_gate = nm.w_up = NULL;
+        nm.w_gate_up = GG_L "ffn_up.weight";
+    }
+    return nm;
+}
 
 #define HF_L "model.layers.%d."
 /* transformers' Llama-style module names, shared by most families. */
@@ -339,7 +396,10 @@ static kiln_status bind_attention(binder *b, kiln_layer_weights *L) {
                   q_rows = c->attn_out_gate ? 2 * q_dim : q_dim,
                   kv_dim = (int64_t)c->n_head_kv * hd;
     kiln_status st;
-    if (nm->wqkv && !nm->wq) {
+    src_tensor probe;
+    const char *fused = nm->wqkv ? layer_name(b->m, nm->wqkv, b->layer) : NULL;
+    if (nm->wqkv && !fused) return oom(b->m, b->err);
+    if (fused && (!nm->wq || b->find(b->m, fused, &probe))) {
         kiln_mat qkv;
         if ((st = b_mat(b, nm->wqkv, q_rows + 2 * kv_dim, d, &qkv))) return st;
         L->wq = mat_rows(&qkv, 0, q_rows);
@@ -352,7 +412,9 @@ static kiln_status bind_attention(binder *b, kiln_layer_weights *L) {
     }
     if ((st = b_mat(b, nm->wo, d, q_dim, &L->wo))) return st;
     if (c->attn_bias_qkv) {
-        if (nm->bqkv && !nm->bq) {
+        const char *fb = nm->bqkv ? layer_name(b->m, nm->bqkv, b->layer) : NULL;
+        if (nm->bqkv && !fb) return oom(b->m, b->err);
+        if (fb && (!nm->bq || b->find(b->m, fb, &probe))) {
             const float *bqkv;
             if ((st = b_vec(b, nm->bqkv, q_rows + 2 * kv_dim, false, &bqkv))) return st;
             L->bq = bqkv;
@@ -433,7 +495,17 @@ static kiln_status bind_ffn(binder *b, kiln_layer_weights *L, bool moe) {
     L->exp_down = L->exp_up + E;
     if (!nm->exp_gate || !nm->exp_up || !nm->exp_down)
         return kiln_error_set(b->err, KILN_ERR_UNSUPPORTED, "%s: no expert weight names", m->path);
-    for (int64_t e = 0; e < E; e++) {
+    if (nm->exp_merged) {
+        const char *pats[3] = {nm->exp_gate, nm->exp_up, nm->exp_down};
+        kiln_mat *outs[3] = {L->exp_gate, L->exp_up, L->exp_down};
+        for (int w = 0; w < 3; w++) {
+            const int64_t n_out = w == 2 ? d : fe, n_in = w == 2 ? fe : d;
+            const char *name = layer_name(m, pats[w], b->layer);
+            if (!name) return oom(m, b->err);
+            if ((st = get_experts(m, b->find, name, E, n_out, n_in, outs[w], b->err))) return st;
+        }
+    }
+    for (int64_t e = 0; !nm->exp_merged && e < E; e++) {
         const char *gn = layer_name2(m, nm->exp_gate, b->layer, (int)e),
                    *un = layer_name2(m, nm->exp_up, b->layer, (int)e),
                    *dn = layer_name2(m, nm->exp_down, b->layer, (int)e);
@@ -669,7 +741,8 @@ static kiln_status open_gguf(kiln_model *m, const kiln_model_load_params *p, kil
     if ((st = kiln_config_from_gguf(g, &m->cfg, err))) return st;
     m->layers = model_alloc(m, (size_t)m->cfg.n_layer * sizeof *m->layers);
     if (!m->layers) return kiln_error_set(err, KILN_ERR_OUT_OF_MEMORY, "out of memory");
-    if ((st = bind_named_weights(m, find_gguf, &gguf_names, err))) return st;
+    name_scheme nm = gguf_names_for(&m->cfg);
+    if ((st = bind_named_weights(m, find_gguf, &nm, err))) return st;
     if (p && p->tokenizer_path)
         return kiln_error_set(err, KILN_ERR_INVALID_ARGUMENT,
                               "%s: --tokenizer is only for llama2.c checkpoints; GGUF files carry "
