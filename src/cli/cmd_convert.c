@@ -25,7 +25,10 @@
  * Weight matrices become --type (default: the checkpoint's own dtype per tensor, lossless);
  * those whose rows do not split into the type's blocks, and every 1-D tensor (norms,
  * biases), are stored as f32. The tokenizer is not converted yet: a directory with
- * tokenizer.json / tokenizer.model gets a note and a GGUF without tokenizer metadata.
+ * tokenizer.json / tokenizer.model gets a note and a GGUF without tokenizer metadata, unless
+ * --vocab FILE names a GGUF whose tokenizer.ggml.* keys (with exactly vocab_size tokens) are
+ * copied in. llama.cpp refuses a file without tokenizer.ggml.model; kiln loads it (token
+ * ids only).
  */
 #include <getopt.h>
 #include <jansson.h>
@@ -36,13 +39,14 @@
 #include <unistd.h>
 
 #include "cli/cli.h"
+#include "format/gguf.h"
 #include "format/gguf_write.h"
 #include "format/safetensors.h"
 #include "util/error.h"
 
 static void convert_usage(FILE *f) {
     fprintf(f,
-            "usage: kiln convert HF_DIR OUT.gguf [--type TYPE] [-t N]\n"
+            "usage: kiln convert HF_DIR OUT.gguf [--type TYPE] [--vocab FILE] [-t N]\n"
             "\n"
             "Converts a Hugging Face checkpoint directory (config.json and model.safetensors,\n"
             "or a sharded model.safetensors.index.json) of a Llama-family model (model_type\n"
@@ -53,9 +57,12 @@ static void convert_usage(FILE *f) {
             "  --type TYPE      weight matrix type: auto (default: keep each tensor's f32/f16/\n"
             "                   bf16), f32, f16, bf16, q8_0, q4_0, q4_k, q6_k; norms, biases and\n"
             "                   matrices whose rows do not split into blocks stay f32\n"
+            "  --vocab FILE     copy the tokenizer (tokenizer.ggml.* keys) of this GGUF, whose\n"
+            "                   token count must equal vocab_size\n"
             "  -t, --threads N  threads (default: physical cores)\n"
             "\n"
-            "The tokenizer is not converted yet: the GGUF has no tokenizer metadata.\n");
+            "The checkpoint's own tokenizer is not converted yet: without --vocab the GGUF has\n"
+            "no tokenizer metadata (kiln loads it for token ids; llama.cpp needs a tokenizer).\n");
 }
 
 typedef enum { ARCH_LLAMA, ARCH_QWEN2 } conv_arch;
@@ -376,11 +383,12 @@ static kiln_status set_metadata(kiln_gguf_writer *w, const hf_cfg *c, const char
 int kiln_cmd_convert(int argc, char **argv) {
     static const struct option opts[] = {
         {"type", required_argument, 0, 'T'},
+        {"vocab", required_argument, 0, 'V'},
         {"threads", required_argument, 0, 't'},
         {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0},
     };
-    const char *type_arg = NULL;
+    const char *type_arg = NULL, *vocab_path = NULL;
     int64_t threads = 0;
     optind = 1;
     opterr = 0;
@@ -389,6 +397,9 @@ int kiln_cmd_convert(int argc, char **argv) {
         switch (ch) {
         case 'T':
             type_arg = optarg;
+            break;
+        case 'V':
+            vocab_path = optarg;
             break;
         case 't':
             if (!cli_parse_i64(optarg, 1, 512, &threads))
@@ -424,6 +435,7 @@ int kiln_cmd_convert(int argc, char **argv) {
     kiln_safetensors *st = NULL;
     kiln_gguf_writer *w = NULL;
     kiln_threadpool *tp = NULL;
+    kiln_gguf *vocab = NULL;
     plan p = {0};
     float *rope_factors = NULL;
     bool *used = NULL;
@@ -431,6 +443,22 @@ int kiln_cmd_convert(int argc, char **argv) {
     double t0 = cli_now_ms();
     kiln_status s = read_config(dir, &c, &err);
     if (s == KILN_OK) s = kiln_safetensors_open(dir, &st, &err);
+    if (s == KILN_OK && vocab_path) {
+        s = kiln_gguf_open(vocab_path, &vocab, &err);
+        const kiln_gguf_value *toks =
+            s == KILN_OK ? kiln_gguf_get_arr(vocab, "tokenizer.ggml.tokens") : NULL;
+        if (s == KILN_OK && (!toks || toks->arr.elem_type != KILN_GGUF_STRING ||
+                             !kiln_gguf_find(vocab, "tokenizer.ggml.model")))
+            s = kiln_error_set(&err, KILN_ERR_FORMAT,
+                               "%s: no tokenizer (tokenizer.ggml.model and a string array "
+                               "tokenizer.ggml.tokens are required)",
+                               vocab_path);
+        else if (s == KILN_OK && toks->arr.n != (uint64_t)c.n_vocab)
+            s = kiln_error_set(
+                &err, KILN_ERR_INVALID_ARGUMENT,
+                "%s: the vocabulary has %llu tokens but the model's vocab_size is %d", vocab_path,
+                (unsigned long long)toks->arr.n, c.n_vocab);
+    }
     if (s != KILN_OK) goto fail;
 
     /* tensor plan, in llama.cpp's order */
@@ -528,7 +556,7 @@ int kiln_cmd_convert(int argc, char **argv) {
     bool has_tok = access(tokp, R_OK) == 0;
     snprintf(tokp, sizeof tokp, "%s/tokenizer.model", dir);
     has_tok = has_tok || access(tokp, R_OK) == 0;
-    if (has_tok)
+    if (has_tok && !vocab)
         fprintf(stderr,
                 "kiln convert: note: the tokenizer in %s is not converted (not supported "
                 "yet); the GGUF has no tokenizer metadata\n",
@@ -537,6 +565,7 @@ int kiln_cmd_convert(int argc, char **argv) {
     /* file type: that of the first weight matrix (token_embd) */
     s = kiln_gguf_writer_create(&w, &err);
     if (s == KILN_OK) s = set_metadata(w, &c, dir, p.t[0].dtype, &err);
+    if (s == KILN_OK && vocab) s = kiln_gguf_writer_copy_kv(w, vocab, "tokenizer.ggml.", &err);
     for (size_t i = 0; i < p.n && s == KILN_OK; i++)
         s = kiln_gguf_writer_add_tensor(w, p.t[i].name, p.t[i].dtype, p.t[i].n_dims, p.t[i].ne,
                                         &err);
@@ -568,6 +597,7 @@ fail:
 out:
     kiln_gguf_writer_destroy(w);
     kiln_safetensors_close(st);
+    kiln_gguf_close(vocab);
     kiln_threadpool_destroy(tp);
     free(p.t);
     free(rope_factors);

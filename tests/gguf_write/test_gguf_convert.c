@@ -18,7 +18,8 @@
  * transformers' whenever the GGUF loads.
  * Also: --type f16 / q8_0 conversions stay close (f16: 1e-2, q8_0: 0.1 relative to the largest
  * logit), and bad input (unknown model_type, a stray tensor, a missing tensor) is refused
- * with a message naming the problem; a directory with a tokenizer.json converts with a note.
+ * with a message naming the problem; a directory with a tokenizer.json converts with a note;
+ * --vocab copies another GGUF's tokenizer.ggml.* keys when the token counts agree.
  */
 #include <jansson.h>
 
@@ -302,11 +303,45 @@ static void test_bad_input(void) {
     }
 }
 
+/* --vocab: the tokenizer of another GGUF (512 tokens, as the reference checkpoints) comes
+ * along; a vocabulary of another size is refused. */
+static void test_vocab(void) {
+    const char *dir = kiln_test_shared("reference/hf/llama");
+    const char *v512 = kiln_test_shared("models/stories260K/stories260K-f32.gguf");
+    const char *v32k = kiln_test_shared("tokenizer/ggml-vocab-llama-spm.gguf");
+    if (access(v512, R_OK) != 0 || access(v32k, R_OK) != 0 || access(dir, R_OK) != 0) {
+        printf("note: --vocab case skipped (reference files missing)\n");
+        return;
+    }
+    const char *out = gw_path("llama-vocab.gguf");
+    const char *a1[] = {"convert", dir, out, "--vocab", v512, NULL};
+    CHECK(gw_kiln(a1) == 0);
+    kiln_error e = {0};
+    kiln_gguf *g = NULL, *v = NULL;
+    REQUIRE(kiln_gguf_open(out, &g, &e) == KILN_OK && kiln_gguf_open(v512, &v, &e) == KILN_OK);
+    size_t n = 0;
+    for (size_t i = 0; i < v->n_kv; i++) {
+        if (strncmp(v->kv[i].key, "tokenizer.ggml.", 15) != 0) continue;
+        n++;
+        CHECKF(kiln_gguf_find(g, v->kv[i].key), "%s not copied", v->kv[i].key);
+    }
+    CHECK(n > 0);
+    kiln_gguf_close(g);
+    kiln_gguf_close(v);
+    kiln_model *m = gw_open_model(out, true);
+    CHECK(m && m->tokenizer && kiln_tokenizer_n_vocab(m->tokenizer) == 512);
+    kiln_model_close(m);
+    char errbuf[4096];
+    const char *a2[] = {"convert", dir, gw_path("x.gguf"), "--vocab", v32k, NULL};
+    CHECK(run_kiln(a2, errbuf, sizeof errbuf) == 1 && strstr(errbuf, "vocab_size"));
+}
+
 int main(void) {
     gw_setup("gguf-convert");
     check_arch("llama");
     check_arch("llama3");
     check_arch("qwen2");
+    test_vocab();
     test_bad_input();
     rm_rf(g_tmpdir);
     return kiln_test_finish("test_gguf_convert");
