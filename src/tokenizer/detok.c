@@ -8,6 +8,9 @@
 #include "tokenizer/pretokenize.h"
 #include "tokenizer/tokenizer.h"
 
+#include "tokenizer/hf_tokenizer.h"
+#include "tokenizer/tokenizer_internal.h"
+
 #include <stdlib.h>
 #include <string.h>
 
@@ -48,6 +51,10 @@ size_t kiln_tokenizer_piece(const kiln_tokenizer *t, int32_t id, bool render_spe
     const kiln_vocab *v = kiln_tokenizer_vocab(t);
     if (!v || id < 0 || id >= v->n_tokens) return 0;
     if (!buf) cap = 0;
+    if (t->hf) { /* tokenizer.json decoder, as for a token in the middle of a stream */
+        kiln_hf_dstate mid = {.index = 1, .started = true};
+        return kiln_hf_decode_token(t->hf, id, !render_special, &mid, buf, cap);
+    }
     const char *s = v->text[id];
     uint32_t sl = v->text_len[id];
     int32_t ty = v->token_type[id];
@@ -132,8 +139,9 @@ struct kiln_detok {
     size_t piece_cap;
     char *scratch; /* held bytes + piece */
     size_t scratch_cap;
-    bool started;    /* a non-BOS token has been pushed */
-    int32_t prev_id; /* previous id pushed, -1 at the start */
+    bool started;       /* a non-BOS token has been pushed */
+    int32_t prev_id;    /* previous id pushed, -1 at the start */
+    kiln_hf_dstate hfs; /* tokenizer.json decoder state */
 };
 
 kiln_status kiln_detok_create(const kiln_tokenizer *t, kiln_detok **out, kiln_error *err) {
@@ -214,6 +222,26 @@ kiln_status kiln_detok_push(kiln_detok *d, int32_t id, const char **text, size_t
         return kiln_error_set(err, KILN_ERR_INVALID_ARGUMENT,
                               "detok: token id %d is outside the vocabulary (%d tokens)", id,
                               v->n_tokens);
+    if (d->t->hf) { /* tokenizer.json: the decoder chain in stream state */
+        kiln_hf_dstate s2 = d->hfs;
+        size_t n = kiln_hf_decode_token(d->t->hf, id, true, &s2, d->piece, d->piece_cap);
+        if (n > d->piece_cap) {
+            char *p = realloc(d->piece, n);
+            if (!p) return kiln_error_set(err, KILN_ERR_OUT_OF_MEMORY, "detok: out of memory");
+            d->piece = p;
+            d->piece_cap = n;
+            s2 = d->hfs;
+            n = kiln_hf_decode_token(d->t->hf, id, true, &s2, d->piece, d->piece_cap);
+        }
+        d->hfs = s2;
+        d->out_n = 0;
+        if (!feed(d, d->piece, n))
+            return kiln_error_set(err, KILN_ERR_OUT_OF_MEMORY, "detok: out of memory");
+        d->out[d->out_n] = '\0';
+        *text = d->out;
+        *len = d->out_n;
+        return KILN_OK;
+    }
     size_t n = kiln_tokenizer_piece(d->t, id, false, d->piece, d->piece_cap);
     if (n > d->piece_cap) {
         char *p = realloc(d->piece, n);

@@ -402,6 +402,14 @@ const char *kiln_pretok_family(const kiln_pretok *p) {
     return families[p->family].name;
 }
 
+const char *const *kiln_pretok_regexes(const kiln_pretok *p, int *n) {
+    const char *const *rx = families[p->family].rx;
+    int k = 0;
+    while (k < MAX_RX && rx[k]) k++;
+    *n = k;
+    return rx;
+}
+
 bool kiln_pretok_ignore_merges(const kiln_pretok *p) {
     return families[p->family].ignore_merges;
 }

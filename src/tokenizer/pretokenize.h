@@ -88,6 +88,13 @@ void kiln_pretok_destroy(kiln_pretok *p);
 const char *kiln_pretok_family(const kiln_pretok *p);
 
 /**
+ * The regexes this pre-tokenizer applies, in order, as llama.cpp lists them (PCRE2 syntax,
+ * before kiln's ASCII-whitespace rewrite); *n receives their count. Borrowed static strings.
+ * Used to export a GGUF vocabulary as a tokenizer.json Split sequence.
+ */
+const char *const *kiln_pretok_regexes(const kiln_pretok *p, int *n);
+
+/**
  * llama.cpp's ignore_merges flag for this pre type (llama3 family, tekken): a pre-token
  * whose whole byte-encoded text is a vocab entry is emitted as that token without merging.
  */

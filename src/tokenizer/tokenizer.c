@@ -6,6 +6,8 @@
  */
 #include "tokenizer/tokenizer.h"
 
+#include "tokenizer/tokenizer_internal.h"
+
 #include <ctype.h>
 #include <math.h>
 #include <stdio.h>
@@ -13,20 +15,12 @@
 #include <string.h>
 
 #include "tokenizer/bpe.h"
+#include "tokenizer/hf_tokenizer.h"
 #include "tokenizer/spm.h"
 #include "tokenizer/wpm.h"
 #include "util/error.h"
 
-enum { TOKF_LSTRIP = 1, TOKF_RSTRIP = 2 };
-
-struct kiln_tokenizer {
-    kiln_vocab v;
-    uint8_t *flags;   /* [n_tokens] TOKF_* */
-    bool *eog;        /* [n_tokens] end-of-generation ids */
-    int32_t *special; /* ids partitioned out of raw text, longest text first */
-    size_t n_special;
-    int32_t max_token_len; /* longest token text in bytes */
-};
+enum { TOKF_LSTRIP = KILN_TOKF_LSTRIP, TOKF_RSTRIP = KILN_TOKF_RSTRIP };
 
 /* ---------------------------------------------------------------- GGUF helpers */
 
@@ -86,7 +80,7 @@ static char *dup_bytes(const char *s, size_t n) {
 
 /* ---------------------------------------------------------------- construction helpers */
 
-static kiln_tokenizer *tok_alloc(void) {
+kiln_tokenizer *kiln_tok_alloc(void) {
     kiln_tokenizer *t = calloc(1, sizeof *t);
     if (!t) return NULL;
     kiln_vocab *v = &t->v;
@@ -98,6 +92,10 @@ static kiln_tokenizer *tok_alloc(void) {
 void kiln_tokenizer_destroy(kiln_tokenizer *t) {
     if (!t) return;
     kiln_vocab_free(&t->v);
+    kiln_hf_free(t->hf);
+    free(t->chat_template);
+    free(t->bos_text);
+    free(t->eos_text);
     free(t->flags);
     free(t->eog);
     free(t->special);
@@ -123,8 +121,8 @@ static int32_t first_of(const kiln_vocab *v, const char *const *texts, size_t n)
 }
 
 /* Special ids, end-of-generation set, special-token cache, per-token strip flags. */
-static kiln_status finish_specials(kiln_tokenizer *t, const kiln_gguf *g, int32_t eom_id,
-                                   int32_t fim[6], kiln_error *err) {
+kiln_status kiln_tok_finish_specials(kiln_tokenizer *t, const kiln_gguf *g, int32_t eom_id,
+                                     int32_t fim[6], kiln_error *err) {
     kiln_vocab *v = &t->v;
     int32_t n = v->n_tokens;
 
@@ -332,7 +330,7 @@ kiln_status kiln_tokenizer_from_gguf(const kiln_gguf *g, kiln_tokenizer **out, k
                                   path);
     }
 
-    kiln_tokenizer *t = tok_alloc();
+    kiln_tokenizer *t = kiln_tok_alloc();
     if (!t) return kiln_error_set(err, KILN_ERR_OUT_OF_MEMORY, "tokenizer: out of memory");
     kiln_vocab *v = &t->v;
     kiln_status st;
@@ -381,6 +379,11 @@ kiln_status kiln_tokenizer_from_gguf(const kiln_gguf *g, kiln_tokenizer **out, k
             if (!v->merges[i]) goto oom;
             v->n_merges = (int32_t)i + 1;
         }
+    }
+    const kiln_gguf_str *tmpl = kiln_gguf_get_str(g, "tokenizer.chat_template");
+    if (tmpl) {
+        t->chat_template = dup_bytes(tmpl->data, (size_t)tmpl->len);
+        if (!t->chat_template) goto oom;
     }
     const kiln_gguf_str *pre = kiln_gguf_get_str(g, "tokenizer.ggml.pre");
     if (pre) {
@@ -454,7 +457,7 @@ kiln_status kiln_tokenizer_from_gguf(const kiln_gguf *g, kiln_tokenizer **out, k
 
     st = kiln_vocab_build_index(v, err);
     if (st != KILN_OK) goto fail;
-    st = finish_specials(t, g, eom_id, fim, err);
+    st = kiln_tok_finish_specials(t, g, eom_id, fim, err);
     if (st != KILN_OK) goto fail;
     if (type == KILN_VOCAB_BPE) {
         st = kiln_bpe_init(v, err);
@@ -480,7 +483,7 @@ kiln_status kiln_tokenizer_from_llama2c(const char *path, int32_t n_vocab, kiln_
     if (!path || !out)
         return kiln_error_set(err, KILN_ERR_INVALID_ARGUMENT, "tokenizer: NULL argument");
     *out = NULL;
-    kiln_tokenizer *t = tok_alloc();
+    kiln_tokenizer *t = kiln_tok_alloc();
     if (!t) return kiln_error_set(err, KILN_ERR_OUT_OF_MEMORY, "tokenizer: out of memory");
     kiln_status st = kiln_llama2c_vocab_load(path, n_vocab, &t->v, err);
     if (st == KILN_OK) st = kiln_vocab_build_index(&t->v, err);
@@ -529,6 +532,22 @@ int32_t kiln_tokenizer_eos(const kiln_tokenizer *t) {
 
 bool kiln_tokenizer_is_eog(const kiln_tokenizer *t, int32_t id) {
     return t && id >= 0 && id < t->v.n_tokens && t->eog[id];
+}
+
+const char *kiln_tokenizer_chat_template(const kiln_tokenizer *t) {
+    return t ? t->chat_template : NULL;
+}
+
+const char *kiln_tokenizer_bos_text(const kiln_tokenizer *t) {
+    if (!t) return NULL;
+    if (t->bos_text) return t->bos_text;
+    return t->v.bos_id >= 0 ? t->v.text[t->v.bos_id] : NULL;
+}
+
+const char *kiln_tokenizer_eos_text(const kiln_tokenizer *t) {
+    if (!t) return NULL;
+    if (t->eos_text) return t->eos_text;
+    return t->v.eos_id >= 0 ? t->v.text[t->v.eos_id] : NULL;
 }
 
 /* ---------------------------------------------------------------- encoding */
@@ -654,6 +673,7 @@ kiln_status kiln_tokenizer_encode(const kiln_tokenizer *t, const char *text, siz
         return kiln_error_set(err, KILN_ERR_INVALID_ARGUMENT,
                               "tokenizer: input is not valid UTF-8 (byte offset %zu, byte 0x%02X)",
                               bad, (unsigned)(uint8_t)text[bad]);
+    if (t->hf) return kiln_hf_encode(t->hf, text, len, add_special, parse_special, out, err);
     const kiln_vocab *v = &t->v;
     size_t n0 = out->n;
     kiln_status st = KILN_OK;

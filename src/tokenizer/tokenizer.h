@@ -74,6 +74,23 @@ int32_t kiln_tokenizer_eos(const kiln_tokenizer *t);
 bool kiln_tokenizer_is_eog(const kiln_tokenizer *t, int32_t id);
 
 /**
+ * The chat template (Jinja source) the tokenizer came with: GGUF tokenizer.chat_template, or
+ * for a Hugging Face directory tokenizer_config.json's chat_template (the "default" entry
+ * when it is a list), else chat_template.jinja / chat_template.json beside it. NULL when
+ * there is none. Borrowed; valid until the tokenizer is destroyed.
+ */
+const char *kiln_tokenizer_chat_template(const kiln_tokenizer *t);
+
+/**
+ * The BOS / EOS token strings, as a chat template's bos_token / eos_token variables see
+ * them: tokenizer_config.json's bos_token / eos_token (a string or an AddedToken object's
+ * "content") when given, else the text of the BOS / EOS id; NULL when there is none.
+ * Borrowed; valid until the tokenizer is destroyed.
+ */
+const char *kiln_tokenizer_bos_text(const kiln_tokenizer *t);
+const char *kiln_tokenizer_eos_text(const kiln_tokenizer *t);
+
+/**
  * The bytes a token decodes to, in isolation (SPM: "▁" -> " ", "<0xNN>" -> byte NN;
  * byte-level BPE: unicode-to-byte mapping; control tokens: "" unless render_special).
  * Writes up to cap bytes into buf and returns the full length (like snprintf, no NUL).
