@@ -670,11 +670,41 @@ static void test_copy_real_files(void) {
     }
 }
 
+/* general.file_type / general.quantization_version as llama.cpp writes them (llama.h's
+ * llama_ftype: ALL_F32 0, MOSTLY_F16 1, MOSTLY_Q4_0 2, MOSTLY_Q8_0 7, MOSTLY_Q4_K_M 15,
+ * MOSTLY_Q6_K 18, MOSTLY_BF16 32; GGML_QNT_VERSION 2). */
+static void test_file_type(void) {
+    static const struct {
+        kiln_dtype t;
+        uint32_t ft;
+        bool q;
+    } cases[] = {
+        {KILN_DTYPE_F32, 0, false},   {KILN_DTYPE_F16, 1, false},  {KILN_DTYPE_Q4_0, 2, true},
+        {KILN_DTYPE_Q8_0, 7, true},   {KILN_DTYPE_Q4_K, 15, true}, {KILN_DTYPE_Q6_K, 18, true},
+        {KILN_DTYPE_BF16, 32, false},
+    };
+    kiln_error e = {0};
+    kiln_gguf_writer *w = NULL;
+    REQUIRE(kiln_gguf_writer_create(&w, &e) == KILN_OK);
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        CHECK(kiln_gguf_file_type(cases[i].t) == cases[i].ft);
+        CHECK(kiln_gguf_writer_set_file_type(w, cases[i].t, &e) == KILN_OK);
+        const kiln_gguf_value *ft = kiln_gguf_writer_get(w, "general.file_type");
+        const kiln_gguf_value *qv = kiln_gguf_writer_get(w, "general.quantization_version");
+        CHECK(ft && ft->type == KILN_GGUF_UINT32 && ft->u64 == cases[i].ft);
+        CHECK(cases[i].q ? (qv && qv->type == KILN_GGUF_UINT32 && qv->u64 == 2) : !qv);
+    }
+    CHECK(kiln_gguf_file_type(KILN_DTYPE_I32) == UINT32_MAX);
+    CHECK(kiln_gguf_writer_set_file_type(w, KILN_DTYPE_I32, &e) == KILN_ERR_INVALID_ARGUMENT);
+    kiln_gguf_writer_destroy(w);
+}
+
 int main(void) {
     g_dir = make_tmpdir("gguf-write");
     test_typed_file();
     test_default_alignment();
     test_bad_arguments();
+    test_file_type();
     test_incomplete_and_abandoned();
     test_dev_full();
     test_size_limit();
