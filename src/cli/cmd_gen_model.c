@@ -14,6 +14,7 @@
  * The tokenizer (every tokenizer.ggml.* key) is copied from a vocabulary GGUF, by default
  * llama.cpp's ggml-vocab-llama-spm.gguf from ../shared/tokenizer, and fixes n_vocab.
  */
+#include <errno.h>
 #include <getopt.h>
 #include <math.h>
 #include <stdio.h>
@@ -161,8 +162,10 @@ int kiln_cmd_gen_model(int argc, char **argv) {
             char *end;
             if (!*optarg || *optarg == '-')
                 return cli_usage_error("gen-model", "--seed must be an unsigned integer");
+            errno = 0;
             seed = strtoull(optarg, &end, 0);
-            if (*end) return cli_usage_error("gen-model", "--seed must be an unsigned integer");
+            if (*end || errno)
+                return cli_usage_error("gen-model", "--seed must be an unsigned 64-bit integer");
             break;
         }
         case 'o':
