@@ -15,7 +15,8 @@
  *    kernel (AVX2, AVX-512 VNNI, AVX-512BW; whichever this CPU has), as a one-token dot and
  *    as a tile of every token count, equals the scalar kernel BIT FOR BIT: the block sums
  *    are exact integers and the float operations are the same correctly rounded ones in the
- *    same order. NaN activations give NaN on every path.
+ *    same order. The same for the short-row kernels (rows of < 16 blocks, 8 rows in lanes)
+ *    with every row count 1..8. NaN activations give NaN on every path.
  * 3. Accuracy. The q8 dot against the f32-activation dot (scalar kiln_cpu_vec_dot) stays
  *    within the quantization bound derived from the stored scales:
  *      |q8 - f32| <= sum_b e_b * sum_{i in b} |w_i| + 1e-5 S + 1e-6 + float slack,
@@ -85,8 +86,10 @@ static void ref_quant(const float *x, kiln_block_q8_0 *y) {
 }
 
 /* the layout of cpu.h, read directly */
-static int8_t lay_q(const uint8_t *row, int64_t b, int e, int t16) {
-    size_t off = t16 ? (size_t)(b / 16) * 512 + (size_t)(e / 4) * 64 + (size_t)(b % 16) * 4 + e % 4
+static int8_t lay_q(const uint8_t *row, int64_t nb, int64_t b, int e, int t16) {
+    int full = b < nb / 16 * 16; /* a partial last group is stored plain */
+    size_t off = t16 && full
+                     ? (size_t)(b / 16) * 512 + (size_t)(e / 4) * 64 + (size_t)(b % 16) * 4 + e % 4
                      : (size_t)b * 32 + (size_t)e;
     return (int8_t)row[off];
 }
@@ -181,7 +184,7 @@ static void check_quantizer(void) {
                     int32_t s = 0;
                     int qbad = 0;
                     for (int e = 0; e < 32; e++) {
-                        int8_t q = lay_q(row, b, e, t16), wq = b < nb ? want[b].qs[e] : 0;
+                        int8_t q = lay_q(row, nb, b, e, t16), wq = b < nb ? want[b].qs[e] : 0;
                         qbad |= q != wq;
                         s += wq;
                     }
@@ -283,7 +286,7 @@ static double worst_float_ratio, worst_q8_vs_f32;
 static int n_dots_compared;
 
 static void check_dots(kiln_dtype t) {
-    const int64_t lens[] = {32, 64, 96, 160, 256, 480, 512, 544, 1024, 1056, 4096};
+    const int64_t lens[] = {32, 64, 96, 160, 256, 288, 480, 512, 544, 736, 1024, 1056, 4096};
     enum { TOK = 9 };
     simd_kernel sk[3];
     int nsk = n_simd_kernels(t, sk);
@@ -368,6 +371,29 @@ static void check_dots(kiln_dtype t) {
                                         sk[s].name, kiln_dtype_name(t), nt, r0 + r, out[r],
                                         ref[r0 + r]);
                     }
+                }
+                /* the short-row kernel (rows in lanes), every row count */
+                if (sk[s].k->small && n < 512) {
+                    uint8_t *w8 = ct_random_rows(t, 8, n, raw);
+                    size_t wrs = kiln_dtype_row_size(t, n);
+                    for (int r = 0; r < TOK; r++) {
+                        float want8[8], got8[8];
+                        for (int k = 0; k < 8; k++)
+                            want8[k] = scalar(n, w8 + wrs * (size_t)k, xs + rs * r);
+                        for (int nr = 1; nr <= 8; nr++) {
+                            for (int k = 0; k < 8; k++) got8[k] = -1.0f;
+                            sk[s].k->small(n, w8, wrs, nr, xv + rs * r, got8);
+                            for (int k = 0; k < 8; k++)
+                                if ((k < nr ? !same_bits(got8[k], want8[k]) : got8[k] != -1.0f) &&
+                                    bad++ < 3)
+                                    fprintf(stderr,
+                                            "%s %s small n=%lld nrows=%d row %d: %.9g vs %.9g\n",
+                                            sk[s].name, kiln_dtype_name(t), (long long)n, nr, k,
+                                            got8[k], want8[k]);
+                        }
+                        n_dots_compared += 8;
+                    }
+                    free(w8);
                 }
                 CHECKF(bad == 0, "%s %s n=%lld raw=%d: %d results not bit-identical to scalar",
                        sk[s].name, kiln_dtype_name(t), (long long)n, raw, bad);

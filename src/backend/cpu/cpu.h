@@ -83,8 +83,9 @@ kiln_vec_dot_fn kiln_cpu_vec_dot(kiln_dtype t, kiln_simd path);
  * (a "layout"): one row of n elements (n % 32 == 0, nb = n / 32 blocks, nbp = nb rounded up
  * to a multiple of 16) takes kiln_cpu_q8_row_size(n) = 40 * nbp bytes:
  *   bytes [0, 32 nbp): the int8 quants. Scalar and AVX2 ("plain"): block b's 32 quants at
- *     32 b. AVX-512 ("t16", transposed for vpdpbusd): 16-block group g at 512 g; within it,
- *     element e of block g*16 + l at 64 (e / 4) + 4 l + e % 4.
+ *     32 b. AVX-512 ("t16", transposed for vpdpbusd): 16-block group g at 512 g; within a
+ *     full group, element e of block g*16 + l at 64 (e / 4) + 4 l + e % 4; a partial last
+ *     group (nb % 16 blocks) is plain (block b at 32 b), for the kernels' per-block tail.
  *   then nbp f32 scales d_x (the fp16 d converted to f32), then nbp int32 sums of the block's
  *   quants (used by the Q4_0 and VNNI kernels). Padding blocks are all zero.
  * Rows are 64-byte aligned when the buffer is (40 * nbp is a multiple of 64).

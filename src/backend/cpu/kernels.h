@@ -55,10 +55,16 @@ static inline int64_t kiln_q8_nbp(int64_t n) {
 typedef void (*kiln_q8_tile_fn)(int64_t n, const void *w, size_t row_stride, int nrows,
                                 const uint8_t *xq, size_t xq_stride, int ntok, float *out);
 
+/* out[k] = q8 dot of weight row k (w + k * row_stride) with quantized row xq, k < nrows
+ * (1..8), for rows of fewer than 16 blocks (n < 512); bit-identical to the dot */
+typedef void (*kiln_q8_small_fn)(int64_t n, const void *w, size_t row_stride, int nrows,
+                                 const uint8_t *xq, float *out);
+
 typedef struct kiln_cpu_q8_kernel {
     kiln_vec_dot_q8_fn dot;
     kiln_q8_tile_fn tile; /* NULL: one dot per (row, token) */
     int max_rows, max_tok;
+    kiln_q8_small_fn small; /* NULL: short rows use tile / dot too */
 } kiln_cpu_q8_kernel;
 
 /* Per path: q8 kernel of weight dtype t (NULL if none) and the row quantizer of the path's

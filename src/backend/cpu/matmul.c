@@ -75,6 +75,14 @@ typedef struct mm_q8_ctx {
 
 static void mm_q8_rows(const mm_q8_ctx *c, int64_t o0, int64_t o1) {
     const kiln_cpu_q8_kernel *k = c->k;
+    if (k->small && c->n_in < 512) { /* short rows: 8 rows per call, rows in lanes */
+        for (int64_t t = 0; t < c->n_tok; t++)
+            for (int64_t o = o0; o < o1; o += 8)
+                k->small(c->n_in, c->w + (size_t)o * c->row_bytes, c->row_bytes,
+                         (int)(o1 - o < 8 ? o1 - o : 8), c->xq + (size_t)t * c->xs,
+                         c->y + t * c->n_out + o);
+        return;
+    }
     int64_t panel = (int64_t)(PANEL_BYTES / (c->row_bytes ? c->row_bytes : 1));
     if (panel < 2) panel = 2;
     int tr = k->tile ? k->max_rows : 1, tt = k->tile ? k->max_tok : 1;

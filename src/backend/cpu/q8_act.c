@@ -17,9 +17,9 @@ size_t kiln_cpu_q8_row_size(int64_t n) {
     return (size_t)nbp * 40;
 }
 
-/* byte offset of element e (0..31) of block b in the quants area */
-static inline size_t qs_off(int64_t b, int e, bool t16) {
-    if (!t16) return (size_t)b * 32 + (size_t)e;
+/* byte offset of element e (0..31) of block b in the quants area of a row of nb blocks */
+static inline size_t qs_off(int64_t b, int e, bool t16, int64_t nb) {
+    if (!t16 || b >= nb / 16 * 16) return (size_t)b * 32 + (size_t)e;
     return (size_t)(b / 16) * 512 + (size_t)(e / 4) * 64 + (size_t)(b % 16) * 4 + (size_t)(e % 4);
 }
 
@@ -33,7 +33,7 @@ void kiln_cpu_q8_quantize_row_ref(int64_t n, const float *x, uint8_t *dst, bool 
         kiln_quantize_q8_0_act(x + 32 * b, &blk, 32);
         int32_t s = 0;
         for (int e = 0; e < 32; e++) {
-            dst[qs_off(b, e, t16)] = (uint8_t)blk.qs[e];
+            dst[qs_off(b, e, t16, nb)] = (uint8_t)blk.qs[e];
             s += blk.qs[e];
         }
         dx[b] = kiln_fp16_to_fp32(blk.d);
@@ -53,7 +53,7 @@ void kiln_cpu_q8_get_block(kiln_simd path, int64_t n, const void *row, int64_t b
     float d;
     memcpy(&d, r + KILN_Q8_D_OFF(nbp) + 4 * (size_t)b, 4);
     out->d = kiln_fp32_to_fp16(d); /* exact: d holds an fp16 value */
-    for (int e = 0; e < 32; e++) out->qs[e] = (int8_t)r[qs_off(b, e, t16)];
+    for (int e = 0; e < 32; e++) out->qs[e] = (int8_t)r[qs_off(b, e, t16, n / 32)];
 }
 
 void kiln_cpu_q8_quantize(kiln_simd path, int64_t n, int64_t n_rows, const float *x, void *dst) {
@@ -118,8 +118,8 @@ static float q8dot_q4_0(int64_t n, const void *w, const void *xq) {
     return reduce16(a);
 }
 
-static const kiln_cpu_q8_kernel k_q8_0 = {q8dot_q8_0, NULL, 1, 1};
-static const kiln_cpu_q8_kernel k_q4_0 = {q8dot_q4_0, NULL, 1, 1};
+static const kiln_cpu_q8_kernel k_q8_0 = {q8dot_q8_0, NULL, 1, 1, NULL};
+static const kiln_cpu_q8_kernel k_q4_0 = {q8dot_q4_0, NULL, 1, 1, NULL};
 
 const kiln_cpu_q8_kernel *kiln_cpu_q8_kernel_scalar(kiln_dtype t) {
     switch (t) {

@@ -36,82 +36,101 @@ KA float hsum8(__m256 v) { /* lanes j + j+4, then j + j+2, then 0 + 1 (cpu.h ord
     return _mm_cvtss_f32(s);
 }
 
-/* lane j = sum of the 8 lanes of v[j] */
-KA __m256i tree8(const __m256i v[8]) {
-    __m256i h01 = _mm256_hadd_epi32(v[0], v[1]), h23 = _mm256_hadd_epi32(v[2], v[3]);
-    __m256i h45 = _mm256_hadd_epi32(v[4], v[5]), h67 = _mm256_hadd_epi32(v[6], v[7]);
-    __m256i q0 = _mm256_hadd_epi32(h01, h23), q1 = _mm256_hadd_epi32(h45, h67);
-    return _mm256_add_epi32(_mm256_permute2x128_si256(q0, q1, 0x20),
-                            _mm256_permute2x128_si256(q0, q1, 0x31));
+/* one block's 8 lane sums (Q8_0: |w| against sign(x, w); Q4_0: nibbles, corrected by 8 sum x) */
+KA __m256i blk_dot(const int Q4, const int VNNI, const uint8_t *wb, __m256i x) {
+    (void)VNNI;
+    if (Q4) {
+        __m128i q = _mm_loadu_si128((const __m128i *)(wb + 2));
+        __m256i u =
+            _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(q, 4), q), _mm256_set1_epi8(15));
+        return _mm256_madd_epi16(_mm256_maddubs_epi16(u, x), _mm256_set1_epi16(1));
+    }
+    __m256i q = _mm256_loadu_si256((const __m256i *)(wb + 2));
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_sign_epi8(q, q), _mm256_sign_epi8(x, q)),
+                             _mm256_set1_epi16(1));
 }
 
-/* the 8 fp16 scales of blocks at p, p + stride, ... as f32 */
-KA __m256 load_d8(const uint8_t *p, size_t s) {
-    return _mm256_cvtph_ps(_mm_set_epi16((short)rd16(p + 7 * s), (short)rd16(p + 6 * s),
-                                         (short)rd16(p + 5 * s), (short)rd16(p + 4 * s),
-                                         (short)rd16(p + 3 * s), (short)rd16(p + 2 * s),
-                                         (short)rd16(p + s), (short)rd16(p)));
+KA int blk_corr(const int Q4, const int VNNI) {
+    (void)VNNI;
+    return Q4 ? 8 : 0;
+}
+
+#include "backend/cpu/q8_small.inc"
+
+/* the fp16 scales of blocks p, p + s, ... (the first cnt; 0 for the rest) as f32 */
+KA __m256 load_d8(const uint8_t *p, size_t s, const int cnt) {
+#define D_(j) (short)((j) < cnt ? rd16(p + (j)*s) : 0)
+    return _mm256_cvtph_ps(_mm_setr_epi16(D_(0), D_(1), D_(2), D_(3), D_(4), D_(5), D_(6), D_(7)));
+#undef D_
 }
 
 /*
- * One tile: weight row w (n elements, dtype Q8_0 if !Q4 else Q4_0) against R quantized
- * rows. Groups of 8 blocks; group parity picks the accumulator half (blocks 0-7 / 8-15 of
- * each 16-block group). A partial last group is copied into a zero-padded buffer (zero
- * scale: its padding blocks add fma(0, 0, a) = a).
+ * Blocks g0 .. g0 + cnt - 1 (cnt <= 8) of weight row w against R quantized rows, into the
+ * accumulator half h (blocks 0-7 / 8-15 of each 16-block group). Missing blocks of a
+ * partial group contribute isum 0 with scale 0: fma(0, 0, a) = a. Called with the constant
+ * cnt = 8 for full groups, so the guards fold away there.
  */
+KA void q8_group(const int Q4, const int cnt, const uint8_t *w, int64_t g0, int64_t nbp,
+                 const uint8_t *xq, size_t xs, const int R, const int h, __m256 acc[][2]) {
+    const size_t BSZ = Q4 ? sizeof(kiln_block_q4_0) : sizeof(kiln_block_q8_0);
+    const __m256i ones = _mm256_set1_epi16(1), low4 = _mm256_set1_epi8(15);
+    const uint8_t *wg = w + (size_t)g0 * BSZ;
+    const __m256 dw = load_d8(wg, BSZ, cnt);
+    __m256i W[8]; /* Q8_0: |w|; Q4_0: the 32 nibbles in element order */
+    _Pragma("GCC unroll 8") for (int j = 0; j < 8; j++) {
+        if (j >= cnt) {
+            W[j] = _mm256_setzero_si256();
+        } else if (Q4) {
+            __m128i q = _mm_loadu_si128((const __m128i *)(wg + j * BSZ + 2));
+            W[j] = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(q, 4), q), low4);
+        } else {
+            __m256i q = _mm256_loadu_si256((const __m256i *)(wg + j * BSZ + 2));
+            W[j] = _mm256_sign_epi8(q, q);
+        }
+    }
+    _Pragma("GCC unroll 4") for (int r = 0; r < R; r++) {
+        const uint8_t *xr = xq + (size_t)r * xs;
+        const int8_t *xg = (const int8_t *)xr + 32 * g0;
+        __m256i v[8];
+        _Pragma("GCC unroll 8") for (int j = 0; j < 8; j++) {
+            if (j >= cnt) {
+                v[j] = _mm256_setzero_si256();
+                continue;
+            }
+            __m256i x = _mm256_loadu_si256((const __m256i *)(xg + 32 * j));
+            if (!Q4) {
+                __m256i q = _mm256_loadu_si256((const __m256i *)(wg + j * BSZ + 2));
+                x = _mm256_sign_epi8(x, q);
+            }
+            v[j] = _mm256_madd_epi16(_mm256_maddubs_epi16(W[j], x), ones);
+        }
+        __m256i is = tree8(v);
+        if (Q4) {
+            __m256i sx =
+                _mm256_loadu_si256((const __m256i *)(xr + KILN_Q8_SUM_OFF(nbp) + 4 * (size_t)g0));
+            is = _mm256_sub_epi32(is, _mm256_slli_epi32(sx, 3));
+        }
+        __m256 dx = _mm256_loadu_ps((const float *)(xr + KILN_Q8_D_OFF(nbp)) + g0);
+        acc[r][h] = _mm256_fmadd_ps(_mm256_mul_ps(dw, dx), _mm256_cvtepi32_ps(is), acc[r][h]);
+    }
+}
+
+/* One tile: weight row w (n elements, Q8_0 if !Q4 else Q4_0) against R quantized rows. */
 KA void q8_body(const int Q4, int64_t n, const uint8_t *w, const uint8_t *xq, size_t xs,
                 const int R, float *out) {
-    const size_t BSZ = Q4 ? sizeof(kiln_block_q4_0) : sizeof(kiln_block_q8_0);
     const int64_t nb = n / 32, nbp = kiln_q8_nbp(n);
-    const __m256i ones = _mm256_set1_epi16(1), low4 = _mm256_set1_epi8(15);
     __m256 acc[MAX_TOK][2];
     _Pragma("GCC unroll 4") for (int r = 0; r < R; r++) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
-    _Alignas(32) uint8_t tail[8 * sizeof(kiln_block_q8_0)];
-    for (int64_t b0 = 0; b0 < nb; b0 += 16) {
-        _Pragma("GCC unroll 2") for (int h = 0; h < 2; h++) {
-            const int64_t g0 = b0 + 8 * h;
-            if (g0 >= nb) break;
-            const uint8_t *wg = w + (size_t)g0 * BSZ;
-            if (nb - g0 < 8) {
-                memset(tail, 0, sizeof tail);
-                memcpy(tail, wg, (size_t)(nb - g0) * BSZ);
-                wg = tail;
-            }
-            const __m256 dw = load_d8(wg, BSZ);
-            __m256i W[8]; /* Q8_0: |w|; Q4_0: the 32 nibbles in element order */
-            _Pragma("GCC unroll 8") for (int j = 0; j < 8; j++) {
-                if (Q4) {
-                    __m128i q = _mm_loadu_si128((const __m128i *)(wg + j * BSZ + 2));
-                    __m256i qq = _mm256_set_m128i(_mm_srli_epi16(q, 4), q);
-                    W[j] = _mm256_and_si256(qq, low4);
-                } else {
-                    __m256i q = _mm256_loadu_si256((const __m256i *)(wg + j * BSZ + 2));
-                    W[j] = _mm256_sign_epi8(q, q);
-                }
-            }
-            _Pragma("GCC unroll 4") for (int r = 0; r < R; r++) {
-                const uint8_t *xr = xq + (size_t)r * xs;
-                const int8_t *xg = (const int8_t *)xr + 32 * g0;
-                __m256i v[8];
-                _Pragma("GCC unroll 8") for (int j = 0; j < 8; j++) {
-                    __m256i x = _mm256_loadu_si256((const __m256i *)(xg + 32 * j));
-                    if (!Q4) {
-                        __m256i q = _mm256_loadu_si256((const __m256i *)(wg + j * BSZ + 2));
-                        x = _mm256_sign_epi8(x, q);
-                    }
-                    v[j] = _mm256_madd_epi16(_mm256_maddubs_epi16(W[j], x), ones);
-                }
-                __m256i is = tree8(v);
-                if (Q4) {
-                    __m256i sx = _mm256_loadu_si256(
-                        (const __m256i *)(xr + KILN_Q8_SUM_OFF(nbp) + 4 * (size_t)g0));
-                    is = _mm256_sub_epi32(is, _mm256_slli_epi32(sx, 3));
-                }
-                __m256 dx = _mm256_loadu_ps((const float *)(xr + KILN_Q8_D_OFF(nbp)) + g0);
-                acc[r][h] =
-                    _mm256_fmadd_ps(_mm256_mul_ps(dw, dx), _mm256_cvtepi32_ps(is), acc[r][h]);
-            }
-        }
+    int64_t g0 = 0;
+    for (; g0 + 16 <= nb; g0 += 16) {
+        q8_group(Q4, 8, w, g0, nbp, xq, xs, R, 0, acc);
+        q8_group(Q4, 8, w, g0 + 8, nbp, xq, xs, R, 1, acc);
+    }
+    if (g0 + 8 <= nb) {
+        q8_group(Q4, 8, w, g0, nbp, xq, xs, R, 0, acc);
+        if (g0 + 8 < nb) q8_group(Q4, (int)(nb - g0 - 8), w, g0 + 8, nbp, xq, xs, R, 1, acc);
+    } else if (g0 < nb) {
+        q8_group(Q4, (int)(nb - g0), w, g0, nbp, xq, xs, R, 0, acc);
     }
     _Pragma("GCC unroll 4") for (int r = 0; r < R; r++) out[r] =
         hsum8(_mm256_add_ps(acc[r][0], acc[r][1]));
@@ -141,7 +160,12 @@ KA void q8_body(const int Q4, int64_t n, const uint8_t *w, const uint8_t *xq, si
             return;                                                                                \
         }                                                                                          \
     }                                                                                              \
-    static const kiln_cpu_q8_kernel NAME##_kernel = {NAME##_dot, NAME##_tile, 1, MAX_TOK};
+    static void NAME##_small(int64_t n, const void *w, size_t rs, int nrows, const uint8_t *xq,    \
+                             float *out) {                                                         \
+        q8_small_body(Q4, 0, n, (const uint8_t *)w, rs, nrows, xq, out);                           \
+    }                                                                                              \
+    static const kiln_cpu_q8_kernel NAME##_kernel = {NAME##_dot, NAME##_tile, 1, MAX_TOK,          \
+                                                     NAME##_small};
 
 KILN_Q8_DEFINE(q8_0, 0)
 KILN_Q8_DEFINE(q4_0, 1)

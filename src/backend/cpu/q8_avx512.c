@@ -18,6 +18,7 @@
  * results are bit-identical to the scalar reference.
  */
 #include <float.h>
+#include <math.h>
 #include <string.h>
 
 #include "backend/cpu/kernels.h"
@@ -83,95 +84,160 @@ KA __m512i load4x128(const uint8_t *a, const uint8_t *b, const uint8_t *c, const
     return _mm512_inserti32x4(r, _mm_loadu_si128((const __m128i *)d), 3);
 }
 
-/* the 16 fp16 scales of blocks at p, p + bsz, ... as f32 (scalar loads: faster than a
- * vpgatherdd here) */
 KA uint16_t rd16(const uint8_t *p) {
     uint16_t v;
     memcpy(&v, p, 2);
     return v;
 }
 
-KA __m512 load_d16(const uint8_t *p, int bsz) {
-    __m256i h = _mm256_setr_epi16(
-        (short)rd16(p), (short)rd16(p + bsz), (short)rd16(p + 2 * bsz), (short)rd16(p + 3 * bsz),
-        (short)rd16(p + 4 * bsz), (short)rd16(p + 5 * bsz), (short)rd16(p + 6 * bsz),
-        (short)rd16(p + 7 * bsz), (short)rd16(p + 8 * bsz), (short)rd16(p + 9 * bsz),
-        (short)rd16(p + 10 * bsz), (short)rd16(p + 11 * bsz), (short)rd16(p + 12 * bsz),
-        (short)rd16(p + 13 * bsz), (short)rd16(p + 14 * bsz), (short)rd16(p + 15 * bsz));
+/* the fp16 scales of blocks p, p + bsz, ... (the first cnt; 0 for the rest) as f32 (scalar
+ * loads: faster than a vpgatherdd here) */
+KA __m512 load_d16(const uint8_t *p, int bsz, const int cnt) {
+#define D_(j) (short)((j) < cnt ? rd16(p + (j)*bsz) : 0)
+    __m256i h = _mm256_setr_epi16(D_(0), D_(1), D_(2), D_(3), D_(4), D_(5), D_(6), D_(7), D_(8),
+                                  D_(9), D_(10), D_(11), D_(12), D_(13), D_(14), D_(15));
+#undef D_
     return _mm512_cvtph_ps(h);
 }
 
+/* the start of each lane's integer sum: -128 sum(q_x) (Q8_0, VNNI), -8 sum(q_x) (Q4_0), 0 */
+KA __m512i isum_init(const int Q4, const int VNNI, const uint8_t *xr, int64_t nbp, int64_t b0) {
+    if (!Q4 && !VNNI) return _mm512_setzero_si512();
+    __m512i sx = _mm512_loadu_si512(xr + KILN_Q8_SUM_OFF(nbp) + 4 * (size_t)b0);
+    return _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(sx, Q4 ? 3 : 7));
+}
+
+/* a full group of 16 blocks from b0, transposed on both sides */
+KA void q8_group(const int Q4, const int VNNI, const uint8_t *w, int64_t b0, int64_t nbp,
+                 const uint8_t *xq, size_t xs, const int R, __m512 acc[]) {
+    const int BSZ = Q4 ? (int)sizeof(kiln_block_q4_0) : (int)sizeof(kiln_block_q8_0);
+    const __m512i ones = _mm512_set1_epi16(1), low4 = _mm512_set1_epi8(15);
+    const uint8_t *wg = w + (size_t)b0 * (size_t)BSZ;
+    const __m512 dw = load_d16(wg, BSZ, 16);
+    __m512i T[8], U[8];
+    if (Q4) {
+        __m512i y[4], p[4];
+        _Pragma("GCC unroll 4") for (int v = 0; v < 4; v++) y[v] =
+            load4x128(wg + v * BSZ + 2, wg + (4 + v) * BSZ + 2, wg + (8 + v) * BSZ + 2,
+                      wg + (12 + v) * BSZ + 2);
+        transpose4x16(y, p);
+        _Pragma("GCC unroll 4") for (int c = 0; c < 4; c++) {
+            T[c] = _mm512_and_si512(p[c], low4);
+            T[4 + c] = _mm512_and_si512(_mm512_srli_epi32(p[c], 4), low4);
+        }
+    } else {
+        __m512i z[8];
+        _Pragma("GCC unroll 8") for (int m = 0; m < 8; m++) z[m] =
+            load2x256(wg + m * BSZ + 2, wg + (m + 8) * BSZ + 2);
+        transpose8x16(z, T);
+        _Pragma("GCC unroll 8") for (int i = 0; i < 8; i++) {
+            if (VNNI)
+                T[i] = _mm512_xor_si512(T[i], _mm512_set1_epi8((char)0x80));
+            else
+                U[i] = _mm512_abs_epi8(T[i]);
+        }
+    }
+    _Pragma("GCC unroll 8") for (int r = 0; r < R; r++) {
+        const uint8_t *xr = xq + (size_t)r * xs;
+        const uint8_t *xg = xr + 32 * b0;
+        __m512i is = isum_init(Q4, VNNI, xr, nbp, b0);
+        _Pragma("GCC unroll 8") for (int i = 0; i < 8; i++) {
+            __m512i x = _mm512_loadu_si512(xg + 64 * i);
+            if (VNNI) {
+                is = _mm512_dpbusd_epi32(is, T[i], x);
+            } else if (Q4) {
+                is = _mm512_add_epi32(is, _mm512_madd_epi16(_mm512_maddubs_epi16(T[i], x), ones));
+            } else {
+                __mmask64 neg = _mm512_movepi8_mask(T[i]);
+                x = _mm512_mask_sub_epi8(x, neg, _mm512_setzero_si512(), x);
+                is = _mm512_add_epi32(is, _mm512_madd_epi16(_mm512_maddubs_epi16(U[i], x), ones));
+            }
+        }
+        __m512 dx = _mm512_loadu_ps((const float *)(xr + KILN_Q8_D_OFF(nbp)) + b0);
+        acc[r] = _mm512_fmadd_ps(_mm512_mul_ps(dw, dx), _mm512_cvtepi32_ps(is), acc[r]);
+    }
+}
+
+/* one block's 8 lane sums: VNNI vpdpbusd (Q8_0: w ^ 0x80, corrected by 128 sum x), else
+ * vpmaddubsw + vpmaddwd (Q8_0: |w| against sign(x, w)); Q4_0: nibbles, corrected by 8 sum x */
+KA __m256i blk_dot(const int Q4, const int VNNI, const uint8_t *wb, __m256i x) {
+    __m256i u, q = _mm256_setzero_si256();
+    if (Q4) {
+        __m128i h = _mm_loadu_si128((const __m128i *)(wb + 2));
+        u = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(h, 4), h), _mm256_set1_epi8(15));
+    } else {
+        q = _mm256_loadu_si256((const __m256i *)(wb + 2));
+        u = VNNI ? _mm256_xor_si256(q, _mm256_set1_epi8((char)0x80)) : _mm256_abs_epi8(q);
+    }
+    if (VNNI) return _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, x);
+    if (!Q4) x = _mm256_sign_epi8(x, q);
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(u, x), _mm256_set1_epi16(1));
+}
+
+KA int blk_corr(const int Q4, const int VNNI) {
+    return Q4 ? 8 : VNNI ? 128 : 0;
+}
+
+#include "backend/cpu/q8_small.inc"
+
+/* sum of the 8 int32 lanes */
+KA int32_t hsum8i(__m256i v) {
+    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    s = _mm_add_epi32(s, _mm_unpackhi_epi64(s, s));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 1));
+    return _mm_cvtsi128_si32(s);
+}
+
+/* the fixed final reduction of cpu.h on 16 floats in memory (same operations as hsum16) */
+KA float reduce16(const float a[16]) {
+    float s8[8], s4[4];
+    _Pragma("GCC unroll 8") for (int j = 0; j < 8; j++) s8[j] = a[j] + a[j + 8];
+    _Pragma("GCC unroll 4") for (int j = 0; j < 4; j++) s4[j] = s8[j] + s8[j + 4];
+    return (s4[0] + s4[2]) + (s4[1] + s4[3]);
+}
+
 /*
- * One tile: weight row w (Q8_0 if !Q4, else Q4_0) against R quantized rows (t16 layout,
- * stride xs). A partial last group is copied into a zero-padded buffer (zero scales: its
- * padding blocks add fma(0, 0, a) = a).
+ * The partial last group: blocks b0 .. b0 + cnt - 1 (cnt < 16), plain on both sides (a
+ * transposed group would waste most of its work on small rows). Block j's exact integer
+ * sum comes from one 256-bit vpdpbusd (or vpmaddubsw + vpmaddwd) and a horizontal add; it
+ * goes into accumulator j (b0 % 16 == 0) with a scalar FMA, the same correctly rounded
+ * operation as the vector lanes. The accumulators go through memory for this, so the
+ * final reduction is done there too (reduce16, same order as hsum16).
  */
+KA void q8_tail(const int Q4, const int VNNI, const uint8_t *w, int64_t b0, int cnt, int64_t nbp,
+                const uint8_t *xq, size_t xs, const int R, __m512 acc[], float *out) {
+    const int BSZ = Q4 ? (int)sizeof(kiln_block_q4_0) : (int)sizeof(kiln_block_q8_0);
+    const uint8_t *wg = w + (size_t)b0 * (size_t)BSZ;
+    _Pragma("GCC unroll 8") for (int r = 0; r < R; r++) {
+        const uint8_t *xr = xq + (size_t)r * xs;
+        const int8_t *xg = (const int8_t *)xr + 32 * b0;
+        const float *dx = (const float *)(xr + KILN_Q8_D_OFF(nbp)) + b0;
+        const int32_t *sx = (const int32_t *)(xr + KILN_Q8_SUM_OFF(nbp)) + b0;
+        float a[16];
+        _mm512_storeu_ps(a, acc[r]);
+        for (int j = 0; j < cnt; j++) {
+            const uint8_t *wb = wg + j * BSZ;
+            __m256i x = _mm256_loadu_si256((const __m256i *)(xg + 32 * j));
+            int32_t isum = hsum8i(blk_dot(Q4, VNNI, wb, x)) - blk_corr(Q4, VNNI) * sx[j];
+            uint16_t dh;
+            memcpy(&dh, wb, 2);
+            a[j] = fmaf(_cvtsh_ss(dh) * dx[j], (float)isum, a[j]);
+        }
+        out[r] = reduce16(a);
+    }
+}
+
+/* One tile: weight row w (Q8_0 if !Q4, else Q4_0) against R quantized rows (t16, stride xs). */
 KA void q8_body(const int Q4, const int VNNI, int64_t n, const uint8_t *w, const uint8_t *xq,
                 size_t xs, const int R, float *out) {
-    const int BSZ = Q4 ? (int)sizeof(kiln_block_q4_0) : (int)sizeof(kiln_block_q8_0);
     const int64_t nb = n / 32, nbp = kiln_q8_nbp(n);
-    const __m512i ones = _mm512_set1_epi16(1), low4 = _mm512_set1_epi8(15);
     __m512 acc[MAX_TOK];
     _Pragma("GCC unroll 8") for (int r = 0; r < R; r++) acc[r] = _mm512_setzero_ps();
-    _Alignas(64) uint8_t tail[16 * sizeof(kiln_block_q8_0)];
-    for (int64_t b0 = 0; b0 < nb; b0 += 16) {
-        const uint8_t *wg = w + (size_t)b0 * (size_t)BSZ;
-        if (nb - b0 < 16) {
-            memset(tail, 0, sizeof tail);
-            memcpy(tail, wg, (size_t)(nb - b0) * (size_t)BSZ);
-            wg = tail;
-        }
-        const __m512 dw = load_d16(wg, BSZ);
-        __m512i T[8], U[8];
-        if (Q4) {
-            __m512i y[4], p[4];
-            _Pragma("GCC unroll 4") for (int v = 0; v < 4; v++) y[v] =
-                load4x128(wg + v * BSZ + 2, wg + (4 + v) * BSZ + 2, wg + (8 + v) * BSZ + 2,
-                          wg + (12 + v) * BSZ + 2);
-            transpose4x16(y, p);
-            _Pragma("GCC unroll 4") for (int c = 0; c < 4; c++) {
-                T[c] = _mm512_and_si512(p[c], low4);
-                T[4 + c] = _mm512_and_si512(_mm512_srli_epi32(p[c], 4), low4);
-            }
-        } else {
-            __m512i z[8];
-            _Pragma("GCC unroll 8") for (int m = 0; m < 8; m++) z[m] =
-                load2x256(wg + m * BSZ + 2, wg + (m + 8) * BSZ + 2);
-            transpose8x16(z, T);
-            _Pragma("GCC unroll 8") for (int i = 0; i < 8; i++) {
-                if (VNNI)
-                    T[i] = _mm512_xor_si512(T[i], _mm512_set1_epi8((char)0x80));
-                else
-                    U[i] = _mm512_abs_epi8(T[i]);
-            }
-        }
-        _Pragma("GCC unroll 8") for (int r = 0; r < R; r++) {
-            const uint8_t *xr = xq + (size_t)r * xs;
-            const uint8_t *xg = xr + 32 * b0;
-            __m512i is;
-            if (Q4 || VNNI) {
-                __m512i sx = _mm512_loadu_si512(xr + KILN_Q8_SUM_OFF(nbp) + 4 * (size_t)b0);
-                is = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(sx, Q4 ? 3 : 7));
-            } else {
-                is = _mm512_setzero_si512();
-            }
-            _Pragma("GCC unroll 8") for (int i = 0; i < 8; i++) {
-                __m512i x = _mm512_loadu_si512(xg + 64 * i);
-                if (VNNI) {
-                    is = _mm512_dpbusd_epi32(is, T[i], x);
-                } else if (Q4) {
-                    is = _mm512_add_epi32(is,
-                                          _mm512_madd_epi16(_mm512_maddubs_epi16(T[i], x), ones));
-                } else {
-                    __mmask64 neg = _mm512_movepi8_mask(T[i]);
-                    x = _mm512_mask_sub_epi8(x, neg, _mm512_setzero_si512(), x);
-                    is = _mm512_add_epi32(is,
-                                          _mm512_madd_epi16(_mm512_maddubs_epi16(U[i], x), ones));
-                }
-            }
-            __m512 dx = _mm512_loadu_ps((const float *)(xr + KILN_Q8_D_OFF(nbp)) + b0);
-            acc[r] = _mm512_fmadd_ps(_mm512_mul_ps(dw, dx), _mm512_cvtepi32_ps(is), acc[r]);
-        }
+    int64_t b0 = 0;
+    for (; b0 + 16 <= nb; b0 += 16) q8_group(Q4, VNNI, w, b0, nbp, xq, xs, R, acc);
+    if (b0 < nb) {
+        q8_tail(Q4, VNNI, w, b0, (int)(nb - b0), nbp, xq, xs, R, acc, out);
+        return;
     }
     _Pragma("GCC unroll 8") for (int r = 0; r < R; r++) out[r] = hsum16(acc[r]);
 }
@@ -203,7 +269,12 @@ KA void q8_body(const int Q4, const int VNNI, int64_t n, const uint8_t *w, const
             return;                                                                                \
         }                                                                                          \
     }                                                                                              \
-    static const kiln_cpu_q8_kernel NAME##_kernel = {NAME##_dot, NAME##_tile, 1, MAX_TOK};
+    static void NAME##_small(int64_t n, const void *w, size_t rs, int nrows, const uint8_t *xq,    \
+                             float *out) {                                                         \
+        q8_small_body(Q4, VNNI, n, (const uint8_t *)w, rs, nrows, xq, out);                        \
+    }                                                                                              \
+    static const kiln_cpu_q8_kernel NAME##_kernel = {NAME##_dot, NAME##_tile, 1, MAX_TOK,          \
+                                                     NAME##_small};
 
 KILN_Q8_DEFINE(q8_0_vnni, 0, 1)
 KILN_Q8_DEFINE(q4_0_vnni, 1, 1)
@@ -269,21 +340,13 @@ KA void quant_block(const float *x, int8_t *q, float *dxo, int32_t *sxo) {
 }
 
 void kiln_cpu_q8_quantize_row_avx512(int64_t n, const float *x, uint8_t *dst) {
-    const int64_t nb = n / 32, nbp = kiln_q8_nbp(n);
+    const int64_t nb = n / 32, nbp = kiln_q8_nbp(n), nfull = nb / 16 * 16;
     float *dxo = (float *)(dst + KILN_Q8_D_OFF(nbp));
     int32_t *sxo = (int32_t *)(dst + KILN_Q8_SUM_OFF(nbp));
     _Alignas(64) int8_t tmp[16][32];
-    for (int64_t b0 = 0; b0 < nbp; b0 += 16) {
-        for (int l = 0; l < 16; l++) {
-            int64_t b = b0 + l;
-            if (b < nb) {
-                quant_block(x + 32 * b, tmp[l], &dxo[b], &sxo[b]);
-            } else {
-                memset(tmp[l], 0, 32);
-                dxo[b] = 0.0f;
-                sxo[b] = 0;
-            }
-        }
+    for (int64_t b0 = 0; b0 < nfull; b0 += 16) {
+        _Pragma("GCC unroll 16") for (int l = 0; l < 16; l++)
+            quant_block(x + 32 * (b0 + l), tmp[l], &dxo[b0 + l], &sxo[b0 + l]);
         __m512i z[8], t[8];
         _Pragma("GCC unroll 8") for (int m = 0; m < 8; m++) z[m] =
             load2x256((const uint8_t *)tmp[m], (const uint8_t *)tmp[m + 8]);
@@ -291,6 +354,11 @@ void kiln_cpu_q8_quantize_row_avx512(int64_t n, const float *x, uint8_t *dst) {
         _Pragma("GCC unroll 8") for (int i = 0; i < 8; i++)
             _mm512_storeu_si512(dst + 32 * b0 + 64 * i, t[i]);
     }
+    /* the partial last group, plain, and the zero padding */
+    for (int64_t b = nfull; b < nb; b++)
+        quant_block(x + 32 * b, (int8_t *)dst + 32 * b, &dxo[b], &sxo[b]);
+    memset(dst + 32 * nb, 0, (size_t)(nbp - nb) * 32);
+    for (int64_t b = nb; b < nbp; b++) dxo[b] = 0.0f, sxo[b] = 0;
 }
 
 #else
