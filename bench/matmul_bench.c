@@ -10,6 +10,9 @@
  * (GB/s) — this is memory-bound territory; prefill (64 tokens): GFLOP/s (2 * n_out * n_in *
  * n_tok per call). Each figure is the best of several timed repetitions. (Scalar prefill
  * is skipped, shown as 0, above 4M weights.) Also prints the pool's empty fork/join cost.
+ * Q8_0 and Q4_0 get two rows per path: act f32 (f32 activations, KILN_ACT_F32) and act q8
+ * (activations quantized to Q8_0 per call, the default; the time includes quantizing).
+ * The avx512 q8 rows use VNNI when the CPU has it; run with KILN_VNNI=0 for AVX-512BW.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -39,15 +42,15 @@ static double forkjoin_us(kiln_threadpool *tp) {
     return (now() - t0) / RUNS * 1e6;
 }
 
-static double best_time(kiln_threadpool *tp, kiln_simd p, const void *w, kiln_dtype t,
-                        int64_t n_out, int64_t n_in, const float *x, int64_t n_tok, float *y,
-                        double budget) {
+static double best_time(kiln_threadpool *tp, kiln_simd p, kiln_act_mode act, const void *w,
+                        kiln_dtype t, int64_t n_out, int64_t n_in, const float *x, int64_t n_tok,
+                        float *y, double budget) {
     double best = 1e30, start = now();
     int reps = 0;
-    kiln_cpu_matmul_path(tp, p, w, t, n_out, n_in, x, n_tok, y); /* warm up */
+    kiln_cpu_matmul_ex(tp, p, act, w, t, n_out, n_in, x, n_tok, y); /* warm up */
     while (reps < 3 || (now() - start < budget && reps < 200)) {
         double t0 = now();
-        kiln_cpu_matmul_path(tp, p, w, t, n_out, n_in, x, n_tok, y);
+        kiln_cpu_matmul_ex(tp, p, act, w, t, n_out, n_in, x, n_tok, y);
         double dt = now() - t0;
         if (dt < best) best = dt;
         reps++;
@@ -74,13 +77,14 @@ int main(int argc, char **argv) {
         fprintf(stderr, "%s\n", err.message);
         return 1;
     }
-    printf("matrix %lld x %lld, threads 1 and %d, active path %s\n", (long long)n_out,
-           (long long)n_in, threads, kiln_simd_name(kiln_simd_active()));
+    printf("matrix %lld x %lld, threads 1 and %d, active path %s, avx512 q8 kernels %s\n",
+           (long long)n_out, (long long)n_in, threads, kiln_simd_name(kiln_simd_active()),
+           kiln_cpu_use_vnni() ? "vnni" : "avx512bw");
     if (pools[1])
         printf("threadpool: empty fork/join %.2f us with %d threads\n", forkjoin_us(pools[1]),
                threads);
-    printf("%-5s %-7s %11s %11s %14s %14s\n", "dtype", "path", "dec GB/s 1t", "dec GB/s Nt",
-           "pre GFLOP/s 1t", "pre GFLOP/s Nt");
+    printf("%-5s %-7s %-3s %11s %11s %14s %14s\n", "dtype", "path", "act", "dec GB/s 1t",
+           "dec GB/s Nt", "pre GFLOP/s 1t", "pre GFLOP/s Nt");
     for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
         kiln_dtype t = types[ti];
         const kiln_dtype_traits *tr = kiln_dtype_traits_of(t);
@@ -95,24 +99,27 @@ int main(int argc, char **argv) {
         double bytes = (double)rs * (double)n_out;
         for (kiln_simd p = KILN_SIMD_SCALAR; p <= KILN_SIMD_AVX512; p++) {
             if (!kiln_simd_supported(p)) continue;
-            double r[4];
-            for (int k = 0; k < 2; k++) {
-                kiln_threadpool *tp = k ? pools[1] : NULL;
-                if (k && !tp) {
-                    r[1] = r[0], r[3] = r[2];
-                    continue;
+            for (int q8 = 0; q8 <= (kiln_cpu_q8_supported(t) ? 1 : 0); q8++) {
+                kiln_act_mode act = q8 ? KILN_ACT_Q8 : KILN_ACT_F32;
+                double r[4];
+                for (int k = 0; k < 2; k++) {
+                    kiln_threadpool *tp = k ? pools[1] : NULL;
+                    if (k && !tp) {
+                        r[1] = r[0], r[3] = r[2];
+                        continue;
+                    }
+                    double td = best_time(tp, p, act, w, t, n_out, n_in, x, 1, y, 0.3);
+                    /* the scalar reference is too slow to time prefill on big matrices */
+                    double tpf = p == KILN_SIMD_SCALAR && (double)n_out * n_in > 4.2e6
+                                     ? 1e30
+                                     : best_time(tp, p, act, w, t, n_out, n_in, x, PREFILL, y, 0.3);
+                    r[k] = bytes / td * 1e-9;
+                    r[2 + k] = 2.0 * (double)n_out * (double)n_in * PREFILL / tpf * 1e-9;
                 }
-                double td = best_time(tp, p, w, t, n_out, n_in, x, 1, y, 0.3);
-                /* the scalar reference is too slow to time prefill on big matrices */
-                double tpf = p == KILN_SIMD_SCALAR && (double)n_out * n_in > 4.2e6
-                                 ? 1e30
-                                 : best_time(tp, p, w, t, n_out, n_in, x, PREFILL, y, 0.3);
-                r[k] = bytes / td * 1e-9;
-                r[2 + k] = 2.0 * (double)n_out * (double)n_in * PREFILL / tpf * 1e-9;
+                printf("%-5s %-7s %-3s %11.2f %11.2f %14.2f %14.2f\n", tr->name, kiln_simd_name(p),
+                       q8 ? "q8" : "f32", r[0], r[1], r[2], r[3]);
+                fflush(stdout);
             }
-            printf("%-5s %-7s %11.2f %11.2f %14.2f %14.2f\n", tr->name, kiln_simd_name(p), r[0],
-                   r[1], r[2], r[3]);
-            fflush(stdout);
         }
         free(w);
     }
