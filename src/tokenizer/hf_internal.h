@@ -175,9 +175,17 @@ typedef struct hf_model {
 kiln_status hf_model_parse(const json_t *j, const hf_where *w, hf_model *m, kiln_error *err);
 void hf_model_free(hf_model *m);
 int32_t hf_model_find(const hf_model *m, const char *s, size_t n);
-/* Tokenize one pre-token s[0..n) (non-empty) and append ids. */
+
+/* Scratch space for hf_model_encode, reused across words; zero-initialise. */
+typedef struct hf_model_work {
+    void *syms, *queue;
+    size_t n_syms, cap_syms, n_queue, cap_queue;
+    hf_buf tmp;
+} hf_model_work;
+void hf_model_work_free(hf_model_work *w);
+/* Tokenize one pre-token s[0..n) and append ids. */
 kiln_status hf_model_encode(const hf_model *m, const char *s, size_t n, kiln_ivec *out,
-                            kiln_error *err);
+                            hf_model_work *w, kiln_error *err);
 
 /* ---- decoders ---------------------------------------------------------------------------- */
 

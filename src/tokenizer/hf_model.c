@@ -331,11 +331,30 @@ static bool q_less(const qent *a, const qent *b) {
 
 typedef struct bpe_work {
     sym *s;
-    size_t n, cap;
     qent *q;
-    size_t qn, qcap;
+    size_t n, qn, cap, qcap;
     hf_buf tmp;
 } bpe_work;
+
+/* hf_model_work <-> bpe_work (the public struct keeps the element types private) */
+static bpe_work work_in(hf_model_work *w) {
+    return (bpe_work){w->syms, w->queue, 0, 0, w->cap_syms, w->cap_queue, w->tmp};
+}
+
+static void work_out(hf_model_work *w, const bpe_work *b) {
+    w->syms = b->s;
+    w->queue = b->q;
+    w->cap_syms = b->cap;
+    w->cap_queue = b->qcap;
+    w->tmp = b->tmp;
+}
+
+void hf_model_work_free(hf_model_work *w) {
+    free(w->syms);
+    free(w->queue);
+    hf_buf_free(&w->tmp);
+    memset(w, 0, sizeof *w);
+}
 
 static bool q_push(bpe_work *w, qent e) {
     if (w->qn == w->qcap) {
@@ -531,13 +550,11 @@ static kiln_status wp_encode(const hf_model *m, const char *wd, size_t n, kiln_i
 }
 
 kiln_status hf_model_encode(const hf_model *m, const char *s, size_t n, kiln_ivec *out,
-                            kiln_error *err) {
+                            hf_model_work *work, kiln_error *err) {
     if (n == 0) return KILN_OK;
-    bpe_work w = {0};
+    bpe_work w = work_in(work);
     kiln_status st = m->kind == HF_MODEL_WORDPIECE ? wp_encode(m, s, n, out, &w, err)
                                                    : bpe_encode(m, s, n, out, &w, err);
-    free(w.s);
-    free(w.q);
-    hf_buf_free(&w.tmp);
+    work_out(work, &w);
     return st;
 }

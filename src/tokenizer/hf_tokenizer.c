@@ -213,6 +213,7 @@ kiln_status kiln_hf_encode(const struct kiln_hf *h, const char *text, size_t len
     kiln_status st = KILN_OK;
     hf_pieces raw = {0}, normd = {0}, pre = {0}, tmp = {0};
     hf_buf nb = {0};
+    hf_model_work mw = {0};
     if (add_special && h->prefix.n && kiln_ivec_append(out, h->prefix.data, h->prefix.n))
         goto nomem;
     if (!added_split(h, &h->raw, text ? text : "", len, true, parse_special, &raw)) goto nomem;
@@ -238,7 +239,8 @@ kiln_status kiln_hf_encode(const struct kiln_hf *h, const char *text, size_t len
             if (!hf_pieces_add(&pre, normd.text.p + q->off, q->len, -1, q->at_start)) goto nomem;
             if ((st = hf_pretokenize(h->pretok, &pre, &tmp, err))) goto done;
             for (size_t m = 0; m < pre.n; m++) {
-                st = hf_model_encode(&h->model, pre.text.p + pre.a[m].off, pre.a[m].len, out, err);
+                st = hf_model_encode(&h->model, pre.text.p + pre.a[m].off, pre.a[m].len, out, &mw,
+                                     err);
                 if (st) goto done;
             }
         }
@@ -254,6 +256,7 @@ done:
     hf_pieces_free(&pre);
     hf_pieces_free(&tmp);
     hf_buf_free(&nb);
+    hf_model_work_free(&mw);
     if (st) out->n = n0;
     return st;
 }
