@@ -51,8 +51,8 @@ static kiln_status oom(kiln_error *err) {
     return kiln_error_set(err, KILN_ERR_OUT_OF_MEMORY, "out of memory (tokenizer normalizer)");
 }
 
-kiln_status hf_normalizer_parse(const json_t *j, const hf_where *w, hf_normalizer **out,
-                                kiln_error *err) {
+static kiln_status parse_at(const json_t *j, const hf_where *w, hf_normalizer **out, int depth,
+                            kiln_error *err) {
     *out = NULL;
     const char *type = NULL;
     kiln_status st = hf_get_type(j, w, &type, err);
@@ -61,6 +61,10 @@ kiln_status hf_normalizer_parse(const json_t *j, const hf_where *w, hf_normalize
     if (!n) return oom(err);
     if (!strcmp(type, "Sequence")) {
         n->kind = N_SEQUENCE;
+        if (depth >= 16) {
+            st = hf_err_type(err, w, "a Sequence nested less than 16 deep");
+            goto fail;
+        }
         hf_where ws;
         hf_where_sub(&ws, w, "normalizers");
         json_t *a = json_object_get(j, "normalizers");
@@ -73,7 +77,7 @@ kiln_status hf_normalizer_parse(const json_t *j, const hf_where *w, hf_normalize
         for (size_t i = 0; i < json_array_size(a); i++) {
             hf_where wi;
             hf_where_idx(&wi, &ws, i);
-            st = hf_normalizer_parse(json_array_get(a, i), &wi, &n->seq[i], err);
+            st = parse_at(json_array_get(a, i), &wi, &n->seq[i], depth + 1, err);
             if (st) goto fail;
             n->n_seq = i + 1;
         }
@@ -147,6 +151,11 @@ nomem:
 fail:
     hf_normalizer_free(n);
     return st;
+}
+
+kiln_status hf_normalizer_parse(const json_t *j, const hf_where *w, hf_normalizer **out,
+                                kiln_error *err) {
+    return parse_at(j, w, out, 0, err);
 }
 
 /* ---- steps --------------------------------------------------------------------------------- */

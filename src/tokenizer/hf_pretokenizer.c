@@ -109,7 +109,8 @@ static kiln_status parse_char(const json_t *j, const char *key, const hf_where *
     return KILN_OK;
 }
 
-kiln_status hf_pretok_parse(const json_t *j, const hf_where *w, hf_pretok **out, kiln_error *err) {
+static kiln_status parse_at(const json_t *j, const hf_where *w, hf_pretok **out, int depth,
+                            kiln_error *err) {
     *out = NULL;
     const char *type = NULL;
     kiln_status st = hf_get_type(j, w, &type, err);
@@ -119,6 +120,10 @@ kiln_status hf_pretok_parse(const json_t *j, const hf_where *w, hf_pretok **out,
     hf_where ws;
     if (!strcmp(type, "Sequence")) {
         p->kind = P_SEQUENCE;
+        if (depth >= 16) {
+            st = hf_err_type(err, w, "a Sequence nested less than 16 deep");
+            goto fail;
+        }
         hf_where_sub(&ws, w, "pretokenizers");
         json_t *a = json_object_get(j, "pretokenizers");
         if (!json_is_array(a)) {
@@ -130,7 +135,7 @@ kiln_status hf_pretok_parse(const json_t *j, const hf_where *w, hf_pretok **out,
         for (size_t i = 0; i < json_array_size(a); i++) {
             hf_where wi;
             hf_where_idx(&wi, &ws, i);
-            if ((st = hf_pretok_parse(json_array_get(a, i), &wi, &p->seq[i], err))) goto fail;
+            if ((st = parse_at(json_array_get(a, i), &wi, &p->seq[i], depth + 1, err))) goto fail;
             p->n_seq = i + 1;
         }
     } else if (!strcmp(type, "Split")) {
@@ -223,6 +228,10 @@ nomem:
 fail:
     hf_pretok_free(p);
     return st;
+}
+
+kiln_status hf_pretok_parse(const json_t *j, const hf_where *w, hf_pretok **out, kiln_error *err) {
+    return parse_at(j, w, out, 0, err);
 }
 
 /* ---- splitting ----------------------------------------------------------------------------- */

@@ -188,6 +188,20 @@ static void test_errors(void) {
                KILN_ERR_FORMAT, "chat_template[0]");
     expect_err("valid", "{" MODEL "}", "{}", KILN_OK, NULL);
 
+    /* Sequences nested 40 deep are refused (bounded recursion) */
+    char deep[4096] = "{" MODEL ", 'normalizer': ";
+    for (int i = 0; i < 40; i++) strcat(deep, "{'type': 'Sequence', 'normalizers': [");
+    strcat(deep, "{'type': 'NFC'}");
+    for (int i = 0; i < 40; i++) strcat(deep, "]}");
+    strcat(deep, "}");
+    expect_err("deep normalizer", deep, NULL, KILN_ERR_FORMAT, "nested");
+    snprintf(deep, sizeof deep, "{" MODEL ", 'pre_tokenizer': ");
+    for (int i = 0; i < 40; i++) strcat(deep, "{'type': 'Sequence', 'pretokenizers': [");
+    strcat(deep, "{'type': 'Digits'}");
+    for (int i = 0; i < 40; i++) strcat(deep, "]}");
+    strcat(deep, "}");
+    expect_err("deep pre_tokenizer", deep, NULL, KILN_ERR_FORMAT, "nested");
+
     /* arguments */
     kiln_tokenizer *t = NULL;
     kiln_error err = {0};
