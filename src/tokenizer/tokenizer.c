@@ -534,6 +534,16 @@ bool kiln_tokenizer_is_eog(const kiln_tokenizer *t, int32_t id) {
     return t && id >= 0 && id < t->v.n_tokens && t->eog[id];
 }
 
+kiln_status kiln_tokenizer_add_eog(kiln_tokenizer *t, int32_t id, kiln_error *err) {
+    if (!t || !t->eog || id < 0 || id >= t->v.n_tokens)
+        return kiln_error_set(err, KILN_ERR_INVALID_ARGUMENT,
+                              "tokenizer: end-of-generation id %d is outside the vocabulary (%d "
+                              "tokens)",
+                              id, t ? t->v.n_tokens : 0);
+    t->eog[id] = true;
+    return KILN_OK;
+}
+
 const char *kiln_tokenizer_chat_template(const kiln_tokenizer *t) {
     return t ? t->chat_template : NULL;
 }

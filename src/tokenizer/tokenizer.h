@@ -74,6 +74,12 @@ int32_t kiln_tokenizer_eos(const kiln_tokenizer *t);
 bool kiln_tokenizer_is_eog(const kiln_tokenizer *t, int32_t id);
 
 /**
+ * Mark id as an end-of-generation token (for example the eos_token_id list of a Hugging Face
+ * generation_config.json). Errors: KILN_ERR_INVALID_ARGUMENT (NULL t, id outside the vocab).
+ */
+kiln_status kiln_tokenizer_add_eog(kiln_tokenizer *t, int32_t id, kiln_error *err);
+
+/**
  * The chat template (Jinja source) the tokenizer came with: GGUF tokenizer.chat_template, or
  * for a Hugging Face directory tokenizer_config.json's chat_template (the "default" entry
  * when it is a list), else chat_template.jinja / chat_template.json beside it. NULL when

@@ -561,6 +561,8 @@ static void test_post_and_config(void) {
     CHECK(t && kiln_tokenizer_eos_text(t) && !strcmp(kiln_tokenizer_eos_text(t), "</s>"));
     CHECK(t && kiln_tokenizer_is_eog(t, 1) && !kiln_tokenizer_is_eog(t, 2));
     CHECK(t && kiln_tokenizer_vocab(t)->pad_id == 3);
+    CHECK(t && kiln_tokenizer_add_eog(t, 3, NULL) == KILN_OK && kiln_tokenizer_is_eog(t, 3));
+    CHECK(t && kiln_tokenizer_add_eog(t, 4, NULL) == KILN_ERR_INVALID_ARGUMENT);
     kiln_tokenizer_destroy(t);
     snprintf(buf, sizeof buf, base,
              "{'type': 'TemplateProcessing', 'single': '<s> $A', "
