@@ -55,6 +55,11 @@ static kiln_status resolve_params(const kiln_model *m, const kiln_engine_params 
     if (!p->max_queue) p->max_queue = DEFAULT_MAX_QUEUE;
     if (!p->n_threads) p->n_threads = kiln_physical_cores();
     if (!p->n_ctx) p->n_ctx = m->cfg.n_ctx_train > 0 ? m->cfg.n_ctx_train : DEFAULT_N_CTX;
+    if (m->cfg.learned_pos && m->cfg.n_ctx_train > 0 && p->n_ctx > m->cfg.n_ctx_train)
+        return kiln_error_set(err, KILN_ERR_INVALID_ARGUMENT,
+                              "n_ctx %d exceeds the %d positions the model has learned "
+                              "embeddings for",
+                              p->n_ctx, m->cfg.n_ctx_train);
 
     kiln_dtype dt = p->kv_type == KILN_KV_F16 ? KILN_DTYPE_F16 : KILN_DTYPE_F32;
     int64_t kv_dim = (int64_t)m->cfg.n_head_kv * m->cfg.head_dim;
@@ -103,6 +108,7 @@ kiln_status kiln_engine_create_debug(const kiln_model *m, const kiln_engine_para
     e->model = m;
     e->p = p;
     e->n_vocab = m->cfg.n_vocab;
+    e->rec_state_floats = kiln_model_seq_state_floats(m);
     if (debug) e->debug = *debug;
     atomic_init(&e->n_queued, 0);
     atomic_init(&e->st_running, 0);

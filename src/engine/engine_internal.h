@@ -140,6 +140,7 @@ struct kiln_seq {
     int32_t n_generated; /* tokens sampled, the stopping token included */
     int32_t n_reserved;  /* positions the block table was reserved for at admission */
     kiln_block_table bt;
+    float *rec_state; /* recurrent-layer state (kiln_model_seq_state_floats), or NULL */
     kiln_detok *detok;
     kiln_stop_matcher *stop;
     kiln_finish_reason finish; /* KILN_FINISH_NONE while running */
@@ -169,6 +170,7 @@ struct kiln_engine {
     const kiln_model *model;
     kiln_engine_params p; /* resolved: every field has its final value */
     int32_t n_vocab;
+    int64_t rec_state_floats; /* per-sequence recurrent state size; 0 for most models */
     kiln_kv_pool *pool;
     kiln_threadpool *tp;
     kiln_engine_debug debug;

@@ -6,6 +6,8 @@
  * Speculation and fill plug in as other kiln_seq_method tables: their plan appends drafts
  * (or known tokens) after the pending one and asks for logits on several rows; their consume
  * accepts a prefix and reports n_keep < n_new, which the engine turns into a rollback.
+ * (Models with recurrent layers cannot roll back their state: such methods must checkpoint
+ * kiln_seq.rec_state first, or be refused for them.)
  */
 #include "engine/engine_internal.h"
 #include "engine/generate.h"

@@ -166,7 +166,8 @@ static void plan_seq(kiln_engine *e, kiln_seq *s, plan_state *ps) {
                                              .n_past = s->n_computed,
                                              .n_new = n,
                                              .first = ps->n_tokens,
-                                             .n_blocks = s->bt.n_blocks};
+                                             .n_blocks = s->bt.n_blocks,
+                                             .rec_state = s->rec_state};
     e->b_seq_of[ps->n_seqs] = s;
     for (int32_t j = n - n_logits; j < n; j++) e->b_out[ps->n_out++] = ps->n_tokens + j;
     ps->n_tokens += n;
@@ -264,7 +265,16 @@ void kiln_engine_step(kiln_engine *e) {
                         .n_out = ps.n_out,
                         .out = e->b_out};
         st = kiln_model_forward_batch(e->model, e->pool, e->tp, &b, e->logits_buf, &err);
-        if (st) forward_each(e, &ps);
+        if (st && e->rec_state_floats == 0) {
+            forward_each(e, &ps);
+        } else if (st) {
+            /* Recurrent state may have advanced for part of the batch and cannot be rolled
+             * back: every sequence of the batch fails. */
+            for (int32_t i = 0; i < ps.n_seqs; i++) {
+                e->b_seq_of[i]->failed_forward = true;
+                kiln_seq_finish(e->b_seq_of[i], KILN_FINISH_ERROR, st, err.message);
+            }
+        }
     } else {
         for (int32_t i = 0; i < ps.n_seqs; i++) {
             e->b_seq_of[i]->failed_forward = true;

@@ -15,6 +15,14 @@
 kiln_status kiln_seq_start(kiln_engine *e, kiln_seq *s, kiln_error *err) {
     kiln_status st;
     const kiln_model *m = e->model;
+    if (e->rec_state_floats > 0) {
+        /* forward_batch starts the state afresh at n_past == 0. */
+        s->rec_state = malloc((size_t)e->rec_state_floats * sizeof *s->rec_state);
+        if (!s->rec_state)
+            return kiln_error_set(err, KILN_ERR_OUT_OF_MEMORY,
+                                  "out of memory (recurrent state of %lld floats)",
+                                  (long long)e->rec_state_floats);
+    }
     if (m->tokenizer) {
         if ((st = kiln_detok_create(m->tokenizer, &s->detok, err))) return st;
         /* Prime with the prompt so the spacing rules (leading-space removal after BOS or at
@@ -101,6 +109,7 @@ void kiln_seq_release(kiln_engine *e, kiln_seq *s) {
                                 reason == KILN_FINISH_ERROR ? s->finish_err.message : "");
         kiln_stream_unref(s->stream);
     }
+    free(s->rec_state);
     kiln_detok_destroy(s->detok);
     kiln_stop_matcher_destroy(s->stop);
     kiln_ivec_free(&s->tokens);

@@ -280,17 +280,22 @@ static inline void et_prompt(int32_t *ids, int32_t n, uint64_t seed, int32_t n_v
     }
 }
 
-static inline kiln_model *et_load(const char *rel) {
+/* Load a model under ../shared (skip when absent); require_tokenizer as named. */
+static inline kiln_model *et_load_opt(const char *rel, bool require_tokenizer) {
     const char *path = kiln_test_shared(rel);
     kiln_test_require_file(path);
     kiln_model *m = NULL;
     kiln_error err = {0};
-    kiln_model_params mp = {.require_tokenizer = true};
+    kiln_model_params mp = {.require_tokenizer = require_tokenizer};
     if (kiln_model_load(path, &mp, &m, &err) != KILN_OK) {
         fprintf(stderr, "load %s: %s\n", path, err.message);
         exit(1);
     }
     return m;
+}
+
+static inline kiln_model *et_load(const char *rel) {
+    return et_load_opt(rel, true);
 }
 
 #endif
