@@ -144,7 +144,11 @@ kiln_status hf_pretokenize(const hf_pretok *p, hf_pieces *io, hf_pieces *tmp, ki
 
 /* ---- models -------------------------------------------------------------------------------- */
 
-typedef enum hf_model_kind { HF_MODEL_BPE = 1, HF_MODEL_WORDPIECE = 2 } hf_model_kind;
+typedef enum hf_model_kind {
+    HF_MODEL_BPE = 1,
+    HF_MODEL_WORDPIECE = 2,
+    HF_MODEL_WORDLEVEL = 3,
+} hf_model_kind;
 
 typedef struct hf_merge_map {
     uint64_t *keys; /* (left id << 32 | right id) + 1; 0 = empty */

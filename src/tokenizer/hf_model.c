@@ -3,7 +3,8 @@
  * models/bpe: merge_word + Word::merge_all, i.e. ranks on id pairs, lowest rank first, ties by
  * position; byte_fallback to "<0xNN>" tokens, unk with fuse_unk, ignore_merges,
  * continuing_subword_prefix, end_of_word_suffix) and WordPiece (models/wordpiece: greedy
- * longest match first, continuing_subword_prefix, max_input_chars_per_word).
+ * longest match first, continuing_subword_prefix, max_input_chars_per_word) and WordLevel
+ * (models/wordlevel: the whole pre-token, else unk_token).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -269,15 +270,22 @@ kiln_status hf_model_parse(const json_t *j, const hf_where *w, hf_model *m, kiln
         m->kind = HF_MODEL_BPE;
     } else if (!strcmp(type, "WordPiece")) {
         m->kind = HF_MODEL_WORDPIECE;
+    } else if (!strcmp(type, "WordLevel")) {
+        m->kind = HF_MODEL_WORDLEVEL;
     } else {
         return kiln_error_set(err, KILN_ERR_UNSUPPORTED,
-                              "%s: %s.type '%s' is not supported (BPE, WordPiece are)", w->file,
-                              w->path, type);
+                              "%s: %s.type '%s' is not supported (BPE, WordPiece, WordLevel are)",
+                              w->file, w->path, type);
     }
     if ((st = parse_vocab(j, w, m, err))) goto fail;
     if ((st = opt_strdup(j, "unk_token", w, &m->unk, err))) goto fail;
     if ((st = opt_strdup(j, "continuing_subword_prefix", w, &m->prefix, err))) goto fail;
     if (m->unk) m->unk_id = hf_model_find(m, m->unk, strlen(m->unk));
+    if (m->kind == HF_MODEL_WORDLEVEL) {
+        if (!m->unk && !(m->unk = hf_strndup("<unk>", 5))) goto nomem;
+        m->unk_id = hf_model_find(m, m->unk, strlen(m->unk));
+        return KILN_OK;
+    }
     if (m->kind == HF_MODEL_WORDPIECE) {
         if (!m->prefix && !(m->prefix = hf_strndup("##", 2))) goto nomem;
         m->max_chars = 100;
@@ -552,6 +560,15 @@ static kiln_status wp_encode(const hf_model *m, const char *wd, size_t n, kiln_i
 kiln_status hf_model_encode(const hf_model *m, const char *s, size_t n, kiln_ivec *out,
                             hf_model_work *work, kiln_error *err) {
     if (n == 0) return KILN_OK;
+    if (m->kind == HF_MODEL_WORDLEVEL) {
+        int32_t id = hf_model_find(m, s, n);
+        if (id < 0) id = m->unk_id;
+        if (id < 0)
+            return kiln_error_set(err, KILN_ERR_FORMAT,
+                                  "tokenizer.json: WordLevel unk_token '%s' is not in model.vocab",
+                                  m->unk);
+        return kiln_ivec_push(out, id) ? oom(err) : KILN_OK;
+    }
     bpe_work w = work_in(work);
     kiln_status st = m->kind == HF_MODEL_WORDPIECE ? wp_encode(m, s, n, out, &w, err)
                                                    : bpe_encode(m, s, n, out, &w, err);

@@ -14,7 +14,8 @@
  * Supported components (anything else is refused with KILN_ERR_UNSUPPORTED naming the field):
  *   model:         BPE (merges as "a b" strings or ["a","b"] pairs; byte_fallback, fuse_unk,
  *                  ignore_merges, unk_token, continuing_subword_prefix, end_of_word_suffix;
- *                  dropout is ignored: kiln is deterministic), WordPiece.
+ *                  dropout is ignored: kiln is deterministic), WordPiece, WordLevel.
+ *                  (Unigram is not supported.)
  *   normalizer:    Sequence, Prepend, Replace (String or Regex), NFC, NFKC, NFD, NFKD
  *                  (utf8proc), Lowercase, Strip, StripAccents, BertNormalizer, ByteLevel.
  *   pre_tokenizer: Sequence, Split (String or Regex; Removed, Isolated, MergedWithPrevious,

@@ -456,6 +456,14 @@ static void test_wordpiece(void) {
     kiln_tokenizer_destroy(t);
 }
 
+static void test_wordlevel(void) {
+    kiln_tokenizer *t = load("{'model': {'type': 'WordLevel', 'unk_token': '<unk>', "
+                             "'vocab': {'<unk>': 0, 'hello': 1, 'world': 2}}, "
+                             "'pre_tokenizer': {'type': 'Whitespace'}}");
+    expect_ids(t, "WordLevel", "hello there world", false, false, IDS(1, 0, 2));
+    kiln_tokenizer_destroy(t);
+}
+
 /* ---- decoders -------------------------------------------------------------------------- */
 
 static void test_decoders(void) {
@@ -618,6 +626,7 @@ int main(void) {
     test_added();
     test_bpe();
     test_wordpiece();
+    test_wordlevel();
     test_decoders();
     test_post_and_config();
     printf("test_hftok_units: %d cases\n", n_cases);
