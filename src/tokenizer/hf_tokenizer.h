@@ -8,7 +8,7 @@
  *           ones only when parse_special; leftmost-longest; single_word, lstrip, rstrip)
  *        -> normalizer on each remaining piece -> added tokens with normalized=true split
  *           out of the normalized pieces
- *        -> pre-tokenizer -> model (BPE or WordPiece) on every pre-token
+ *        -> pre-tokenizer -> model (BPE, WordPiece or WordLevel) on every pre-token
  *        -> post-processor (TemplateProcessing, Roberta/BertProcessing) when add_special.
  *
  * Supported components (anything else is refused with KILN_ERR_UNSUPPORTED naming the field):
@@ -47,7 +47,8 @@
  * <dir>/special_tokens_map.json (bos/eos/unk/pad when the config lacks them) and
  * <dir>/chat_template.jinja or chat_template.json (when the config has no chat_template).
  *
- * Token ids are tokenizer.json's (model vocab and added_tokens); n_vocab is the largest id + 1,
+ * Token ids are tokenizer.json's (model vocab and added_tokens; an added token whose content is
+ * a model token takes the model's id, as tokenizers does); n_vocab is the largest id + 1,
  * and ids in between that nothing names decode to "" (type UNUSED). Token types: model tokens
  * NORMAL ("<0xNN>" BYTE with byte_fallback), unk UNKNOWN, special added tokens CONTROL, other
  * added tokens USER_DEFINED. BOS/EOS: the config's bos_token/eos_token, else the special
@@ -64,14 +65,20 @@
  * that are not valid UTF-8 become U+FFFD one per byte (HF's ByteFallback replaces a whole
  * invalid run byte by byte too; its ByteLevel decoder uses from_utf8_lossy). Fuse followed
  * by Strip strips at the start of the stream; a Strip `stop` after Fuse and a BPEDecoder's
- * last-token rule (which need the end of the stream) are not applied.
+ * last-token rule (which need the end of the stream) are not applied, and Replace after Fuse
+ * works within each token.
  *
  * Errors (messages name the file and the JSON field, e.g. "tokenizer.json: model.merges[12]"):
- * KILN_ERR_NOT_FOUND (no tokenizer.json in dir), KILN_ERR_IO, KILN_ERR_FORMAT (bad JSON with
- * line/column, a field of the wrong type, a merge or unk_token not in the vocab, ids out of
- * range or too sparse), KILN_ERR_UNSUPPORTED (a model, normalizer, pre-tokenizer,
- * post-processor or decoder type kiln does not implement, or a regex PCRE2 cannot compile is
- * FORMAT), KILN_ERR_INVALID_ARGUMENT (NULL arguments), KILN_ERR_OUT_OF_MEMORY.
+ * KILN_ERR_NOT_FOUND (no tokenizer.json in dir), KILN_ERR_IO, KILN_ERR_FORMAT (bad JSON, with
+ * line and column; a field of the wrong type; a merge or merged token not in the vocab; ids out
+ * of range or too sparse; a regex PCRE2 cannot compile; Sequences nested 16 deep),
+ * KILN_ERR_UNSUPPORTED (a model, normalizer, pre-tokenizer, post-processor or decoder type kiln
+ * does not implement, named), KILN_ERR_INVALID_ARGUMENT (NULL arguments),
+ * KILN_ERR_OUT_OF_MEMORY.
+ *
+ * Not read: tokenizer_config.json's added_tokens_decoder (tokenizer.json's added_tokens are
+ * used), truncation/padding, and model-class flags such as legacy or add_prefix_space that
+ * transformers may use to rebuild a pipeline; the tokenizer.json pipeline is taken as written.
  */
 kiln_status kiln_tokenizer_from_hf_dir(const char *dir, kiln_tokenizer **out, kiln_error *err);
 
