@@ -1,6 +1,7 @@
 /*
  * cpu.h - CPU feature detection and the weight-type kernels: dot products and matmul of
- * quantized/half/f32 weights against f32 activations.
+ * quantized/half/f32 weights against f32 activations, and (Q8_0/Q4_0 weights, the default
+ * for them) against activations quantized to Q8_0 as llama.cpp does ("q8 activations").
  *
  * Batch invariance (DESIGN.md principle 3): the value written for output (t, o) depends
  * only on weight row o and activation row t, never on n_tok, the thread count or the
@@ -139,13 +140,19 @@ kiln_act_mode kiln_cpu_act_default(void);
  * y[t * n_out + o] = dot(row o of W, x[t * n_in .. + n_in]) for t < n_tok, o < n_out.
  * W: n_out rows of n_in elements of dtype wt, contiguous (row stride =
  * kiln_dtype_row_size(wt, n_in)). x: [n_tok, n_in] f32. y: [n_tok, n_out] f32.
+ * The activation mode is KILN_ACT_AUTO: for Q8_0 and Q4_0 weights the dot is the q8 dot of
+ * the row with x's Q8_0-quantized row (llama.cpp's semantics, see "q8 activations" above)
+ * unless env KILN_Q8_ACT=0; every other dtype (and KILN_Q8_ACT=0) uses the f32 dot
+ * (kiln_cpu_vec_dot). kiln_cpu_matmul_ex selects the mode per call.
  * Uses kiln_simd_active(); work is split over tp's threads (tp may be NULL) by contiguous
  * ranges of output rows; products under ~32K multiply-adds run on the caller alone.
  * n_in must be a multiple of wt's block size (callers check at load time). Block-type rows
  * must be 2-byte aligned (GGUF data is 32-aligned); plain types may be at any address.
  * Bit-exact per (t, o) for a given path whatever n_tok, the thread count or the tiling
- * (SIMD paths compute tiles of up to 2 rows x 3 (AVX2) / 6 (AVX-512) tokens that share
- * weight decodes and activation loads; each (t, o) is reduced exactly as alone).
+ * (f32 mode: SIMD paths compute tiles of up to 2 rows x 3 (AVX2) / 6 (AVX-512) tokens that
+ * share weight decodes and activation loads; q8 mode: 1 row x 4 (AVX2) / 8 (AVX-512)
+ * tokens, or 8 rows x 1 token for rows under 512 elements; each (t, o) is reduced exactly
+ * as alone). In q8 mode the bits are moreover the same on every path.
  * When wt has no kernel on the path (I32, unknown ids) or n_in is not a multiple of its
  * block size, y is filled with NaN.
  */
