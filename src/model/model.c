@@ -1,6 +1,7 @@
 #include "model/model.h"
 
 #include <dirent.h>
+#include <jansson.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -9,6 +10,7 @@
 #include <sys/stat.h>
 
 #include "format/gguf.h"
+#include "tokenizer/hf_tokenizer.h"
 #include "format/llama2c.h"
 #include "format/safetensors.h"
 #include "util/error.h"
@@ -759,6 +761,64 @@ static kiln_status open_gguf(kiln_model *m, const kiln_model_load_params *p, kil
     return KILN_OK;
 }
 
+/* generation_config.json (optional): sampling defaults, and eos_token_id (int or list) marks
+ * end-of-generation ids, as transformers' generate stops on any of them. */
+static kiln_status read_generation_config(kiln_model *m, kiln_error *err) {
+    char path[4200];
+    snprintf(path, sizeof path, "%s/generation_config.json", m->path);
+    if (!file_exists(path)) return KILN_OK;
+    json_error_t jerr;
+    json_t *root = json_load_file(path, 0, &jerr);
+    if (!root || !json_is_object(root)) {
+        json_decref(root);
+        return kiln_error_set(err, KILN_ERR_FORMAT, "%s: line %d, column %d: %s", path, jerr.line,
+                              jerr.column, root ? "top level is not an object" : jerr.text);
+    }
+    kiln_gen_defaults *g = &m->gen;
+    json_t *v;
+    if (json_is_number(v = json_object_get(root, "temperature"))) {
+        g->has_temperature = true;
+        g->temperature = (float)json_number_value(v);
+    }
+    if (json_is_number(v = json_object_get(root, "top_p"))) {
+        g->has_top_p = true;
+        g->top_p = (float)json_number_value(v);
+    }
+    if (json_is_integer(v = json_object_get(root, "top_k"))) {
+        g->has_top_k = true;
+        g->top_k = (int32_t)json_integer_value(v);
+    }
+    if (json_is_number(v = json_object_get(root, "min_p"))) {
+        g->has_min_p = true;
+        g->min_p = (float)json_number_value(v);
+    }
+    if (json_is_number(v = json_object_get(root, "repetition_penalty"))) {
+        g->has_repetition_penalty = true;
+        g->repetition_penalty = (float)json_number_value(v);
+    }
+    if (json_is_boolean(v = json_object_get(root, "do_sample"))) {
+        g->has_do_sample = true;
+        g->do_sample = json_is_true(v);
+    }
+    kiln_status st = KILN_OK;
+    json_t *eos = json_object_get(root, "eos_token_id");
+    if (m->tokenizer && eos) {
+        size_t n = json_is_array(eos) ? json_array_size(eos) : 1;
+        for (size_t i = 0; i < n && st == KILN_OK; i++) {
+            json_t *e = json_is_array(eos) ? json_array_get(eos, i) : eos;
+            if (!json_is_integer(e)) continue;
+            json_int_t id = json_integer_value(e);
+            if (id < 0 || id >= m->cfg.n_vocab)
+                st = kiln_error_set(err, KILN_ERR_FORMAT, "%s: eos_token_id %lld is outside [0, %d)",
+                                    path, (long long)id, m->cfg.n_vocab);
+            else
+                st = kiln_tokenizer_add_eog(m->tokenizer, (int32_t)id, err);
+        }
+    }
+    json_decref(root);
+    return st;
+}
+
 static kiln_status open_hf(kiln_model *m, const kiln_model_load_params *p, kiln_error *err) {
     char cfg_path[4200];
     snprintf(cfg_path, sizeof cfg_path, "%s/config.json", m->path);
@@ -772,12 +832,16 @@ static kiln_status open_hf(kiln_model *m, const kiln_model_load_params *p, kiln_
     src_tensor probe;
     name_scheme nm = hf_names_for(&m->cfg, find_st(m, "transformer.wte.weight", &probe));
     if ((st = bind_named_weights(m, find_st, &nm, err))) return st;
-    if (p && p->require_tokenizer)
-        return kiln_error_set(err, KILN_ERR_UNSUPPORTED,
-                              "%s: loading a tokenizer from a Hugging Face directory "
-                              "(tokenizer.json) is not supported yet; pass token ids instead",
+    char tok_path[4200];
+    snprintf(tok_path, sizeof tok_path, "%s/tokenizer.json", m->path);
+    if (file_exists(tok_path)) {
+        if ((st = kiln_tokenizer_from_hf_dir(m->path, &m->tokenizer, err))) return st;
+    } else if (p && p->require_tokenizer) {
+        return kiln_error_set(err, KILN_ERR_NOT_FOUND,
+                              "%s: no tokenizer.json in the directory; pass token ids instead",
                               m->path);
-    return KILN_OK;
+    }
+    return read_generation_config(m, err);
 }
 
 kiln_status kiln_model_open(const char *path, const kiln_model_load_params *params,

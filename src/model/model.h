@@ -57,6 +57,15 @@ typedef struct kiln_layer_weights {
     int64_t state_off;        /* offset of this layer's recurrent state in a sequence state */
 } kiln_layer_weights;
 
+/** Sampling defaults a checkpoint ships (transformers' generation_config.json); a field
+ *  applies only when its has_ flag is set. do_sample = false means greedy. */
+typedef struct kiln_gen_defaults {
+    bool has_temperature, has_top_p, has_top_k, has_min_p, has_repetition_penalty, has_do_sample;
+    float temperature, top_p, min_p, repetition_penalty;
+    int32_t top_k;
+    bool do_sample;
+} kiln_gen_defaults;
+
 typedef struct kiln_model {
     kiln_model_config cfg;
     char *path;
@@ -69,6 +78,7 @@ typedef struct kiln_model {
     float *inv_freq_local;     /* [rope_dim/2] for layers with rope_local (Gemma 3) */
     int64_t state_floats;      /* per-sequence recurrent state size (0: none) */
     kiln_tokenizer *tokenizer; /* may be NULL (HF dirs without tokenizer) */
+    kiln_gen_defaults gen;     /* generation_config.json sampling defaults (HF dirs) */
     /* sources, owned */
     void *gguf, *llama2c, *safetensors;
     void **owned;
