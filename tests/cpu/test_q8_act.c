@@ -445,7 +445,18 @@ static void check_extremes(void) {
     free(xq);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+    /* `test_q8_act novnni`: KILN_VNNI=0 before the first query must select the AVX-512BW
+     * kernels (the matmul invariance test then runs them through the dispatcher too) */
+    int novnni = argc > 1 && strcmp(argv[1], "novnni") == 0;
+    if (novnni)
+        setenv("KILN_VNNI", "0", 1);
+    else
+        unsetenv("KILN_VNNI");
+    CHECK(kiln_cpu_use_vnni() == (!novnni && kiln_cpu_features_get()->avx512vnni));
+    if (kiln_simd_supported(KILN_SIMD_AVX512))
+        CHECK(kiln_cpu_q8_kernel_get(KILN_DTYPE_Q4_0, KILN_SIMD_AVX512) ==
+              kiln_cpu_q8_kernel_avx512(KILN_DTYPE_Q4_0, kiln_cpu_use_vnni()));
     printf("paths: scalar%s%s%s\n", kiln_simd_supported(KILN_SIMD_AVX2) ? " avx2" : "",
            kiln_simd_supported(KILN_SIMD_AVX512) ? " avx512bw" : "",
            kiln_simd_supported(KILN_SIMD_AVX512) && kiln_cpu_features_get()->avx512vnni
