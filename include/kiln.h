@@ -139,8 +139,10 @@ typedef struct kiln_engine_params {
     int32_t max_seqs;      /* most sequences running at once; 0 = 256 */
     int32_t max_queue;     /* most requests waiting for admission; 0 = 4096 */
     int32_t n_threads;     /* compute threads; 0 = physical cores */
-    int32_t n_ctx;         /* most positions per sequence (prompt + generated); 0 = the
-                              model's training context (4096 when unknown). May exceed it. */
+    int32_t n_ctx;         /* most positions per sequence (prompt + max_tokens - 1 must fit);
+                              0 = the model's training context (4096 when unknown). May exceed
+                              it (RoPE extrapolates), except with learned position embeddings
+                              (KILN_ERR_INVALID_ARGUMENT). */
 } kiln_engine_params;
 
 /** All zero: every field takes its default. */
