@@ -17,14 +17,22 @@
 typedef struct golden_case {
     const char *golden, *model;
     bool quantized;
+    float tol; /* max abs diff over all positions; 0 = argmax agreement only */
 } golden_case;
 
 static const golden_case CASES[] = {
     {"golden/llamacpp-stories260K-f32.safetensors", "models/stories260K/stories260K-f32.gguf",
-     false},
-    {"golden/llamacpp-llama2xs-f32.safetensors", "models/llama2xs-260K/llama2xs-f32.gguf", false},
-    {"golden/llamacpp-llama2xs-Q8_0.safetensors", "models/llama2xs-260K/llama2xs-Q8_0.gguf", true},
-    {"golden/llamacpp-llama2xs-Q4_0.safetensors", "models/llama2xs-260K/llama2xs-Q4_0.gguf", true},
+     false, F32_TOL},
+    {"golden/llamacpp-llama2xs-f32.safetensors", "models/llama2xs-260K/llama2xs-f32.gguf", false,
+     F32_TOL},
+    /* Q8_0: kiln quantizes activations to q8_0 as ggml does, so the integer dot products are
+     * the same and the whole file agrees closely. */
+    {"golden/llamacpp-llama2xs-Q8_0.safetensors", "models/llama2xs-260K/llama2xs-Q8_0.gguf", true,
+     1e-4f},
+    /* Q4_0: positions agree to ~2e-6 except a few late ones where an activation lands on the
+     * other side of a q8 rounding boundary (up to ~0.2): argmax only. */
+    {"golden/llamacpp-llama2xs-Q4_0.safetensors", "models/llama2xs-260K/llama2xs-Q4_0.gguf", true,
+     0.0f},
 };
 
 static int32_t top2(const float *x, int32_t n, float *margin) {
@@ -75,8 +83,9 @@ int main(void) {
         if (!CASES[c].quantized) {
             float mad0 = max_abs_diff(got, ref_logits, (size_t)V);
             CHECKF(mad0 <= 1e-4f, "%s: position 0 max abs diff %g > 1e-4", CASES[c].golden, mad0);
-            CHECKF(mad <= F32_TOL, "%s: max abs diff %g > %g", CASES[c].golden, mad, F32_TOL);
         }
+        if (CASES[c].tol > 0)
+            CHECKF(mad <= CASES[c].tol, "%s: max abs diff %g > %g", CASES[c].golden, mad, CASES[c].tol);
         CHECKF(disagree == 0, "%s: argmax differs at %d positions", CASES[c].golden, disagree);
         free(got);
         kiln_model_close(m);
