@@ -244,6 +244,7 @@ static int repeat(rctx *c, tv seq, int64_t times, tv *out) {
 static int printf_format(rctx *c, tv fmt, tv args, tv *out);
 
 static int binop(rctx *c, int op, tv a, tv b, tv *out) {
+    if (op == OP_MOD && a.type == TV_STR) return printf_format(c, a, b, out); /* str.__mod__ first */
     if (a.type == TV_UNDEF) return tv_undef_fail(c, a);
     if (b.type == TV_UNDEF) return tv_undef_fail(c, b);
     bool an = tv_is_num(a), bn = tv_is_num(b);
@@ -362,8 +363,8 @@ static int binop(rctx *c, int op, tv a, tv b, tv *out) {
             if (rt_step(c, a.l->n + b.l->n)) return -1;
             tlist *l = tl_new(c, a.l->kind, a.l->n + b.l->n);
             if (!l) return -1;
-            memcpy(l->v, a.l->v, a.l->n * sizeof(tv));
-            memcpy(l->v + a.l->n, b.l->v, b.l->n * sizeof(tv));
+            if (a.l->n) memcpy(l->v, a.l->v, a.l->n * sizeof(tv));
+            if (b.l->n) memcpy(l->v + a.l->n, b.l->v, b.l->n * sizeof(tv));
             l->n = a.l->n + b.l->n;
             *out = tv_list(l);
             return 0;
@@ -417,6 +418,10 @@ static int printf_format(rctx *c, tv fmt, tv args, tv *out) {
     } else if (args.type == TV_DICT) {
         map = args.d;
     }
+    /* Python treats any non-tuple argument with __getitem__ as a mapping: no "not all
+       arguments converted" check */
+    bool mapping_like = args.type == TV_DICT || args.type == TV_UNDEF ||
+                        (args.type == TV_LIST && (args.l->kind == L_LIST || args.l->kind == L_RANGE));
     sbuf b = {0};
     const char *s = fmt.s->s;
     size_t n = fmt.s->len;
@@ -516,7 +521,7 @@ static int printf_format(rctx *c, tv fmt, tv args, tv *out) {
                            "unsupported format character '%c'", conv);
         }
     }
-    if (!map && ai < an)
+    if (!mapping_like && ai < an)
         return type_error(c, "not all arguments converted during string formatting");
     if (!b.p) return tv_strc(c, "", 0, out);
     return sb_str(c, &b, out);
@@ -703,21 +708,21 @@ static int slice_indices(rctx *c, tv lo, tv hi, tv st, int64_t n, int64_t *start
     return 0;
 }
 
+/* Jinja2 compiles slices to a plain Python subscript (no sandbox getitem), so every failure
+ * here is an error, not an undefined. */
 static int do_slice(rctx *c, tv obj, tv lo, tv hi, tv st, tv *out) {
     if (obj.type == TV_UNDEF) return tv_undef_fail(c, obj);
     bool is_str = obj.type == TV_STR;
     if (!is_str && !tv_is_seq(obj)) {
-        *out = tv_undef_attr(c, obj, tv_none());
-        return 0;
+        if (obj.type == TV_DICT) return type_error(c, "unhashable type: 'slice'");
+        return type_error(c, "'%s' object is not subscriptable", tv_type_name(obj));
     }
     int64_t n = is_str ? (int64_t)obj.s->nchars : (int64_t)obj.l->n;
     int64_t a = 0, b = 0, s = 1;
     bool bad;
     if (slice_indices(c, lo, hi, st, n, &a, &b, &s, &bad)) return -1;
-    if (bad) {
-        *out = tv_undef_attr(c, obj, tv_none());
-        return 0;
-    }
+    if (bad)
+        return type_error(c, "slice indices must be integers or None or have an __index__ method");
     size_t count = 0;
     if (s > 0 && b > a) count = (size_t)((b - a + s - 1) / s);
     if (s < 0 && a > b) count = (size_t)((a - b + (-s) - 1) / (-s));
@@ -754,6 +759,12 @@ static int do_slice(rctx *c, tv obj, tv lo, tv hi, tv st, tv *out) {
     tlist *l = tl_new(c, obj.l->kind == L_TUPLE ? L_TUPLE : L_LIST, count);
     if (!l) return -1;
     for (size_t k = 0; k < count; k++) l->v[l->n++] = obj.l->v[a + (int64_t)k * s];
+    if (obj.l->kind == L_RANGE) { /* a range sliced is a range */
+        l->kind = L_RANGE;
+        l->r_step = obj.l->r_step * s;
+        l->r_start = obj.l->r_start + a * obj.l->r_step;
+        l->r_stop = obj.l->r_start + b * obj.l->r_step;
+    }
     *out = tv_list(l);
     return 0;
 }
@@ -1231,6 +1242,9 @@ static int eval_inner(rctx *c, const expr *e, scope *sc, tv *out) {
         if (eval_args(c, &e->flt.a, sc, &ea, 0)) return -1;
         c->line = e->line;
         c->col = e->col;
+        if (e->flt.id < 0)
+            return rt_fail(c, e->flt.id == -2 ? KILN_TEMPLATE_ERR_UNSUPPORTED : KILN_TEMPLATE_ERR_TYPE,
+                           "TemplateRuntimeError", "No filter named '%s' found.", e->flt.name->s);
         return tpl_apply_filter(c, e->flt.id, v, ea.args, ea.nargs, ea.kwn, ea.kwv, ea.nkw, out);
     }
     case E_TEST: {
@@ -1240,6 +1254,9 @@ static int eval_inner(rctx *c, const expr *e, scope *sc, tv *out) {
         if (tpl_eval(c, e->flt.obj, sc, &v) || eval_args(c, &e->flt.a, sc, &ea, 0)) return -1;
         c->line = e->line;
         c->col = e->col;
+        if (e->flt.id < 0)
+            return rt_fail(c, KILN_TEMPLATE_ERR_TYPE, "TemplateRuntimeError",
+                           "No test named '%s' found.", e->flt.name->s);
         if (tpl_apply_test(c, e->flt.id, v, ea.args, ea.nargs, ea.kwn, ea.kwv, ea.nkw, &r)) return -1;
         *out = tv_bool(r);
         return 0;
@@ -1425,10 +1442,11 @@ static int exec_stmt(rctx *c, const stmt *s, scope *sc) {
         c->line = s->line;
         return assign(c, s->set.target, v, sc);
     }
-    case S_SETBLOCK: {
+    case S_SETBLOCK: { /* the body runs in its own scope (Jinja2: frame.inner()) */
         tv v;
         int ctl = 0;
-        if (render_to(c, &s->setblock.body, sc, &v, &ctl)) return -1;
+        scope *bs = scope_new(c, sc);
+        if (!bs || render_to(c, &s->setblock.body, bs, &v, &ctl)) return -1;
         if (s->setblock.filter) {
             tv saved = c->block_value;
             c->block_value = v;
@@ -1442,7 +1460,8 @@ static int exec_stmt(rctx *c, const stmt *s, scope *sc) {
     case S_FILTERBLOCK: {
         tv v;
         int ctl = 0;
-        if (render_to(c, &s->filterblock.body, sc, &v, &ctl)) return -1;
+        scope *bs = scope_new(c, sc);
+        if (!bs || render_to(c, &s->filterblock.body, bs, &v, &ctl)) return -1;
         tv saved = c->block_value;
         c->block_value = v;
         int r = tpl_eval(c, s->filterblock.filter, sc, &v);

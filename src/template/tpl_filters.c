@@ -500,25 +500,18 @@ static int str_split(rctx *c, tv s, tv sep, int64_t maxsplit, bool right, tv *ou
             nspans++;
             i = j;
         }
-        if (maxsplit >= 0 && (size_t)maxsplit < nspans && nspans > 0) {
-            /* the last (or first, for rsplit) piece keeps the rest unsplit */
+        if (maxsplit >= 0 && (size_t)maxsplit < nspans) {
+            /* the remainder after maxsplit words is kept whole, including the whitespace at
+               its far end */
+            size_t k = (size_t)maxsplit;
             if (!right) {
-                size_t k = (size_t)maxsplit;
                 st[2 * k + 1] = b.n;
-                while (st[2 * k + 1] > st[2 * k] && tpl_is_space(b.cp[st[2 * k + 1] - 1])) st[2 * k + 1]--;
-                /* Python keeps trailing whitespace of the remainder? no: it strips none */
-                st[2 * k + 1] = b.n;
-                size_t e = b.n;
-                while (e > st[2 * k] && tpl_is_space(b.cp[e - 1])) e--;
-                st[2 * k + 1] = e;
                 nspans = k + 1;
             } else {
-                size_t k = nspans - 1 - (size_t)maxsplit;
-                size_t s0 = 0;
-                while (s0 < b.n && tpl_is_space(b.cp[s0])) s0++;
-                st[2 * k] = s0;
-                memmove(st, st + 2 * k, ((size_t)maxsplit + 1) * 2 * sizeof(size_t));
-                nspans = (size_t)maxsplit + 1;
+                size_t first = nspans - 1 - k;
+                st[2 * first] = 0;
+                memmove(st, st + 2 * first, (k + 1) * 2 * sizeof(size_t));
+                nspans = k + 1;
             }
         }
         for (size_t k = 0; k < nspans; k++) {
@@ -1149,17 +1142,21 @@ static int filter_truncate(rctx *c, tv s, tv length, tv killwords, tv end, tv le
     } else if (tv_to_str(c, end, &e)) {
         return -1;
     }
-    tv str;
-    if (soft_str(c, s, &str)) return -1;
     int64_t elen = (int64_t)e.s->nchars;
     if (len < elen)
         return rt_fail(c, KILN_TEMPLATE_ERR_TYPE, "AssertionError", "expected length >= %lld, got %lld",
                        (long long)elen, (long long)len);
     if (lw < 0) return rt_fail(c, KILN_TEMPLATE_ERR_TYPE, "AssertionError", "expected leeway >= 0, got %lld", (long long)lw);
-    if ((int64_t)str.s->nchars <= len + lw) {
-        *out = str;
+    int64_t slen;
+    if (tv_len(c, s, &slen)) return -1; /* len() of the value itself, as do_truncate does */
+    if (slen <= len + lw) {
+        *out = s;
         return 0;
     }
+    if (s.type != TV_STR)
+        return rt_fail(c, KILN_TEMPLATE_ERR_TYPE, "AttributeError", "'%s' object has no attribute 'rsplit'",
+                       tv_type_name(s));
+    tv str = s;
     size_t cut = cp_off(str.s, len - elen);
     sbuf b = {0};
     if (tv_truthy(killwords)) {
@@ -1476,7 +1473,7 @@ int tpl_apply_filter(rctx *c, int id, tv v, const tv *args, size_t nargs, const 
         if (tv_iterate(c, v, &items)) return -1;
         tlist *l = tl_new(c, L_LIST, items->n);
         if (!l) return -1;
-        memcpy(l->v, items->v, items->n * sizeof(tv));
+        if (items->n) memcpy(l->v, items->v, items->n * sizeof(tv));
         l->n = items->n;
         *out = tv_list(l);
         return 0;
@@ -2217,7 +2214,7 @@ int tpl_call_method(rctx *c, tv self, int id, const tv *args, size_t nargs, cons
         MBIND0();
         tlist *l = tl_new(c, L_LIST, self.l->n);
         if (!l) return -1;
-        memcpy(l->v, self.l->v, self.l->n * sizeof(tv));
+        if (self.l->n) memcpy(l->v, self.l->v, self.l->n * sizeof(tv));
         l->n = self.l->n;
         *out = tv_list(l);
         return 0;

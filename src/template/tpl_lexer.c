@@ -8,8 +8,8 @@
  *   - `-%}`, `-}}`, `-#}` strip all whitespace after it;
  *   - trim_blocks: the first newline after `%}` or `#}` is removed (not after `}}`);
  *     `+%}` / `+#}` disable that;
- *   - lstrip_blocks: spaces and tabs between the start of a line and `{%` / `{#` are removed
- *     (not before `{{`); `{%+` / `{#+` disable that. "Start of a line" is a newline within
+ *   - lstrip_blocks: whitespace (Python's \s: Unicode) between the start of a line and
+ *     `{%` / `{#` is removed (not before `{{`); `{%+` / `{#+` disable that. "Start of a line" is a newline within
  *     the text before the tag, or the previous token ending with a newline (or the start of
  *     the template).
  */
@@ -125,15 +125,8 @@ static size_t control_text(const lexer *L, size_t off, size_t len, char sign, bo
             }
         }
         if (l_pos > 0 || line_starting) {
-            bool only_blank = true;
-            for (size_t k = l_pos; k < len; k++) {
-                char c = L->s[off + k];
-                if (c != ' ' && c != '\t') {
-                    only_blank = false;
-                    break;
-                }
-            }
-            if (only_blank) return l_pos;
+            /* Jinja2 3.1.6: whitespace_re (\s+, Unicode) must match all of text[l_pos:] */
+            if (l_pos < len && ws_run(L->s, off + l_pos, off + len) == len - l_pos) return l_pos;
         }
     }
     return len;

@@ -192,6 +192,7 @@ static expr *parse_primary(parser *P, bool with_namespace);
 static expr *parse_postfix(parser *P, expr *node);
 static expr *parse_unary(parser *P, bool with_filter);
 static bool parse_body(parser *P, const char *const *end, body *out);
+static bool check_expr(parser *P, const expr *e, bool soft);
 
 static bool enter(parser *P) {
     if (++P->depth > MAX_PARSE_DEPTH) {
@@ -287,21 +288,17 @@ static expr *parse_filter(parser *P, expr *node, bool start_inline) {
         char name[128];
         token *nt;
         if (!dotted_name(P, name, sizeof name, &nt)) return NULL;
+        /* unknown filters are checked after parsing (check_names), as Jinja2 defers the check
+           to run time inside if statements and conditional expressions */
         int id = tpl_filter_id(name, strlen(name));
-        if (id == -2) {
-            pfail(P, nt, "unsupported: the '%s' filter", name);
-            P->d->kind = KILN_TEMPLATE_ERR_UNSUPPORTED;
-            return NULL;
-        }
-        if (id < 0) {
-            pfail(P, nt, "No filter named '%s'.", name);
-            return NULL;
-        }
         expr *f = new_expr(P, E_FILTER, nt);
         if (!f) return NULL;
         f->flt.obj = node;
         f->flt.id = id;
-        f->flt.name = nt->s;
+        if (!(f->flt.name = tpl_str_new(P->ar, name, strlen(name)))) {
+            poom(P);
+            return NULL;
+        }
         if (cur(P)->type == T_LPAREN && !parse_call_args(P, &f->flt.a)) return NULL;
         node = f;
         start_inline = false;
@@ -316,15 +313,16 @@ static expr *parse_test(parser *P, expr *node) {
     token *nt;
     if (!dotted_name(P, name, sizeof name, &nt)) return NULL;
     int id = tpl_test_id(name, strlen(name));
-    if (id < 0) {
-        pfail(P, nt, "No test named '%s'.", name);
-        return NULL;
-    }
     expr *t = new_expr(P, E_TEST, is);
     if (!t) return NULL;
     t->flt.obj = node;
     t->flt.id = id;
-    t->flt.name = nt->s;
+    t->line = nt->line;
+    t->col = nt->col;
+    if (!(t->flt.name = tpl_str_new(P->ar, name, strlen(name)))) {
+        poom(P);
+        return NULL;
+    }
     token *c = cur(P);
     if (c->type == T_LPAREN) {
         if (!parse_call_args(P, &t->flt.a)) return NULL;
@@ -1163,11 +1161,122 @@ fail:
     return false;
 }
 
-bool tpl_parse_tokens(tpl_arena *ar, token *toks, size_t n, body *root, tpl_diag *d);
+/* Jinja2 reports an unknown filter or test when compiling, except inside an `if` statement
+ * (test and branches) or a conditional expression ("soft" frames), where the call raises
+ * at run time instead (compiler.py _filter_test_common). Loops, macros, blocks and `with`
+ * bodies are not soft. */
+static bool check_expr(parser *P, const expr *e, bool soft);
+static bool check_body(parser *P, const body *b, bool soft);
+
+static bool check_args(parser *P, const callargs *a, bool soft) {
+    for (size_t k = 0; k < a->nargs; k++)
+        if (!check_expr(P, a->args[k], soft)) return false;
+    for (size_t k = 0; k < a->nkw; k++)
+        if (!check_expr(P, a->kw[k].value, soft)) return false;
+    if (a->dyn_args && !check_expr(P, a->dyn_args, soft)) return false;
+    if (a->dyn_kwargs && !check_expr(P, a->dyn_kwargs, soft)) return false;
+    return true;
+}
+
+static bool check_expr(parser *P, const expr *e, bool soft) {
+    if (!e) return true;
+    token at = {.line = e->line, .col = e->col};
+    switch (e->kind) {
+    case E_LIST:
+    case E_TUPLE:
+    case E_CONCAT:
+        for (size_t k = 0; k < e->seq.n; k++)
+            if (!check_expr(P, e->seq.items[k], soft)) return false;
+        return true;
+    case E_DICT:
+        for (size_t k = 0; k < e->dict.n; k++)
+            if (!check_expr(P, e->dict.keys[k], soft) || !check_expr(P, e->dict.vals[k], soft))
+                return false;
+        return true;
+    case E_GETATTR: return check_expr(P, e->ga.obj, soft);
+    case E_GETITEM: return check_expr(P, e->gi.obj, soft) && check_expr(P, e->gi.key, soft);
+    case E_SLICE:
+        return check_expr(P, e->sl.lo, soft) && check_expr(P, e->sl.hi, soft) &&
+               check_expr(P, e->sl.step, soft);
+    case E_CALL: return check_expr(P, e->call.fn, soft) && check_args(P, &e->call.a, soft);
+    case E_FILTER:
+    case E_TEST:
+        if (e->flt.id < 0 && !soft) {
+            bool filter = e->kind == E_FILTER;
+            if (e->flt.id == -2) {
+                pfail(P, &at, "unsupported: the '%s' filter", e->flt.name->s);
+                P->d->kind = KILN_TEMPLATE_ERR_UNSUPPORTED;
+                return false;
+            }
+            return pfail(P, &at, "No %s named '%s'.", filter ? "filter" : "test", e->flt.name->s);
+        }
+        return check_expr(P, e->flt.obj, soft) && check_args(P, &e->flt.a, soft);
+    case E_NOT:
+    case E_NEG:
+    case E_POS: return check_expr(P, e->bin.a, soft);
+    case E_BIN:
+    case E_AND:
+    case E_OR: return check_expr(P, e->bin.a, soft) && check_expr(P, e->bin.b, soft);
+    case E_CMP:
+        if (!check_expr(P, e->cmp.first, soft)) return false;
+        for (size_t k = 0; k < e->cmp.n; k++)
+            if (!check_expr(P, e->cmp.rest[k], soft)) return false;
+        return true;
+    case E_COND:
+        return check_expr(P, e->cond.cond, true) && check_expr(P, e->cond.a, true) &&
+               check_expr(P, e->cond.b, true);
+    default: return true;
+    }
+}
+
+static bool check_sig(parser *P, const signature *sig, bool soft) {
+    for (size_t k = 0; k < sig->ndefaults; k++)
+        if (!check_expr(P, sig->defaults[k], soft)) return false;
+    return true;
+}
+
+static bool check_stmt(parser *P, const stmt *s, bool soft) {
+    switch (s->kind) {
+    case S_OUTPUT:
+        for (size_t k = 0; k < s->out.n; k++)
+            if (!check_expr(P, s->out.e[k], soft)) return false;
+        return true;
+    case S_IF:
+        for (size_t k = 0; k < s->ifs.n; k++)
+            if (!check_expr(P, s->ifs.conds[k], true) || !check_body(P, &s->ifs.bodies[k], true))
+                return false;
+        return check_body(P, &s->ifs.els, true);
+    case S_FOR:
+        return check_expr(P, s->loop.iter, soft) && check_expr(P, s->loop.filter, false) &&
+               check_body(P, &s->loop.body, false) && check_body(P, &s->loop.els, false);
+    case S_SET: return check_expr(P, s->set.value, soft);
+    case S_SETBLOCK:
+        return check_expr(P, s->setblock.filter, false) && check_body(P, &s->setblock.body, false);
+    case S_MACRO: return check_sig(P, &s->macro.sig, false) && check_body(P, &s->macro.body, false);
+    case S_CALLBLOCK:
+        return check_sig(P, &s->callblock.sig, false) && check_expr(P, s->callblock.call, soft) &&
+               check_body(P, &s->callblock.body, false);
+    case S_FILTERBLOCK:
+        return check_expr(P, s->filterblock.filter, false) &&
+               check_body(P, &s->filterblock.body, false);
+    case S_WITH:
+        for (size_t k = 0; k < s->with.n; k++)
+            if (!check_expr(P, s->with.values[k], soft)) return false;
+        return check_body(P, &s->with.body, false);
+    case S_SCOPE: return check_body(P, &s->scope, false);
+    default: return true;
+    }
+}
+
+static bool check_body(parser *P, const body *b, bool soft) {
+    for (size_t k = 0; k < b->n; k++)
+        if (!check_stmt(P, b->s[k], soft)) return false;
+    return true;
+}
 
 bool tpl_parse_tokens(tpl_arena *ar, token *toks, size_t n, body *root, tpl_diag *d) {
     parser P = {.ar = ar, .t = toks, .n = n, .d = d};
     if (!parse_body(&P, NULL, root)) return false;
     if (cur(&P)->type != T_EOF) return pfail(&P, cur(&P), "unexpected token");
-    return true;
+    return check_body(&P, root, false);
 }
