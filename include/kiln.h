@@ -307,6 +307,8 @@ typedef struct kiln_usage {
  */
 typedef struct kiln_event {
     kiln_event_type type;
+    int64_t time_ns; /* when the engine queued the event: CLOCK_MONOTONIC, nanoseconds (for
+                        latency metrics that must not depend on when the consumer woke) */
 
     /* KILN_EVENT_TOKEN */
     int32_t token;          /* id in [0, n_vocab) */

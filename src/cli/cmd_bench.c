@@ -4,12 +4,15 @@
  * For each concurrency C, C requests with synthetic prompts (deterministic pseudo-random
  * ordinary tokens: no control or end-of-generation ids) are submitted at once; each asks for
  * exactly --gen-tokens greedy tokens (ignore_eos). One consumer thread per request reads its
- * stream. Reported per level:
+ * stream; times are the engine's event timestamps (kiln_event.time_ns), so a consumer
+ * thread that wakes late does not skew them. Reported per level:
  *   total gen tok/s        all generated tokens / wall time (first submit to last finish)
  *   per-request gen tok/s  mean over requests of (tokens - 1) / (last token - first token)
  *   prefill tok/s          all prompt tokens / time until the last request's first token
  *   TTFT p50, p99          submit to first token (nearest-rank percentiles)
  *   peak KV blocks         most blocks in use during the level
+ *   CPU s                  CPU time the whole process used during the level (all threads);
+ *                          steadier than wall time on a shared machine
  * A short warm-up request runs first. The engine is created once, with a pool sized for
  * the largest level (unless --kv-memory/--kv-tokens say otherwise).
  */
@@ -19,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "cli/cli.h"
 #include "engine/generate.h"
@@ -63,7 +67,7 @@ static void *consume(void *arg) {
             r->finish = KILN_FINISH_ERROR;
             break;
         }
-        double now = cli_now_ms();
+        double now = (double)ev.time_ns / 1e6; /* engine-side time: same clock as cli_now_ms */
         if (ev.type == KILN_EVENT_TOKEN) {
             if (r->n_tokens == 0) r->t_first = now;
             r->t_last = now;
@@ -81,9 +85,15 @@ static void *consume(void *arg) {
 
 typedef struct bench_level {
     int32_t concurrency;
-    double wall_s, total_tps, per_req_tps, prefill_tps, ttft_p50, ttft_p99;
+    double wall_s, cpu_s, total_tps, per_req_tps, prefill_tps, ttft_p50, ttft_p99;
     int32_t peak_blocks;
 } bench_level;
+
+static double cpu_now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
 
 static int cmp_double(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
@@ -139,7 +149,7 @@ static int run_level(kiln_engine *e, const int32_t *ord, int32_t n_ord, int32_t 
     rq.max_tokens = gen_tokens;
     rq.ignore_eos = true;
     rq.n_prompt_ids = prompt_tokens;
-    double t0 = cli_now_ms();
+    double t0 = cli_now_ms(), cpu0 = cpu_now_s();
     int32_t started = 0;
     for (int32_t i = 0; i < c; i++) {
         rq.prompt_ids = prompts + (size_t)i * prompt_tokens;
@@ -160,6 +170,7 @@ static int run_level(kiln_engine *e, const int32_t *ord, int32_t n_ord, int32_t 
         started = i + 1;
     }
     for (int32_t i = 0; i < started; i++) pthread_join(th[i], NULL);
+    out->cpu_s = cpu_now_s() - cpu0;
     if (rc) goto done;
     double t_end = t0, t_first_max = t0, per_req = 0;
     int64_t total_tokens = 0;
@@ -367,13 +378,13 @@ int kiln_cmd_bench(int argc, char **argv) {
                        model_path, (long long)prompt_tokens, (long long)gen_tokens, n_threads,
                        ep.kv_type == KILN_KV_F16 ? "f16" : "f32", st.kv_blocks_total, st.block_size,
                        ep.step_tokens ? ep.step_tokens : 512);
-                printf("%11s %10s %14s %16s %13s %13s %13s %10s\n", "concurrency", "wall s",
-                       "total gen t/s", "per-req gen t/s", "prefill t/s", "TTFT p50 ms",
+                printf("%11s %8s %8s %14s %16s %12s %12s %12s %8s\n", "concurrency", "wall s",
+                       "CPU s", "total gen t/s", "per-req gen t/s", "prefill t/s", "TTFT p50 ms",
                        "TTFT p99 ms", "peak KV");
             }
-            printf("%11d %10.3f %14.1f %16.1f %13.1f %13.1f %13.1f %10d\n", res[i].concurrency,
-                   res[i].wall_s, res[i].total_tps, res[i].per_req_tps, res[i].prefill_tps,
-                   res[i].ttft_p50, res[i].ttft_p99, res[i].peak_blocks);
+            printf("%11d %8.3f %8.3f %14.1f %16.1f %12.1f %12.1f %12.1f %8d\n", res[i].concurrency,
+                   res[i].wall_s, res[i].cpu_s, res[i].total_tps, res[i].per_req_tps,
+                   res[i].prefill_tps, res[i].ttft_p50, res[i].ttft_p99, res[i].peak_blocks);
             fflush(stdout);
         }
     }
@@ -382,13 +393,13 @@ int kiln_cmd_bench(int argc, char **argv) {
         kiln_engine_get_stats(e, &st);
         json_t *arr = json_array();
         for (int32_t i = 0; i < n_levels; i++)
-            json_array_append_new(arr, json_pack("{s:i, s:f, s:f, s:f, s:f, s:f, s:f, s:i}",
-                                                 "concurrency", res[i].concurrency, "wall_s",
-                                                 res[i].wall_s, "total_gen_tok_s", res[i].total_tps,
-                                                 "per_request_gen_tok_s", res[i].per_req_tps,
-                                                 "prefill_tok_s", res[i].prefill_tps, "ttft_ms_p50",
-                                                 res[i].ttft_p50, "ttft_ms_p99", res[i].ttft_p99,
-                                                 "peak_kv_blocks", res[i].peak_blocks));
+            json_array_append_new(
+                arr, json_pack("{s:i, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:i}", "concurrency",
+                               res[i].concurrency, "wall_s", res[i].wall_s, "cpu_s", res[i].cpu_s,
+                               "total_gen_tok_s", res[i].total_tps, "per_request_gen_tok_s",
+                               res[i].per_req_tps, "prefill_tok_s", res[i].prefill_tps,
+                               "ttft_ms_p50", res[i].ttft_p50, "ttft_ms_p99", res[i].ttft_p99,
+                               "peak_kv_blocks", res[i].peak_blocks));
         json_t *o = json_pack("{s:s, s:I, s:I, s:i, s:s, s:i, s:i, s:o}", "model", model_path,
                               "prompt_tokens", (json_int_t)prompt_tokens, "gen_tokens",
                               (json_int_t)gen_tokens, "threads", n_threads, "kv_type",

@@ -37,6 +37,12 @@ kiln_status kiln_stream_create(kiln_stream **out, kiln_error *err) {
     return KILN_OK;
 }
 
+static int64_t mono_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
 static void stream_free(kiln_stream *s) {
     for (size_t i = 0; i < s->q_len; i++) free(s->q[(s->q_head + i) % s->q_cap].owned);
     free(s->q);
@@ -69,6 +75,7 @@ static kiln_status stream_push(kiln_stream *s, const kiln_event *ev, char *owned
     }
     kiln_stream_ev *slot = &s->q[(s->q_head + s->q_len) % s->q_cap];
     slot->ev = *ev;
+    slot->ev.time_ns = mono_ns();
     slot->owned = owned;
     s->q_len++;
     pthread_cond_signal(&s->cv);
@@ -122,6 +129,7 @@ void kiln_stream_push_finish(kiln_stream *s, kiln_finish_reason reason, kiln_usa
     if (!atomic_load(&s->finished)) {
         memset(&s->fin, 0, sizeof s->fin);
         s->fin.type = KILN_EVENT_FINISH;
+        s->fin.time_ns = mono_ns();
         s->fin.finish_reason = reason;
         s->fin.usage = usage;
         s->fin.status = status;

@@ -34,7 +34,7 @@ typedef struct et_result {
     size_t text_len;
     int32_t n_text_events;
     bool text_events_valid_utf8; /* every TEXT event on its own is complete UTF-8 */
-    bool order_ok;               /* TOKEN indices consecutive; FINISH last */
+    bool order_ok; /* TOKEN indices consecutive; FINISH last; event times non-decreasing */
     kiln_finish_reason finish;
     kiln_status status;
     char message[1024];
@@ -49,9 +49,14 @@ static inline void et_collect(kiln_stream *s, et_result *r, int32_t n_vocab) {
     r->text_events_valid_utf8 = true;
     r->order_ok = true;
     kiln_error err = {0};
+    int64_t last_ns = 0;
     for (;;) {
         kiln_event ev;
         REQUIRE(kiln_stream_next(s, -1, &ev, &err) == KILN_OK);
+        if (ev.type != KILN_EVENT_NONE) {
+            if (ev.time_ns <= 0 || ev.time_ns < last_ns) r->order_ok = false; /* clock order */
+            last_ns = ev.time_ns;
+        }
         if (ev.type == KILN_EVENT_TOKEN) {
             if (ev.index != r->n_tokens) r->order_ok = false;
             if (r->n_tokens < ET_MAX_TOKENS) {
