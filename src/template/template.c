@@ -22,14 +22,16 @@ static const size_t DEFAULT_MAX_MEMORY = (size_t)256 << 20;
 
 static kiln_status parse_status(kiln_template_error_kind k) {
     switch (k) {
-    case KILN_TEMPLATE_ERR_UNSUPPORTED: return KILN_ERR_UNSUPPORTED;
-    case KILN_TEMPLATE_ERR_MEMORY: return KILN_ERR_OUT_OF_MEMORY;
-    default: return KILN_ERR_FORMAT;
+    case KILN_TEMPLATE_ERR_UNSUPPORTED:
+        return KILN_ERR_UNSUPPORTED;
+    case KILN_TEMPLATE_ERR_MEMORY:
+        return KILN_ERR_OUT_OF_MEMORY;
+    default:
+        return KILN_ERR_FORMAT;
     }
 }
 
-kiln_status kiln_template_parse(const char *src, size_t len, kiln_template **out,
-                                kiln_error *err) {
+kiln_status kiln_template_parse(const char *src, size_t len, kiln_template **out, kiln_error *err) {
     if (!out || (!src && len))
         return kiln_error_set(err, KILN_ERR_INVALID_ARGUMENT, "template: NULL argument");
     *out = NULL;
@@ -66,8 +68,8 @@ kiln_status kiln_template_parse(const char *src, size_t len, kiln_template **out
     if (!tpl_lex(&t->ar, norm, n, &toks, &ntok, &d) ||
         !tpl_parse_tokens(&t->ar, toks, ntok, &t->root, &d)) {
         kiln_template_destroy(t);
-        return kiln_error_set(err, parse_status(d.kind), "template: line %d, column %d: %s",
-                              d.line, d.col, d.msg);
+        return kiln_error_set(err, parse_status(d.kind), "template: line %d, column %d: %s", d.line,
+                              d.col, d.msg);
     }
     *out = t;
     return KILN_OK;
@@ -120,8 +122,10 @@ kiln_status kiln_template_render(const kiln_template *t, const json_t *context,
             scope *r = c->root;
             if (r->n == r->cap) {
                 size_t nc = r->cap ? r->cap * 2 : 16;
-                const tstr **nn = tpl_realloc(&c->ar, r->names, r->cap * sizeof *nn, nc * sizeof *nn);
-                tv *nv = nn ? tpl_realloc(&c->ar, r->vals, r->cap * sizeof *nv, nc * sizeof *nv) : NULL;
+                const tstr **nn =
+                    tpl_realloc(&c->ar, r->names, r->cap * sizeof *nn, nc * sizeof *nn);
+                tv *nv =
+                    nn ? tpl_realloc(&c->ar, r->vals, r->cap * sizeof *nv, nc * sizeof *nv) : NULL;
                 if (!nn || !nv) {
                     rt_oom(c);
                     goto fail;
@@ -149,8 +153,12 @@ kiln_status kiln_template_render(const kiln_template *t, const json_t *context,
     return KILN_OK;
 fail:
     switch (c->d.kind) {
-    case KILN_TEMPLATE_ERR_MEMORY: st = KILN_ERR_OUT_OF_MEMORY; break;
-    default: st = KILN_ERR_INVALID_ARGUMENT; break;
+    case KILN_TEMPLATE_ERR_MEMORY:
+        st = KILN_ERR_OUT_OF_MEMORY;
+        break;
+    default:
+        st = KILN_ERR_INVALID_ARGUMENT;
+        break;
     }
     if (c->d.kind == KILN_TEMPLATE_OK) { /* defensive: a failure without a message */
         c->d.kind = KILN_TEMPLATE_ERR_TYPE;

@@ -72,10 +72,10 @@ typedef struct kiln_template_options {
        tm_min, tm_sec are used; the weekday and year day are derived). NULL = the system's
        local time at render. Tests pin it (../shared/templates uses 2026-01-15T09:30:00). */
     const struct tm *now;
-    uint64_t max_steps;  /* statements + loop iterations + filter items; 0 = 5,000,000 */
-    size_t max_output;   /* bytes of any one output buffer; 0 = 16 MiB */
-    size_t max_memory;   /* bytes of render-time values; 0 = 256 MiB */
-    int max_depth;       /* nesting of evaluation (macro recursion included); 0 = 500 */
+    uint64_t max_steps;       /* statements + loop iterations + filter items; 0 = 5,000,000 */
+    size_t max_output;        /* bytes of any one output buffer; 0 = 16 MiB */
+    size_t max_memory;        /* bytes of render-time values; 0 = 256 MiB */
+    int max_depth;            /* nesting of evaluation (macro recursion included); 0 = 500 */
     kiln_template_diag *diag; /* optional out: filled on failure, kind = OK on success */
 } kiln_template_options;
 
@@ -89,8 +89,7 @@ typedef struct kiln_template_options {
  * KILN_ERR_UNSUPPORTED (extends/include/import/block/...), KILN_ERR_OUT_OF_MEMORY.
  * Nesting deeper than 256 levels is a syntax error (no unbounded recursion).
  */
-kiln_status kiln_template_parse(const char *src, size_t len, kiln_template **out,
-                                kiln_error *err);
+kiln_status kiln_template_parse(const char *src, size_t len, kiln_template **out, kiln_error *err);
 
 /**
  * Render t with the variables of `context` (a JSON object; NULL = no variables), e.g.

@@ -15,9 +15,9 @@
 typedef struct tpl_chunk tpl_chunk;
 typedef struct tpl_arena {
     tpl_chunk *head;
-    size_t used;  /* bytes handed out, chunk overhead included */
-    size_t cap;   /* 0 = unlimited */
-    bool over;    /* an allocation failed because of cap (vs. malloc) */
+    size_t used; /* bytes handed out, chunk overhead included */
+    size_t cap;  /* 0 = unlimited */
+    bool over;   /* an allocation failed because of cap (vs. malloc) */
 } tpl_arena;
 
 void tpl_arena_init(tpl_arena *a, size_t cap);
@@ -101,8 +101,10 @@ struct tlist {
     size_t pos; /* L_GEN: items before pos are consumed */
     tv *v;
     int64_t r_start, r_stop, r_step; /* L_RANGE, for repr */
-    const char *gen_name;            /* L_GEN: the generator function, for repr */
+    const char *gen_name;            /* L_GEN: the generator function, for repr;
+                                        L_TUPLE: tpl_group_tuple for groupby's results */
 };
+extern const char tpl_group_tuple[];
 
 typedef struct tentry {
     tv k, v;
@@ -141,7 +143,9 @@ struct tloop {
     size_t i, n;
     int depth;
     bool has_last;
-    tv last; /* loop.changed */
+    tv last;                 /* loop.changed */
+    const struct stmt *node; /* the for statement (recursive loops call it again) */
+    struct scope *sc;        /* the scope it runs in */
 };
 
 /* ------------------------------------------------------------------------------------------ */
@@ -290,6 +294,7 @@ struct stmt {
             expr *target;
             expr *iter, *filter;
             body body, els;
+            bool recursive;
         } loop;
         struct {
             expr *target, *value;
@@ -342,9 +347,32 @@ enum {
     T_INT,
     T_FLOAT,
     /* operators */
-    T_ADD, T_SUB, T_DIV, T_FLOORDIV, T_MUL, T_MOD, T_POW, T_TILDE, T_LBRACKET, T_RBRACKET,
-    T_LPAREN, T_RPAREN, T_LBRACE, T_RBRACE, T_EQ, T_NE, T_GT, T_GTEQ, T_LT, T_LTEQ, T_ASSIGN,
-    T_DOT, T_COLON, T_PIPE, T_COMMA, T_SEMICOLON,
+    T_ADD,
+    T_SUB,
+    T_DIV,
+    T_FLOORDIV,
+    T_MUL,
+    T_MOD,
+    T_POW,
+    T_TILDE,
+    T_LBRACKET,
+    T_RBRACKET,
+    T_LPAREN,
+    T_RPAREN,
+    T_LBRACE,
+    T_RBRACE,
+    T_EQ,
+    T_NE,
+    T_GT,
+    T_GTEQ,
+    T_LT,
+    T_LTEQ,
+    T_ASSIGN,
+    T_DOT,
+    T_COLON,
+    T_PIPE,
+    T_COMMA,
+    T_SEMICOLON,
 };
 
 typedef struct token {
@@ -414,7 +442,7 @@ typedef struct rctx {
  * front of the message ("TypeError"), or NULL. */
 int rt_fail(rctx *c, kiln_template_error_kind kind, const char *exc, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
-int rt_oom(rctx *c);           /* memory cap or malloc: LIMIT or MEMORY */
+int rt_oom(rctx *c);              /* memory cap or malloc: LIMIT or MEMORY */
 int rt_step(rctx *c, uint64_t n); /* count work; fails past max_steps */
 
 /* sbuf */
@@ -473,20 +501,21 @@ static inline bool tv_is_num(tv v) {
 }
 /* Sequence-like lists that support len() and indexing (list, tuple, range). */
 static inline bool tv_is_seq(tv v) {
-    return v.type == TV_LIST && (v.l->kind == L_LIST || v.l->kind == L_TUPLE || v.l->kind == L_RANGE);
+    return v.type == TV_LIST &&
+           (v.l->kind == L_LIST || v.l->kind == L_TUPLE || v.l->kind == L_RANGE);
 }
 
 int tv_strc(rctx *c, const char *s, size_t n, tv *out);
-tv tv_undef_named(rctx *c, const tstr *name);                 /* 'x' is undefined */
-tv tv_undef_attr(rctx *c, tv obj, tv name);                   /* obj has no attribute/element */
-tv tv_undef_hint(rctx *c, const char *hint, uint8_t exc);     /* explicit message */
-int tv_undef_fail(rctx *c, tv u);                             /* raise the UndefinedError */
-const char *tv_type_name(tv v);                               /* Python type(x).__name__ */
+tv tv_undef_named(rctx *c, const tstr *name);             /* 'x' is undefined */
+tv tv_undef_attr(rctx *c, tv obj, tv name);               /* obj has no attribute/element */
+tv tv_undef_hint(rctx *c, const char *hint, uint8_t exc); /* explicit message */
+int tv_undef_fail(rctx *c, tv u);                         /* raise the UndefinedError */
+const char *tv_type_name(tv v);                           /* Python type(x).__name__ */
 
 tlist *tl_new(rctx *c, int kind, size_t cap);
 int tl_push(rctx *c, tlist *l, tv v);
 tdict *td_new(rctx *c);
-int td_set(rctx *c, tdict *d, tv k, tv v);   /* TypeError for unhashable keys */
+int td_set(rctx *c, tdict *d, tv k, tv v);           /* TypeError for unhashable keys */
 int td_get(rctx *c, const tdict *d, tv k, tv **out); /* *out NULL when absent */
 tv *td_get_str(const tdict *d, const char *k, size_t n);
 
@@ -534,8 +563,8 @@ int tpl_apply_filter(rctx *c, int id, tv v, const tv *args, size_t nargs, const 
 int tpl_apply_test(rctx *c, int id, tv v, const tv *args, size_t nargs, const tstr **kwnames,
                    const tv *kwvals, size_t nkw, bool *out);
 int tpl_method_id(tv obj, const char *name, size_t len, bool *unsafe); /* -1: none */
-int tpl_call_method(rctx *c, tv self, int id, const tv *args, size_t nargs,
-                    const tstr **kwnames, const tv *kwvals, size_t nkw, tv *out);
+int tpl_call_method(rctx *c, tv self, int id, const tv *args, size_t nargs, const tstr **kwnames,
+                    const tv *kwvals, size_t nkw, tv *out);
 const char *tpl_method_name(int id);
 
 #endif

@@ -24,8 +24,8 @@
 
 enum { R_OK = 0, R_BREAK = 1, R_CONTINUE = 2 };
 enum { G_RANGE, G_DICT, G_NAMESPACE, G_RAISE, G_STRFTIME, G_COUNT };
-static const char *const global_names[G_COUNT] = {"range", "dict", "namespace",
-                                                  "raise_exception", "strftime_now"};
+static const char *const global_names[G_COUNT] = {"range", "dict", "namespace", "raise_exception",
+                                                  "strftime_now"};
 enum { MAX_RANGE = 100000 };
 
 int tpl_eval(rctx *c, const expr *e, scope *sc, tv *out);
@@ -169,12 +169,24 @@ static int escape_into(rctx *c, tv v, sbuf *b) {
     for (size_t i = 0; i < s.s->len; i++) {
         const char *e = NULL;
         switch (s.s->s[i]) {
-        case '&': e = "&amp;"; break;
-        case '<': e = "&lt;"; break;
-        case '>': e = "&gt;"; break;
-        case '"': e = "&#34;"; break;
-        case '\'': e = "&#39;"; break;
-        default: run++; continue;
+        case '&':
+            e = "&amp;";
+            break;
+        case '<':
+            e = "&lt;";
+            break;
+        case '>':
+            e = "&gt;";
+            break;
+        case '"':
+            e = "&#34;";
+            break;
+        case '\'':
+            e = "&#39;";
+            break;
+        default:
+            run++;
+            continue;
         }
         if (sb_put(c, b, s.s->s + i - run, run) || sb_puts(c, b, e)) return -1;
         run = 0;
@@ -244,7 +256,8 @@ static int repeat(rctx *c, tv seq, int64_t times, tv *out) {
 static int printf_format(rctx *c, tv fmt, tv args, tv *out);
 
 static int binop(rctx *c, int op, tv a, tv b, tv *out) {
-    if (op == OP_MOD && a.type == TV_STR) return printf_format(c, a, b, out); /* str.__mod__ first */
+    if (op == OP_MOD && a.type == TV_STR)
+        return printf_format(c, a, b, out); /* str.__mod__ first */
     if (a.type == TV_UNDEF) return tv_undef_fail(c, a);
     if (b.type == TV_UNDEF) return tv_undef_fail(c, b);
     bool an = tv_is_num(a), bn = tv_is_num(b);
@@ -253,20 +266,35 @@ static int binop(rctx *c, int op, tv a, tv b, tv *out) {
         if (!fl) {
             int64_t x = as_i64(a), y = as_i64(b), r;
             switch (op) {
-            case OP_ADD: if (__builtin_add_overflow(x, y, &r)) return overflow(c); *out = tv_int(r); return 0;
-            case OP_SUB: if (__builtin_sub_overflow(x, y, &r)) return overflow(c); *out = tv_int(r); return 0;
-            case OP_MUL: if (__builtin_mul_overflow(x, y, &r)) return overflow(c); *out = tv_int(r); return 0;
+            case OP_ADD:
+                if (__builtin_add_overflow(x, y, &r)) return overflow(c);
+                *out = tv_int(r);
+                return 0;
+            case OP_SUB:
+                if (__builtin_sub_overflow(x, y, &r)) return overflow(c);
+                *out = tv_int(r);
+                return 0;
+            case OP_MUL:
+                if (__builtin_mul_overflow(x, y, &r)) return overflow(c);
+                *out = tv_int(r);
+                return 0;
             case OP_DIV:
-                if (y == 0) return rt_fail(c, KILN_TEMPLATE_ERR_TYPE, "ZeroDivisionError", "division by zero");
+                if (y == 0)
+                    return rt_fail(c, KILN_TEMPLATE_ERR_TYPE, "ZeroDivisionError",
+                                   "division by zero");
                 *out = tv_float((double)x / (double)y);
                 return 0;
             case OP_FLOORDIV:
             case OP_MOD: {
                 if (y == 0)
                     return rt_fail(c, KILN_TEMPLATE_ERR_TYPE, "ZeroDivisionError",
-                                   op == OP_MOD ? "integer modulo by zero" : "integer division or modulo by zero");
+                                   op == OP_MOD ? "integer modulo by zero"
+                                                : "integer division or modulo by zero");
                 if (x == INT64_MIN && y == -1) {
-                    if (op == OP_MOD) { *out = tv_int(0); return 0; }
+                    if (op == OP_MOD) {
+                        *out = tv_int(0);
+                        return 0;
+                    }
                     return overflow(c);
                 }
                 int64_t q = x / y, m = x % y;
@@ -296,11 +324,19 @@ static int binop(rctx *c, int op, tv a, tv b, tv *out) {
         }
         double x = as_f64(a), y = as_f64(b);
         switch (op) {
-        case OP_ADD: *out = tv_float(x + y); return 0;
-        case OP_SUB: *out = tv_float(x - y); return 0;
-        case OP_MUL: *out = tv_float(x * y); return 0;
+        case OP_ADD:
+            *out = tv_float(x + y);
+            return 0;
+        case OP_SUB:
+            *out = tv_float(x - y);
+            return 0;
+        case OP_MUL:
+            *out = tv_float(x * y);
+            return 0;
         case OP_DIV:
-            if (y == 0) return rt_fail(c, KILN_TEMPLATE_ERR_TYPE, "ZeroDivisionError", "float division by zero");
+            if (y == 0)
+                return rt_fail(c, KILN_TEMPLATE_ERR_TYPE, "ZeroDivisionError",
+                               "float division by zero");
             *out = tv_float(x / y);
             return 0;
         case OP_FLOORDIV:
@@ -369,11 +405,12 @@ static int binop(rctx *c, int op, tv a, tv b, tv *out) {
             *out = tv_list(l);
             return 0;
         }
-        if (a.type == TV_STR || (a.type == TV_LIST && (a.l->kind == L_LIST || a.l->kind == L_TUPLE))) {
+        if (a.type == TV_STR ||
+            (a.type == TV_LIST && (a.l->kind == L_LIST || a.l->kind == L_TUPLE))) {
             const char *an2 = a.type == TV_STR ? "str" : tv_type_name(a);
             if (a.type == TV_STR && a.markup) break;
-            return type_error(c, "can only concatenate %s (not \"%s\") to %s", an2,
-                              tv_type_name(b), an2);
+            return type_error(c, "can only concatenate %s (not \"%s\") to %s", an2, tv_type_name(b),
+                              an2);
         }
         break;
     case OP_MUL:
@@ -384,7 +421,8 @@ static int binop(rctx *c, int op, tv a, tv b, tv *out) {
             !(b.type == TV_LIST && b.l->kind == L_RANGE))
             return repeat(c, b, as_i64(a), out);
         if ((a.type == TV_STR || tv_is_seq(a)) && b.type != TV_STR && !tv_is_seq(b))
-            return type_error(c, "can't multiply sequence by non-int of type '%s'", tv_type_name(b));
+            return type_error(c, "can't multiply sequence by non-int of type '%s'",
+                              tv_type_name(b));
         break;
     case OP_MOD:
         if (a.type == TV_STR) return printf_format(c, a, b, out);
@@ -420,8 +458,9 @@ static int printf_format(rctx *c, tv fmt, tv args, tv *out) {
     }
     /* Python treats any non-tuple argument with __getitem__ as a mapping: no "not all
        arguments converted" check */
-    bool mapping_like = args.type == TV_DICT || args.type == TV_UNDEF ||
-                        (args.type == TV_LIST && (args.l->kind == L_LIST || args.l->kind == L_RANGE));
+    bool mapping_like =
+        args.type == TV_DICT || args.type == TV_UNDEF ||
+        (args.type == TV_LIST && (args.l->kind == L_LIST || args.l->kind == L_RANGE));
     sbuf b = {0};
     const char *s = fmt.s->s;
     size_t n = fmt.s->len;
@@ -439,7 +478,9 @@ static int printf_format(rctx *c, tv fmt, tv args, tv *out) {
             if (j >= n || !map)
                 return rt_fail(c, KILN_TEMPLATE_ERR_TYPE, "TypeError", "format requires a mapping");
             tv *p = td_get_str(map, s + i + 1, j - i - 1);
-            if (!p) return rt_fail(c, KILN_TEMPLATE_ERR_TYPE, "KeyError", "'%.*s'", (int)(j - i - 1), s + i + 1);
+            if (!p)
+                return rt_fail(c, KILN_TEMPLATE_ERR_TYPE, "KeyError", "'%.*s'", (int)(j - i - 1),
+                               s + i + 1);
             arg = *p;
             have_key = true;
             i = j + 1;
@@ -463,8 +504,7 @@ static int printf_format(rctx *c, tv fmt, tv args, tv *out) {
             if (map) {
                 arg = args;
             } else {
-                if (ai >= an)
-                    return type_error(c, "not enough arguments for format string");
+                if (ai >= an) return type_error(c, "not enough arguments for format string");
                 arg = av[ai++];
             }
         }
@@ -485,11 +525,18 @@ static int printf_format(rctx *c, tv fmt, tv args, tv *out) {
                 char *buf = tpl_alloc(&c->ar, t.n + 64);
                 if (!buf) return rt_oom(c);
                 int w = snprintf(buf, t.n + 64, spec, t.p ? t.p : "");
-                if (w > 0 && sb_put(c, &b, buf, (size_t)w < t.n + 64 ? (size_t)w : t.n + 63)) return -1;
+                if (w > 0 && sb_put(c, &b, buf, (size_t)w < t.n + 64 ? (size_t)w : t.n + 63))
+                    return -1;
             }
             break;
         }
-        case 'd': case 'i': case 'u': case 'x': case 'X': case 'o': case 'c': {
+        case 'd':
+        case 'i':
+        case 'u':
+        case 'x':
+        case 'X':
+        case 'o':
+        case 'c': {
             if (!tv_is_num(arg))
                 return type_error(c, "%%%c format: a real number is required, not %s", conv,
                                   tv_type_name(arg));
@@ -508,7 +555,12 @@ static int printf_format(rctx *c, tv fmt, tv args, tv *out) {
             if (sb_puts(c, &b, tmp)) return -1;
             break;
         }
-        case 'f': case 'F': case 'e': case 'E': case 'g': case 'G':
+        case 'f':
+        case 'F':
+        case 'e':
+        case 'E':
+        case 'g':
+        case 'G':
             if (!tv_is_num(arg))
                 return type_error(c, "must be real number, not %s", tv_type_name(arg));
             spec[sl++] = conv;
@@ -533,19 +585,30 @@ static int printf_format(rctx *c, tv fmt, tv args, tv *out) {
 static int loop_attr(rctx *c, tv obj, const tstr *a, tv *out) {
     const tloop *lp = obj.lp;
     int64_t i = (int64_t)lp->i, n = (int64_t)lp->n;
-    if (tpl_str_eq(a, "index")) *out = tv_int(i + 1);
-    else if (tpl_str_eq(a, "index0")) *out = tv_int(i);
-    else if (tpl_str_eq(a, "revindex")) *out = tv_int(n - i);
-    else if (tpl_str_eq(a, "revindex0")) *out = tv_int(n - i - 1);
-    else if (tpl_str_eq(a, "first")) *out = tv_bool(i == 0);
-    else if (tpl_str_eq(a, "last")) *out = tv_bool(i == n - 1);
-    else if (tpl_str_eq(a, "length")) *out = tv_int(n);
-    else if (tpl_str_eq(a, "depth")) *out = tv_int(lp->depth);
-    else if (tpl_str_eq(a, "depth0")) *out = tv_int(lp->depth - 1);
+    if (tpl_str_eq(a, "index"))
+        *out = tv_int(i + 1);
+    else if (tpl_str_eq(a, "index0"))
+        *out = tv_int(i);
+    else if (tpl_str_eq(a, "revindex"))
+        *out = tv_int(n - i);
+    else if (tpl_str_eq(a, "revindex0"))
+        *out = tv_int(n - i - 1);
+    else if (tpl_str_eq(a, "first"))
+        *out = tv_bool(i == 0);
+    else if (tpl_str_eq(a, "last"))
+        *out = tv_bool(i == n - 1);
+    else if (tpl_str_eq(a, "length"))
+        *out = tv_int(n);
+    else if (tpl_str_eq(a, "depth"))
+        *out = tv_int(lp->depth);
+    else if (tpl_str_eq(a, "depth0"))
+        *out = tv_int(lp->depth - 1);
     else if (tpl_str_eq(a, "previtem"))
-        *out = i > 0 ? lp->items->v[i - 1] : tv_undef_hint(c, "there is no previous item", UX_UNDEFINED);
+        *out = i > 0 ? lp->items->v[i - 1]
+                     : tv_undef_hint(c, "there is no previous item", UX_UNDEFINED);
     else if (tpl_str_eq(a, "nextitem"))
-        *out = i + 1 < n ? lp->items->v[i + 1] : tv_undef_hint(c, "there is no next item", UX_UNDEFINED);
+        *out = i + 1 < n ? lp->items->v[i + 1]
+                         : tv_undef_hint(c, "there is no next item", UX_UNDEFINED);
     else
         return 0;
     return 1;
@@ -585,6 +648,17 @@ static int attr_only(rctx *c, tv obj, const tstr *a, tv *out) {
     if (obj.type == TV_LOOP) {
         int r = loop_attr(c, obj, a, out);
         if (r) return r;
+    }
+    if (obj.type == TV_LIST && obj.l->kind == L_TUPLE && obj.l->gen_name == tpl_group_tuple &&
+        obj.l->n == 2) { /* groupby's _GroupTuple(grouper, list) */
+        if (tpl_str_eq(a, "grouper")) {
+            *out = obj.l->v[0];
+            return 1;
+        }
+        if (tpl_str_eq(a, "list")) {
+            *out = obj.l->v[1];
+            return 1;
+        }
     }
     bool unsafe = false;
     int id = tpl_method_id(obj, a->s, a->len, &unsafe);
@@ -675,7 +749,8 @@ static int slice_indices(rctx *c, tv lo, tv hi, tv st, int64_t n, int64_t *start
             return 0;
         }
         s = as_i64(st);
-        if (s == 0) return rt_fail(c, KILN_TEMPLATE_ERR_TYPE, "ValueError", "slice step cannot be zero");
+        if (s == 0)
+            return rt_fail(c, KILN_TEMPLATE_ERR_TYPE, "ValueError", "slice step cannot be zero");
     }
     int64_t a, b;
     if (lo.type == TV_NONE) {
@@ -741,7 +816,8 @@ static int do_slice(rctx *c, tv obj, tv lo, tv hi, tv st, tv *out) {
         offs[n] = off;
         sbuf sb = {0};
         if (s == 1) {
-            if (count && sb_put(c, &sb, obj.s->s + offs[a], offs[a + (int64_t)count] - offs[a])) return -1;
+            if (count && sb_put(c, &sb, obj.s->s + offs[a], offs[a + (int64_t)count] - offs[a]))
+                return -1;
         } else {
             for (size_t k = 0; k < count; k++) {
                 int64_t i = a + (int64_t)k * s;
@@ -831,8 +907,8 @@ static int render_to(rctx *c, const body *b, scope *sc, tv *out, int *ctl) {
     return sb_str(c, &buf, out);
 }
 
-static int call_macro(rctx *c, const tfunc *fn, const tv *args, size_t nargs,
-                      const tstr **kwn, const tv *kwv, size_t nkw, tv *out) {
+static int call_macro(rctx *c, const tfunc *fn, const tv *args, size_t nargs, const tstr **kwn,
+                      const tv *kwv, size_t nkw, tv *out) {
     const stmt *m = fn->node;
     const signature *sig = fn->kind == F_MACRO ? &m->macro.sig : &m->callblock.sig;
     const body *bd = fn->kind == F_MACRO ? &m->macro.body : &m->callblock.body;
@@ -948,9 +1024,10 @@ static int dict_from_args(rctx *c, const tv *args, size_t nargs, const tstr **kw
                 tlist *pair;
                 if (tv_iterate(c, items->v[k], &pair)) return -1;
                 if (pair->n != 2)
-                    return rt_fail(c, KILN_TEMPLATE_ERR_TYPE, "ValueError",
-                                   "dictionary update sequence element #%zu has length %zu; 2 is required",
-                                   k, pair->n);
+                    return rt_fail(
+                        c, KILN_TEMPLATE_ERR_TYPE, "ValueError",
+                        "dictionary update sequence element #%zu has length %zu; 2 is required", k,
+                        pair->n);
                 if (td_set(c, d, pair->v[0], pair->v[1])) return -1;
             }
         }
@@ -980,7 +1057,8 @@ static int do_strftime(rctx *c, tv fmtv, tv *out) {
     }
     const char *f = fmtv.s->s;
     size_t n = fmtv.s->len;
-    if (memchr(f, 0, n)) return rt_fail(c, KILN_TEMPLATE_ERR_TYPE, "ValueError", "embedded null character");
+    if (memchr(f, 0, n))
+        return rt_fail(c, KILN_TEMPLATE_ERR_TYPE, "ValueError", "embedded null character");
     /* datetime.strftime handles %f, %z and %Z itself (naive datetime: "000000", "", "") */
     sbuf pre = {0};
     for (size_t i = 0; i < n; i++) {
@@ -1025,14 +1103,19 @@ static int call_builtin(rctx *c, int id, const tv *args, size_t nargs, const tst
             if (to_int_arg(c, args[0], &a) || to_int_arg(c, args[1], &b)) return -1;
             if (nargs == 3 && to_int_arg(c, args[2], &s)) return -1;
         }
-        if (s == 0) return rt_fail(c, KILN_TEMPLATE_ERR_TYPE, "ValueError", "range() arg 3 must not be zero");
+        if (s == 0)
+            return rt_fail(c, KILN_TEMPLATE_ERR_TYPE, "ValueError",
+                           "range() arg 3 must not be zero");
         int64_t count = 0;
-        if (s > 0 && b > a) count = (int64_t)(((uint64_t)b - (uint64_t)a + (uint64_t)s - 1) / (uint64_t)s);
-        if (s < 0 && a > b) count = (int64_t)(((uint64_t)a - (uint64_t)b + (uint64_t)(-s) - 1) / (uint64_t)(-s));
+        if (s > 0 && b > a)
+            count = (int64_t)(((uint64_t)b - (uint64_t)a + (uint64_t)s - 1) / (uint64_t)s);
+        if (s < 0 && a > b)
+            count = (int64_t)(((uint64_t)a - (uint64_t)b + (uint64_t)(-s) - 1) / (uint64_t)(-s));
         if (count > MAX_RANGE)
             return rt_fail(c, KILN_TEMPLATE_ERR_LIMIT, "OverflowError",
                            "Range too big. The sandbox blocks ranges larger than MAX_RANGE (%d).",
                            MAX_RANGE);
+        if (rt_step(c, (uint64_t)count)) return -1;
         tlist *l = tl_new(c, L_RANGE, (size_t)count);
         if (!l) return -1;
         for (int64_t k = 0; k < count; k++) l->v[l->n++] = tv_int(a + k * s);
@@ -1075,15 +1158,21 @@ static int call_builtin(rctx *c, int id, const tv *args, size_t nargs, const tst
     return rt_fail(c, KILN_TEMPLATE_ERR_UNSUPPORTED, NULL, "unknown global");
 }
 
+static int call_loop(rctx *c, tv lv, const tv *args, size_t nargs, size_t nkw, tv *out);
+
 int rt_call(rctx *c, tv fn, const tv *args, size_t nargs, const tstr **kwn, const tv *kwv,
             size_t nkw, tv *out) {
     if (fn.type == TV_UNDEF) return tv_undef_fail(c, fn);
+    if (fn.type == TV_LOOP) return call_loop(c, fn, args, nargs, nkw, out);
     if (fn.type != TV_FUNC) return type_error(c, "'%s' object is not callable", tv_type_name(fn));
     switch (fn.fn->kind) {
-    case F_BUILTIN: return call_builtin(c, fn.fn->id, args, nargs, kwn, kwv, nkw, out);
-    case F_METHOD: return tpl_call_method(c, fn.fn->self, fn.fn->id, args, nargs, kwn, kwv, nkw, out);
+    case F_BUILTIN:
+        return call_builtin(c, fn.fn->id, args, nargs, kwn, kwv, nkw, out);
+    case F_METHOD:
+        return tpl_call_method(c, fn.fn->self, fn.fn->id, args, nargs, kwn, kwv, nkw, out);
     case F_MACRO:
-    case F_CALLER: return call_macro(c, fn.fn, args, nargs, kwn, kwv, nkw, out);
+    case F_CALLER:
+        return call_macro(c, fn.fn, args, nargs, kwn, kwv, nkw, out);
     }
     return type_error(c, "object is not callable");
 }
@@ -1110,7 +1199,8 @@ static int eval_args(rctx *c, const callargs *a, scope *sc, evargs *ea, size_t e
     if (a->dyn_kwargs) {
         if (tpl_eval(c, a->dyn_kwargs, sc, &dyn_k)) return -1;
         if (dyn_k.type != TV_DICT)
-            return type_error(c, "argument after ** must be a mapping, not %s", tv_type_name(dyn_k));
+            return type_error(c, "argument after ** must be a mapping, not %s",
+                              tv_type_name(dyn_k));
         nk += dyn_k.d->n;
     }
     ea->args = tpl_alloc(&c->ar, (np + 1) * sizeof(tv));
@@ -1146,14 +1236,31 @@ static int eval_compare(rctx *c, const expr *e, scope *sc, tv *out) {
         if (tpl_eval(c, e->cmp.rest[k], sc, &right)) return -1;
         bool r = false;
         switch (e->cmp.ops[k]) {
-        case CMP_EQ: r = tv_eq(left, right); break;
-        case CMP_NE: r = !tv_eq(left, right); break;
-        case CMP_LT: if (tv_lt(c, left, right, &r)) return -1; break;
-        case CMP_GT: if (tv_lt(c, right, left, &r)) return -1; break;
-        case CMP_LE: if (tv_le(c, left, right, &r)) return -1; break;
-        case CMP_GE: if (tv_le(c, right, left, &r)) return -1; break;
-        case CMP_IN: if (contains(c, left, right, &r)) return -1; break;
-        case CMP_NOTIN: if (contains(c, left, right, &r)) return -1; r = !r; break;
+        case CMP_EQ:
+            r = tv_eq(left, right);
+            break;
+        case CMP_NE:
+            r = !tv_eq(left, right);
+            break;
+        case CMP_LT:
+            if (tv_lt(c, left, right, &r)) return -1;
+            break;
+        case CMP_GT:
+            if (tv_lt(c, right, left, &r)) return -1;
+            break;
+        case CMP_LE:
+            if (tv_le(c, left, right, &r)) return -1;
+            break;
+        case CMP_GE:
+            if (tv_le(c, right, left, &r)) return -1;
+            break;
+        case CMP_IN:
+            if (contains(c, left, right, &r)) return -1;
+            break;
+        case CMP_NOTIN:
+            if (contains(c, left, right, &r)) return -1;
+            r = !r;
+            break;
         }
         if (!r) {
             *out = tv_bool(false);
@@ -1169,9 +1276,13 @@ static int eval_inner(rctx *c, const expr *e, scope *sc, tv *out) {
     c->line = e->line;
     c->col = e->col;
     switch (e->kind) {
-    case E_CONST: *out = e->cval; return 0;
-    case E_NAME: return lookup(c, sc, e->nm.name, out);
-    case E_NSREF: return rt_fail(c, KILN_TEMPLATE_ERR_SYNTAX, NULL, "namespace reference outside assignment");
+    case E_CONST:
+        *out = e->cval;
+        return 0;
+    case E_NAME:
+        return lookup(c, sc, e->nm.name, out);
+    case E_NSREF:
+        return rt_fail(c, KILN_TEMPLATE_ERR_SYNTAX, NULL, "namespace reference outside assignment");
     case E_LIST:
     case E_TUPLE: {
         tlist *l = tl_new(c, e->kind == E_LIST ? L_LIST : L_TUPLE, e->seq.n);
@@ -1222,7 +1333,9 @@ static int eval_inner(rctx *c, const expr *e, scope *sc, tv *out) {
         c->col = e->col;
         return rt_getitem(c, obj, key, out);
     }
-    case E_SLICE: *out = tv_undef_hint(c, "slice objects are not supported", UX_UNDEFINED); return 0;
+    case E_SLICE:
+        *out = tv_undef_hint(c, "slice objects are not supported", UX_UNDEFINED);
+        return 0;
     case E_CALL: {
         tv fn;
         evargs ea;
@@ -1243,7 +1356,8 @@ static int eval_inner(rctx *c, const expr *e, scope *sc, tv *out) {
         c->line = e->line;
         c->col = e->col;
         if (e->flt.id < 0)
-            return rt_fail(c, e->flt.id == -2 ? KILN_TEMPLATE_ERR_UNSUPPORTED : KILN_TEMPLATE_ERR_TYPE,
+            return rt_fail(c,
+                           e->flt.id == -2 ? KILN_TEMPLATE_ERR_UNSUPPORTED : KILN_TEMPLATE_ERR_TYPE,
                            "TemplateRuntimeError", "No filter named '%s' found.", e->flt.name->s);
         return tpl_apply_filter(c, e->flt.id, v, ea.args, ea.nargs, ea.kwn, ea.kwv, ea.nkw, out);
     }
@@ -1257,7 +1371,8 @@ static int eval_inner(rctx *c, const expr *e, scope *sc, tv *out) {
         if (e->flt.id < 0)
             return rt_fail(c, KILN_TEMPLATE_ERR_TYPE, "TemplateRuntimeError",
                            "No test named '%s' found.", e->flt.name->s);
-        if (tpl_apply_test(c, e->flt.id, v, ea.args, ea.nargs, ea.kwn, ea.kwv, ea.nkw, &r)) return -1;
+        if (tpl_apply_test(c, e->flt.id, v, ea.args, ea.nargs, ea.kwn, ea.kwv, ea.nkw, &r))
+            return -1;
         *out = tv_bool(r);
         return 0;
     }
@@ -1273,8 +1388,8 @@ static int eval_inner(rctx *c, const expr *e, scope *sc, tv *out) {
         if (tpl_eval(c, e->bin.a, sc, &v)) return -1;
         if (v.type == TV_UNDEF) return tv_undef_fail(c, v);
         if (!tv_is_num(v))
-            return type_error(c, "bad operand type for unary %c: '%s'", e->kind == E_NEG ? '-' : '+',
-                              tv_type_name(v));
+            return type_error(c, "bad operand type for unary %c: '%s'",
+                              e->kind == E_NEG ? '-' : '+', tv_type_name(v));
         if (v.type == TV_FLOAT) {
             *out = tv_float(e->kind == E_NEG ? -v.f : v.f);
         } else {
@@ -1302,14 +1417,16 @@ static int eval_inner(rctx *c, const expr *e, scope *sc, tv *out) {
         }
         return tpl_eval(c, e->bin.b, sc, out);
     }
-    case E_CMP: return eval_compare(c, e, sc, out);
+    case E_CMP:
+        return eval_compare(c, e, sc, out);
     case E_COND: {
         tv cond;
         if (tpl_eval(c, e->cond.cond, sc, &cond)) return -1;
         if (tv_truthy(cond)) return tpl_eval(c, e->cond.a, sc, out);
         if (e->cond.b) return tpl_eval(c, e->cond.b, sc, out);
-        *out = tv_undef_hint(c, "the inline if-expression evaluated to false and no else section was defined.",
-                             UX_UNDEFINED);
+        *out = tv_undef_hint(
+            c, "the inline if-expression evaluated to false and no else section was defined.",
+            UX_UNDEFINED);
         return 0;
     }
     case E_CONCAT: {
@@ -1337,7 +1454,8 @@ int tpl_eval(rctx *c, const expr *e, scope *sc, tv *out) {
 
 static int assign(rctx *c, const expr *t, tv v, scope *sc) {
     switch (t->kind) {
-    case E_NAME: return scope_set(c, sc, t->nm.name, v);
+    case E_NAME:
+        return scope_set(c, sc, t->nm.name, v);
     case E_NSREF: {
         tv ns;
         if (lookup(c, sc, t->nm.name, &ns)) return -1;
@@ -1352,7 +1470,8 @@ static int assign(rctx *c, const expr *t, tv v, scope *sc) {
         if (tv_iterate(c, v, &items)) return -1;
         if (items->n < t->seq.n)
             return rt_fail(c, KILN_TEMPLATE_ERR_TYPE, "ValueError",
-                           "not enough values to unpack (expected %zu, got %zu)", t->seq.n, items->n);
+                           "not enough values to unpack (expected %zu, got %zu)", t->seq.n,
+                           items->n);
         if (items->n > t->seq.n)
             return rt_fail(c, KILN_TEMPLATE_ERR_TYPE, "ValueError",
                            "too many values to unpack (expected %zu)", t->seq.n);
@@ -1368,9 +1487,7 @@ static int output_value(rctx *c, tv v) {
     return tv_to_sb(c, v, c->out);
 }
 
-static int exec_for(rctx *c, const stmt *s, scope *sc) {
-    tv it;
-    if (tpl_eval(c, s->loop.iter, sc, &it)) return -1;
+static int run_loop(rctx *c, const stmt *s, scope *sc, tv it, int depth) {
     tlist *items;
     if (tv_iterate(c, it, &items)) return -1;
     scope *is = scope_new(c, sc);
@@ -1382,7 +1499,8 @@ static int exec_for(rctx *c, const stmt *s, scope *sc) {
             if (rt_step(c, 1)) return -1;
             is->n = 0;
             tv keep;
-            if (assign(c, s->loop.target, items->v[k], is) || tpl_eval(c, s->loop.filter, is, &keep))
+            if (assign(c, s->loop.target, items->v[k], is) ||
+                tpl_eval(c, s->loop.filter, is, &keep))
                 return -1;
             if (tv_truthy(keep)) kept->v[kept->n++] = items->v[k];
         }
@@ -1392,14 +1510,16 @@ static int exec_for(rctx *c, const stmt *s, scope *sc) {
         if (!s->loop.els.n) return R_OK;
         scope *es = scope_new(c, sc);
         if (!es) return -1;
-        int r = exec_body(c, &s->loop.els, es);
+        int r = exec_body(c, &s->loop.els, es); /* break/continue here belong to an outer loop */
         return r < 0 ? -1 : r;
     }
     tloop *lp = tpl_zalloc(&c->ar, sizeof *lp);
     if (!lp) return rt_oom(c);
     lp->items = items;
     lp->n = items->n;
-    lp->depth = 1;
+    lp->depth = depth;
+    lp->node = s;
+    lp->sc = sc;
     tv lv = {.type = TV_LOOP};
     lv.lp = lp;
     const tstr *loop_name = tpl_str_new(&c->ar, "loop", 4);
@@ -1408,7 +1528,8 @@ static int exec_for(rctx *c, const stmt *s, scope *sc) {
         if (rt_step(c, 1)) return -1;
         lp->i = k;
         is->n = 0; /* a fresh scope per iteration, as Jinja2 re-enters the loop frame */
-        if (assign(c, s->loop.target, items->v[k], is) || scope_set(c, is, loop_name, lv)) return -1;
+        if (assign(c, s->loop.target, items->v[k], is) || scope_set(c, is, loop_name, lv))
+            return -1;
         int r = exec_body(c, &s->loop.body, is);
         if (r < 0) return -1;
         if (r == R_BREAK) break;
@@ -1416,12 +1537,37 @@ static int exec_for(rctx *c, const stmt *s, scope *sc) {
     return R_OK;
 }
 
+static int exec_for(rctx *c, const stmt *s, scope *sc) {
+    tv it;
+    if (tpl_eval(c, s->loop.iter, sc, &it)) return -1;
+    return run_loop(c, s, sc, it, 1);
+}
+
+/* loop(iterable) in a `recursive` loop: the body again, one level deeper, as a string. */
+static int call_loop(rctx *c, tv lv, const tv *args, size_t nargs, size_t nkw, tv *out) {
+    const tloop *lp = lv.lp;
+    if (!lp->node->loop.recursive)
+        return type_error(c, "The loop must have the 'recursive' marker to be called recursively.");
+    if (nargs != 1 || nkw) return type_error(c, "loop() takes exactly one argument");
+    if (enter(c)) return -1;
+    sbuf buf = {0};
+    sbuf *saved = c->out;
+    c->out = &buf;
+    int r = run_loop(c, lp->node, lp->sc, args[0], lp->depth + 1);
+    c->out = saved;
+    c->depth--;
+    if (r < 0) return -1;
+    if (!buf.p) return tv_strc(c, "", 0, out);
+    return sb_str(c, &buf, out);
+}
+
 static int exec_stmt(rctx *c, const stmt *s, scope *sc) {
     c->line = s->line;
     c->col = s->col;
     if (rt_step(c, 1)) return -1;
     switch (s->kind) {
-    case S_DATA: return sb_put(c, c->out, s->data->s, s->data->len);
+    case S_DATA:
+        return sb_put(c, c->out, s->data->s, s->data->len);
     case S_OUTPUT:
         for (size_t k = 0; k < s->out.n; k++) {
             tv v;
@@ -1435,7 +1581,8 @@ static int exec_stmt(rctx *c, const stmt *s, scope *sc) {
             if (tv_truthy(cond)) return exec_body(c, &s->ifs.bodies[k], sc);
         }
         return exec_body(c, &s->ifs.els, sc);
-    case S_FOR: return exec_for(c, s, sc);
+    case S_FOR:
+        return exec_for(c, s, sc);
     case S_SET: {
         tv v;
         if (tpl_eval(c, s->set.value, sc, &v)) return -1;
@@ -1514,8 +1661,10 @@ static int exec_stmt(rctx *c, const stmt *s, scope *sc) {
         if (!ws) return -1;
         return exec_body(c, &s->scope, ws);
     }
-    case S_BREAK: return R_BREAK;
-    case S_CONTINUE: return R_CONTINUE;
+    case S_BREAK:
+        return R_BREAK;
+    case S_CONTINUE:
+        return R_CONTINUE;
     }
     return rt_fail(c, KILN_TEMPLATE_ERR_UNSUPPORTED, NULL, "unknown statement");
 }

@@ -24,49 +24,148 @@ int tpl_contains(rctx *c, tv item, tv container, bool *out);
 /* tables                                                                                    */
 
 enum {
-    FL_ABS, FL_ATTR, FL_BATCH, FL_CAPITALIZE, FL_CENTER, FL_COUNT, FL_D, FL_DEFAULT,
-    FL_DICTSORT, FL_E, FL_ESCAPE, FL_FIRST, FL_FLOAT, FL_FORCEESCAPE, FL_FORMAT, FL_INDENT,
-    FL_INT, FL_ITEMS, FL_JOIN, FL_LAST, FL_LENGTH, FL_LIST, FL_LOWER, FL_MAP, FL_MAX, FL_MIN,
-    FL_REJECT, FL_REJECTATTR, FL_REPLACE, FL_REVERSE, FL_ROUND, FL_SAFE, FL_SELECT,
-    FL_SELECTATTR, FL_SLICE, FL_SORT, FL_STRING, FL_SUM, FL_TITLE, FL_TOJSON, FL_TRIM,
-    FL_TRUNCATE, FL_UNIQUE, FL_UPPER, FL_WORDCOUNT, FL_COUNT_
+    FL_ABS,
+    FL_ATTR,
+    FL_BATCH,
+    FL_CAPITALIZE,
+    FL_CENTER,
+    FL_COUNT,
+    FL_D,
+    FL_DEFAULT,
+    FL_DICTSORT,
+    FL_E,
+    FL_ESCAPE,
+    FL_FIRST,
+    FL_FLOAT,
+    FL_FORCEESCAPE,
+    FL_FORMAT,
+    FL_GROUPBY,
+    FL_INDENT,
+    FL_INT,
+    FL_ITEMS,
+    FL_JOIN,
+    FL_LAST,
+    FL_LENGTH,
+    FL_LIST,
+    FL_LOWER,
+    FL_MAP,
+    FL_MAX,
+    FL_MIN,
+    FL_REJECT,
+    FL_REJECTATTR,
+    FL_REPLACE,
+    FL_REVERSE,
+    FL_ROUND,
+    FL_SAFE,
+    FL_SELECT,
+    FL_SELECTATTR,
+    FL_SLICE,
+    FL_SORT,
+    FL_STRING,
+    FL_SUM,
+    FL_TITLE,
+    FL_TOJSON,
+    FL_TRIM,
+    FL_TRUNCATE,
+    FL_UNIQUE,
+    FL_UPPER,
+    FL_WORDCOUNT,
+    FL_COUNT_
 };
 
 static const char *const filter_names[FL_COUNT_] = {
-    "abs", "attr", "batch", "capitalize", "center", "count", "d", "default", "dictsort", "e",
-    "escape", "first", "float", "forceescape", "format", "indent", "int", "items", "join",
-    "last", "length", "list", "lower", "map", "max", "min", "reject", "rejectattr", "replace",
-    "reverse", "round", "safe", "select", "selectattr", "slice", "sort", "string", "sum",
-    "title", "tojson", "trim", "truncate", "unique", "upper", "wordcount",
+    "abs",        "attr",     "batch",   "capitalize", "center", "count",  "d",
+    "default",    "dictsort", "e",       "escape",     "first",  "float",  "forceescape",
+    "format",     "groupby",  "indent",  "int",        "items",  "join",   "last",
+    "length",     "list",     "lower",   "map",        "max",    "min",    "reject",
+    "rejectattr", "replace",  "reverse", "round",      "safe",   "select", "selectattr",
+    "slice",      "sort",     "string",  "sum",        "title",  "tojson", "trim",
+    "truncate",   "unique",   "upper",   "wordcount",
 };
 
 /* Jinja2 filters this interpreter does not implement (parse error UNSUPPORTED). */
 static const char *const unsupported_filters[] = {
-    "filesizeformat", "groupby", "pprint", "random", "striptags", "urlencode", "urlize",
-    "wordwrap", "xmlattr", NULL,
+    "filesizeformat", "pprint",   "random",  "striptags", "urlencode",
+    "urlize",         "wordwrap", "xmlattr", NULL,
 };
 
 enum {
-    TS_ODD, TS_EVEN, TS_DIVISIBLEBY, TS_DEFINED, TS_UNDEFINED, TS_FILTER, TS_TEST, TS_NONE,
-    TS_BOOLEAN, TS_FALSE, TS_TRUE, TS_INTEGER, TS_FLOAT, TS_LOWER, TS_UPPER, TS_STRING,
-    TS_MAPPING, TS_NUMBER, TS_SEQUENCE, TS_ITERABLE, TS_CALLABLE, TS_SAMEAS, TS_ESCAPED, TS_IN,
-    TS_EQ, TS_NE, TS_GT, TS_GE, TS_LT, TS_LE, TS_COUNT_
+    TS_ODD,
+    TS_EVEN,
+    TS_DIVISIBLEBY,
+    TS_DEFINED,
+    TS_UNDEFINED,
+    TS_FILTER,
+    TS_TEST,
+    TS_NONE,
+    TS_BOOLEAN,
+    TS_FALSE,
+    TS_TRUE,
+    TS_INTEGER,
+    TS_FLOAT,
+    TS_LOWER,
+    TS_UPPER,
+    TS_STRING,
+    TS_MAPPING,
+    TS_NUMBER,
+    TS_SEQUENCE,
+    TS_ITERABLE,
+    TS_CALLABLE,
+    TS_SAMEAS,
+    TS_ESCAPED,
+    TS_IN,
+    TS_EQ,
+    TS_NE,
+    TS_GT,
+    TS_GE,
+    TS_LT,
+    TS_LE,
+    TS_COUNT_
 };
 
 static const struct {
     const char *name;
     int id;
 } test_names[] = {
-    {"odd", TS_ODD}, {"even", TS_EVEN}, {"divisibleby", TS_DIVISIBLEBY}, {"defined", TS_DEFINED},
-    {"undefined", TS_UNDEFINED}, {"filter", TS_FILTER}, {"test", TS_TEST}, {"none", TS_NONE},
-    {"boolean", TS_BOOLEAN}, {"false", TS_FALSE}, {"true", TS_TRUE}, {"integer", TS_INTEGER},
-    {"float", TS_FLOAT}, {"lower", TS_LOWER}, {"upper", TS_UPPER}, {"string", TS_STRING},
-    {"mapping", TS_MAPPING}, {"number", TS_NUMBER}, {"sequence", TS_SEQUENCE},
-    {"iterable", TS_ITERABLE}, {"callable", TS_CALLABLE}, {"sameas", TS_SAMEAS},
-    {"escaped", TS_ESCAPED}, {"in", TS_IN}, {"==", TS_EQ}, {"eq", TS_EQ}, {"equalto", TS_EQ},
-    {"!=", TS_NE}, {"ne", TS_NE}, {">", TS_GT}, {"gt", TS_GT}, {"greaterthan", TS_GT},
-    {">=", TS_GE}, {"ge", TS_GE}, {"<", TS_LT}, {"lt", TS_LT}, {"lessthan", TS_LT},
-    {"<=", TS_LE}, {"le", TS_LE},
+    {"odd", TS_ODD},
+    {"even", TS_EVEN},
+    {"divisibleby", TS_DIVISIBLEBY},
+    {"defined", TS_DEFINED},
+    {"undefined", TS_UNDEFINED},
+    {"filter", TS_FILTER},
+    {"test", TS_TEST},
+    {"none", TS_NONE},
+    {"boolean", TS_BOOLEAN},
+    {"false", TS_FALSE},
+    {"true", TS_TRUE},
+    {"integer", TS_INTEGER},
+    {"float", TS_FLOAT},
+    {"lower", TS_LOWER},
+    {"upper", TS_UPPER},
+    {"string", TS_STRING},
+    {"mapping", TS_MAPPING},
+    {"number", TS_NUMBER},
+    {"sequence", TS_SEQUENCE},
+    {"iterable", TS_ITERABLE},
+    {"callable", TS_CALLABLE},
+    {"sameas", TS_SAMEAS},
+    {"escaped", TS_ESCAPED},
+    {"in", TS_IN},
+    {"==", TS_EQ},
+    {"eq", TS_EQ},
+    {"equalto", TS_EQ},
+    {"!=", TS_NE},
+    {"ne", TS_NE},
+    {">", TS_GT},
+    {"gt", TS_GT},
+    {"greaterthan", TS_GT},
+    {">=", TS_GE},
+    {"ge", TS_GE},
+    {"<", TS_LT},
+    {"lt", TS_LT},
+    {"lessthan", TS_LT},
+    {"<=", TS_LE},
+    {"le", TS_LE},
 };
 
 static bool name_is(const char *a, size_t n, const char *b) {
@@ -100,8 +199,8 @@ static int targ_error(rctx *c, const char *fmt, const char *a, const char *b) {
  * parameters are required. out[k] is TV_UNDEF with u == NULL and given[k] false for absent
  * optional parameters. */
 static int bind(rctx *c, const char *fname, const char *const *names, size_t np, size_t req,
-                const tv *args, size_t nargs, const tstr **kwn, const tv *kwv, size_t nkw,
-                tv *out, bool *given) {
+                const tv *args, size_t nargs, const tstr **kwn, const tv *kwv, size_t nkw, tv *out,
+                bool *given) {
     if (nargs > np) {
         char msg[200];
         snprintf(msg, sizeof msg, "%s() takes at most %zu arguments (%zu given)", fname, np, nargs);
@@ -122,8 +221,7 @@ static int bind(rctx *c, const char *fname, const char *const *names, size_t np,
         out[k] = kwv[j];
     }
     for (size_t k = 0; k < req; k++)
-        if (!given[k])
-            return targ_error(c, "%s() missing required argument '%s'", fname, names[k]);
+        if (!given[k]) return targ_error(c, "%s() missing required argument '%s'", fname, names[k]);
     return 0;
 }
 
@@ -137,7 +235,8 @@ static int need_int(rctx *c, tv v, const char *what, int64_t *out) {
         return 0;
     }
     if (v.type == TV_UNDEF) return tv_undef_fail(c, v);
-    return targ_error(c, "'%s' object cannot be interpreted as an integer (%s)", tv_type_name(v), what);
+    return targ_error(c, "'%s' object cannot be interpreted as an integer (%s)", tv_type_name(v),
+                      what);
 }
 
 /* soft_str: str(v), keeping Markup. */
@@ -188,9 +287,12 @@ static int str_case(rctx *c, tv s, int mode, tv *out) { /* 0 lower, 1 upper, 2 s
     if (to_cps(c, s.s, &b)) return -1;
     for (size_t k = 0; k < b.n; k++) {
         uint32_t x = b.cp[k];
-        if (mode == 0) b.cp[k] = tpl_lower(x);
-        else if (mode == 1) b.cp[k] = tpl_upper(x);
-        else b.cp[k] = tpl_is_cased_upper(x) ? tpl_lower(x) : tpl_upper(x);
+        if (mode == 0)
+            b.cp[k] = tpl_lower(x);
+        else if (mode == 1)
+            b.cp[k] = tpl_upper(x);
+        else
+            b.cp[k] = tpl_is_cased_upper(x) ? tpl_lower(x) : tpl_upper(x);
     }
     if (from_cps(c, b.cp, b.n, out)) return -1;
     out->markup = s.markup;
@@ -270,7 +372,8 @@ static void merge_sort(sortctx *S, tv *keys, tv *vals, tv *tk, tv *tvv, size_t n
     while (i < h && j < n) {
         /* take from the right only when strictly before the left (stability); with reverse,
            Python keeps equal elements in original order too */
-        bool right_first = S->reverse ? key_less(S, keys[i], keys[j]) : key_less(S, keys[j], keys[i]);
+        bool right_first =
+            S->reverse ? key_less(S, keys[i], keys[j]) : key_less(S, keys[j], keys[i]);
         if (right_first) {
             tk[o] = keys[j];
             tvv[o++] = vals[j++];
@@ -315,7 +418,8 @@ static bool parse_py_float(const tstr *s, double *out) {
     size_t o = 0;
     for (const char *q = p; q < e; q++) {
         if (*q == '_') {
-            if (q == p || q + 1 == e || !(q[-1] >= '0' && q[-1] <= '9') || !(q[1] >= '0' && q[1] <= '9'))
+            if (q == p || q + 1 == e || !(q[-1] >= '0' && q[-1] <= '9') ||
+                !(q[1] >= '0' && q[1] <= '9'))
                 return false;
             continue;
         }
@@ -368,9 +472,12 @@ static bool parse_py_int(const tstr *s, int base, int64_t *out, bool *overflow) 
         }
         int d;
         char ch = *p;
-        if (ch >= '0' && ch <= '9') d = ch - '0';
-        else if ((ch | 32) >= 'a' && (ch | 32) <= 'z') d = (ch | 32) - 'a' + 10;
-        else return false;
+        if (ch >= '0' && ch <= '9')
+            d = ch - '0';
+        else if ((ch | 32) >= 'a' && (ch | 32) <= 'z')
+            d = (ch | 32) - 'a' + 10;
+        else
+            return false;
         if (d >= base) return false;
         prev_us = false;
         if (v > (UINT64_MAX - (uint64_t)d) / (uint64_t)base) {
@@ -420,8 +527,7 @@ static int str_strip(rctx *c, tv s, tv chars, int which, tv *out) {
     cpbuf b, set = {0};
     bool ws = chars.type == TV_NONE || (chars.type == TV_UNDEF && !chars.u);
     if (!ws) {
-        if (chars.type != TV_STR)
-            return targ_error(c, "strip arg must be None or str%s%s", "", "");
+        if (chars.type != TV_STR) return targ_error(c, "strip arg must be None or str%s%s", "", "");
         if (to_cps(c, chars.s, &set)) return -1;
     }
     if (to_cps(c, s.s, &b)) return -1;
@@ -461,7 +567,8 @@ static int str_replace(rctx *c, tv s, tv old, tv new_, int64_t count, tv *out) {
         size_t i = 0;
         int64_t k = 0;
         while (i <= S->len) {
-            const char *hit = (count < 0 || k < count) ? memmem(S->s + i, S->len - i, O->s, O->len) : NULL;
+            const char *hit =
+                (count < 0 || k < count) ? memmem(S->s + i, S->len - i, O->s, O->len) : NULL;
             if (!hit) {
                 if (sb_put(c, &b, S->s + i, S->len - i)) return -1;
                 break;
@@ -516,13 +623,15 @@ static int str_split(rctx *c, tv s, tv sep, int64_t maxsplit, bool right, tv *ou
         }
         for (size_t k = 0; k < nspans; k++) {
             tv piece;
-            if (from_cps(c, b.cp + st[2 * k], st[2 * k + 1] - st[2 * k], &piece) || tl_push(c, l, piece))
+            if (from_cps(c, b.cp + st[2 * k], st[2 * k + 1] - st[2 * k], &piece) ||
+                tl_push(c, l, piece))
                 return -1;
         }
         *out = tv_list(l);
         return 0;
     }
-    if (sep.type != TV_STR) return targ_error(c, "must be str or None, not %s%s", tv_type_name(sep), "");
+    if (sep.type != TV_STR)
+        return targ_error(c, "must be str or None, not %s%s", tv_type_name(sep), "");
     const tstr *P = sep.s;
     if (P->len == 0) return rt_fail(c, KILN_TEMPLATE_ERR_TYPE, "ValueError", "empty separator");
     /* find all occurrences left to right */
@@ -623,7 +732,8 @@ static int str_join(rctx *c, tv sep, tv iterable, tv *out, bool strict) {
         if (k && sb_put(c, &b, sep.s->s, sep.s->len)) return -1;
         tv it = items->v[k];
         if (strict && it.type != TV_STR)
-            return targ_error(c, "sequence item %s: expected str instance, %s found", "", tv_type_name(it));
+            return targ_error(c, "sequence item %s: expected str instance, %s found", "",
+                              tv_type_name(it));
         if (tv_to_sb(c, it, &b)) return -1;
     }
     if (rt_step(c, items->n)) return -1;
@@ -675,7 +785,8 @@ static int str_pad(rctx *c, tv s, int64_t width, tv fill, int align, tv *out) {
     uint32_t f = ' ';
     if (fill.type == TV_STR) {
         if (fill.s->nchars != 1)
-            return targ_error(c, "The fill character must be exactly one character long%s%s", "", "");
+            return targ_error(c, "The fill character must be exactly one character long%s%s", "",
+                              "");
         size_t adv;
         f = tpl_utf8_dec(fill.s->s, fill.s->len, &adv);
     }
@@ -684,11 +795,15 @@ static int str_pad(rctx *c, tv s, int64_t width, tv fill, int align, tv *out) {
         *out = s;
         return 0;
     }
-    if (width - len > (int64_t)c->max_output) return rt_fail(c, KILN_TEMPLATE_ERR_LIMIT, NULL, "padding too large");
+    if (width - len > (int64_t)c->max_output)
+        return rt_fail(c, KILN_TEMPLATE_ERR_LIMIT, NULL, "padding too large");
     int64_t marg = width - len, left;
-    if (align == 0) left = marg / 2 + (marg & width & 1);
-    else if (align == 1) left = 0;
-    else left = marg;
+    if (align == 0)
+        left = marg / 2 + (marg & width & 1);
+    else if (align == 1)
+        left = 0;
+    else
+        left = marg;
     char fc[4];
     size_t fl = tpl_utf8_enc(f, fc);
     sbuf b = {0};
@@ -732,7 +847,8 @@ static int filter_map_like(rctx *c, int id, tv v, const tv *args, size_t nargs, 
 
 static int apply_filter_by_name(rctx *c, tv name, tv item, const tv *args, size_t nargs,
                                 const tstr **kwn, const tv *kwv, size_t nkw, tv *out) {
-    if (name.type != TV_STR) return targ_error(c, "filter name must be a string, not %s%s", tv_type_name(name), "");
+    if (name.type != TV_STR)
+        return targ_error(c, "filter name must be a string, not %s%s", tv_type_name(name), "");
     int id = tpl_filter_id(name.s->s, name.s->len);
     if (id < 0)
         return rt_fail(c, KILN_TEMPLATE_ERR_TYPE, "TemplateRuntimeError", "No filter named '%s'.",
@@ -742,7 +858,8 @@ static int apply_filter_by_name(rctx *c, tv name, tv item, const tv *args, size_
 
 static int apply_test_by_name(rctx *c, tv name, tv item, const tv *args, size_t nargs,
                               const tstr **kwn, const tv *kwv, size_t nkw, bool *out) {
-    if (name.type != TV_STR) return targ_error(c, "test name must be a string, not %s%s", tv_type_name(name), "");
+    if (name.type != TV_STR)
+        return targ_error(c, "test name must be a string, not %s%s", tv_type_name(name), "");
     int id = tpl_test_id(name.s->s, name.s->len);
     if (id < 0)
         return rt_fail(c, KILN_TEMPLATE_ERR_TYPE, "TemplateRuntimeError", "No test named '%s'.",
@@ -786,7 +903,8 @@ static int filter_map_like(rctx *c, int id, tv v, const tv *args, size_t nargs, 
             if (rt_step(c, 1)) return -1;
             if (by_attr) {
                 if (attrgetter(c, items->v[k], attribute, has_default, dflt, &r)) return -1;
-            } else if (apply_filter_by_name(c, args[0], items->v[k], args + 1, nargs - 1, kwn, kwv, nkw, &r)) {
+            } else if (apply_filter_by_name(c, args[0], items->v[k], args + 1, nargs - 1, kwn, kwv,
+                                            nkw, &r)) {
                 return -1;
             }
             if (tl_push(c, res, r)) return -1;
@@ -810,7 +928,8 @@ static int filter_map_like(rctx *c, int id, tv v, const tv *args, size_t nargs, 
         if (lookup_attr && attrgetter(c, item, attr, false, tv_none(), &probe)) return -1;
         bool r = false;
         if (nargs > off) {
-            if (apply_test_by_name(c, args[off], probe, args + off + 1, nargs - off - 1, kwn, kwv, nkw, &r))
+            if (apply_test_by_name(c, args[off], probe, args + off + 1, nargs - off - 1, kwn, kwv,
+                                   nkw, &r))
                 return -1;
         } else {
             r = tv_truthy(probe);
@@ -824,17 +943,21 @@ static int filter_indent(rctx *c, tv s, tv width, tv first, tv blank, tv *out) {
     if (s.type == TV_UNDEF) return tv_undef_fail(c, s); /* `s += newline` */
     if (s.type != TV_STR) {
         if (s.type == TV_NONE || tv_is_num(s) || s.type == TV_LIST || s.type == TV_DICT)
-            return targ_error(c, "unsupported operand type(s) for +=: '%s' and '%s'", tv_type_name(s), "str");
-        return targ_error(c, "unsupported operand type(s) for +=: '%s' and '%s'", tv_type_name(s), "str");
+            return targ_error(c, "unsupported operand type(s) for +=: '%s' and '%s'",
+                              tv_type_name(s), "str");
+        return targ_error(c, "unsupported operand type(s) for +=: '%s' and '%s'", tv_type_name(s),
+                          "str");
     }
     tv ind;
     if (width.type == TV_STR) {
         ind = width;
     } else {
         int64_t w = 4;
-        if (!(width.type == TV_UNDEF && !width.u) && need_int(c, width, "indent width", &w)) return -1;
+        if (!(width.type == TV_UNDEF && !width.u) && need_int(c, width, "indent width", &w))
+            return -1;
         if (w < 0) w = 0;
-        if ((uint64_t)w > c->max_output) return rt_fail(c, KILN_TEMPLATE_ERR_LIMIT, NULL, "indent too large");
+        if ((uint64_t)w > c->max_output)
+            return rt_fail(c, KILN_TEMPLATE_ERR_LIMIT, NULL, "indent too large");
         char *sp = tpl_alloc(&c->ar, (size_t)w + 1);
         if (!sp) return rt_oom(c);
         memset(sp, ' ', (size_t)w);
@@ -880,7 +1003,8 @@ static int filter_tojson(rctx *c, tv v, const tv *args, size_t nargs, const tstr
         } else if (a[1].type == TV_INT || a[1].type == TV_BOOL) {
             int64_t n = ival(a[1]);
             if (n < 0) n = 0;
-            if (n > 4096) return rt_fail(c, KILN_TEMPLATE_ERR_LIMIT, NULL, "tojson indent too large");
+            if (n > 4096)
+                return rt_fail(c, KILN_TEMPLATE_ERR_LIMIT, NULL, "tojson indent too large");
             char *sp = tpl_alloc(&c->ar, (size_t)n + 1);
             if (!sp) return rt_oom(c);
             memset(sp, ' ', (size_t)n);
@@ -888,7 +1012,8 @@ static int filter_tojson(rctx *c, tv v, const tv *args, size_t nargs, const tstr
             o.indent = sp;
             o.indent_len = (size_t)n;
         } else {
-            return targ_error(c, "can't multiply sequence by non-int of type '%s'%s", tv_type_name(a[1]), "");
+            return targ_error(c, "can't multiply sequence by non-int of type '%s'%s",
+                              tv_type_name(a[1]), "");
         }
         o.item_sep = ",";
         o.item_sep_len = 1;
@@ -918,7 +1043,8 @@ static int filter_tojson(rctx *c, tv v, const tv *args, size_t nargs, const tstr
                 if (sb_printf(c, &e, "\\u%04x", cp)) return -1;
             } else {
                 uint32_t x = cp - 0x10000;
-                if (sb_printf(c, &e, "\\u%04x\\u%04x", 0xD800 + (x >> 10), 0xDC00 + (x & 0x3FF))) return -1;
+                if (sb_printf(c, &e, "\\u%04x\\u%04x", 0xD800 + (x >> 10), 0xDC00 + (x & 0x3FF)))
+                    return -1;
             }
             i += adv;
         }
@@ -932,15 +1058,22 @@ static int filter_round(rctx *c, tv v, tv prec, tv method, tv *out) {
     if (!(prec.type == TV_UNDEF && !prec.u) && need_int(c, prec, "precision", &p)) return -1;
     int m = 0;
     if (!(method.type == TV_UNDEF && !method.u)) {
-        if (method.type == TV_STR && tpl_str_eq(method.s, "common")) m = 0;
-        else if (method.type == TV_STR && tpl_str_eq(method.s, "ceil")) m = 1;
-        else if (method.type == TV_STR && tpl_str_eq(method.s, "floor")) m = 2;
-        else return rt_fail(c, KILN_TEMPLATE_ERR_TYPE, "FilterArgumentError", "method must be common, ceil or floor");
+        if (method.type == TV_STR && tpl_str_eq(method.s, "common"))
+            m = 0;
+        else if (method.type == TV_STR && tpl_str_eq(method.s, "ceil"))
+            m = 1;
+        else if (method.type == TV_STR && tpl_str_eq(method.s, "floor"))
+            m = 2;
+        else
+            return rt_fail(c, KILN_TEMPLATE_ERR_TYPE, "FilterArgumentError",
+                           "method must be common, ceil or floor");
     }
     if (v.type == TV_UNDEF) return tv_undef_fail(c, v);
     if (!tv_is_num(v)) {
-        if (m == 0) return targ_error(c, "type %s doesn't define __round__ method%s", tv_type_name(v), "");
-        return targ_error(c, "unsupported operand type(s) for *: '%s' and '%s'", tv_type_name(v), "int");
+        if (m == 0)
+            return targ_error(c, "type %s doesn't define __round__ method%s", tv_type_name(v), "");
+        return targ_error(c, "unsupported operand type(s) for *: '%s' and '%s'", tv_type_name(v),
+                          "int");
     }
     if (m == 0) {
         if (v.type != TV_FLOAT) {
@@ -1099,18 +1232,64 @@ static int filter_sum(rctx *c, tv v, tv attribute, tv start, tv *out) {
     return 0;
 }
 
+const char tpl_group_tuple[] = "_GroupTuple";
+
+/* groupby(attribute, default=None, case_sensitive=False): sort by the key, then group runs of
+ * equal keys into (grouper, list) tuples; without case_sensitive the grouper is the first
+ * item's original key. */
+static int filter_groupby(rctx *c, tv v, tv attribute, tv dflt, bool case_sensitive, tv *out) {
+    tlist *items;
+    if (tv_iterate(c, v, &items)) return -1;
+    size_t n = items->n;
+    bool has_default = !(dflt.type == TV_UNDEF && !dflt.u) && dflt.type != TV_NONE;
+    tv *keys = tpl_alloc(&c->ar, (n + 1) * sizeof(tv)),
+       *vals = tpl_alloc(&c->ar, (n + 1) * sizeof(tv));
+    if (!keys || !vals) return rt_oom(c);
+    for (size_t k = 0; k < n; k++) {
+        tv key;
+        if (attrgetter(c, items->v[k], attribute, has_default, dflt, &key)) return -1;
+        if (!case_sensitive && ignore_case(c, key, &key)) return -1;
+        keys[k] = key;
+        vals[k] = items->v[k];
+    }
+    if (sort_values(c, keys, vals, n, false)) return -1;
+    tlist *res = tl_new(c, L_LIST, 0);
+    if (!res) return -1;
+    for (size_t k = 0; k < n;) {
+        size_t j = k + 1;
+        while (j < n && tv_eq(keys[j], keys[k])) j++;
+        tlist *grp = tl_new(c, L_LIST, j - k), *pair = tl_new(c, L_TUPLE, 2);
+        if (!grp || !pair) return -1;
+        for (size_t m = k; m < j; m++) grp->v[grp->n++] = vals[m];
+        tv grouper = keys[k];
+        if (!case_sensitive && attrgetter(c, vals[k], attribute, has_default, dflt, &grouper))
+            return -1;
+        pair->v[0] = grouper;
+        pair->v[1] = tv_list(grp);
+        pair->n = 2;
+        pair->gen_name = tpl_group_tuple;
+        if (tl_push(c, res, tv_list(pair))) return -1;
+        k = j;
+    }
+    *out = tv_list(res);
+    return 0;
+}
+
 static int filter_dictsort(rctx *c, tv v, bool case_sensitive, tv by, bool reverse, tv *out) {
     int pos = 0;
     if (!(by.type == TV_UNDEF && !by.u)) {
-        if (by.type == TV_STR && tpl_str_eq(by.s, "key")) pos = 0;
-        else if (by.type == TV_STR && tpl_str_eq(by.s, "value")) pos = 1;
-        else return rt_fail(c, KILN_TEMPLATE_ERR_TYPE, "FilterArgumentError",
-                            "You can only sort by either \"key\" or \"value\"");
+        if (by.type == TV_STR && tpl_str_eq(by.s, "key"))
+            pos = 0;
+        else if (by.type == TV_STR && tpl_str_eq(by.s, "value"))
+            pos = 1;
+        else
+            return rt_fail(c, KILN_TEMPLATE_ERR_TYPE, "FilterArgumentError",
+                           "You can only sort by either \"key\" or \"value\"");
     }
     if (v.type == TV_UNDEF) return tv_undef_fail(c, v);
     if (v.type != TV_DICT && v.type != TV_NS)
-        return rt_fail(c, KILN_TEMPLATE_ERR_UNDEFINED, "UndefinedError", "'%s object' has no attribute 'items'",
-                       tv_type_name(v));
+        return rt_fail(c, KILN_TEMPLATE_ERR_UNDEFINED, "UndefinedError",
+                       "'%s object' has no attribute 'items'", tv_type_name(v));
     size_t n = v.d->n;
     tlist *res = tl_new(c, L_LIST, n);
     tv *keys = tpl_alloc(&c->ar, (n + 1) * sizeof(tv));
@@ -1134,7 +1313,8 @@ static int filter_dictsort(rctx *c, tv v, bool case_sensitive, tv by, bool rever
 static int filter_truncate(rctx *c, tv s, tv length, tv killwords, tv end, tv leeway, tv *out) {
     int64_t len = 255, lw = 5;
     if (!(length.type == TV_UNDEF && !length.u) && need_int(c, length, "length", &len)) return -1;
-    if (!(leeway.type == TV_UNDEF && !leeway.u) && leeway.type != TV_NONE && need_int(c, leeway, "leeway", &lw))
+    if (!(leeway.type == TV_UNDEF && !leeway.u) && leeway.type != TV_NONE &&
+        need_int(c, leeway, "leeway", &lw))
         return -1;
     tv e;
     if (end.type == TV_UNDEF && !end.u) {
@@ -1144,9 +1324,11 @@ static int filter_truncate(rctx *c, tv s, tv length, tv killwords, tv end, tv le
     }
     int64_t elen = (int64_t)e.s->nchars;
     if (len < elen)
-        return rt_fail(c, KILN_TEMPLATE_ERR_TYPE, "AssertionError", "expected length >= %lld, got %lld",
-                       (long long)elen, (long long)len);
-    if (lw < 0) return rt_fail(c, KILN_TEMPLATE_ERR_TYPE, "AssertionError", "expected leeway >= 0, got %lld", (long long)lw);
+        return rt_fail(c, KILN_TEMPLATE_ERR_TYPE, "AssertionError",
+                       "expected length >= %lld, got %lld", (long long)elen, (long long)len);
+    if (lw < 0)
+        return rt_fail(c, KILN_TEMPLATE_ERR_TYPE, "AssertionError",
+                       "expected leeway >= 0, got %lld", (long long)lw);
     int64_t slen;
     if (tv_len(c, s, &slen)) return -1; /* len() of the value itself, as do_truncate does */
     if (slen <= len + lw) {
@@ -1154,8 +1336,8 @@ static int filter_truncate(rctx *c, tv s, tv length, tv killwords, tv end, tv le
         return 0;
     }
     if (s.type != TV_STR)
-        return rt_fail(c, KILN_TEMPLATE_ERR_TYPE, "AttributeError", "'%s' object has no attribute 'rsplit'",
-                       tv_type_name(s));
+        return rt_fail(c, KILN_TEMPLATE_ERR_TYPE, "AttributeError",
+                       "'%s' object has no attribute 'rsplit'", tv_type_name(s));
     tv str = s;
     size_t cut = cp_off(str.s, len - elen);
     sbuf b = {0};
@@ -1185,7 +1367,8 @@ static int filter_batch_slice(rctx *c, int id, tv v, tv count, tv fill, tv *out)
     if (!res) return -1;
     bool has_fill = !(fill.type == TV_UNDEF && !fill.u) && fill.type != TV_NONE;
     if (id == FL_BATCH) {
-        if (n <= 0) return rt_fail(c, KILN_TEMPLATE_ERR_TYPE, "ValueError", "batch size must be positive");
+        if (n <= 0)
+            return rt_fail(c, KILN_TEMPLATE_ERR_TYPE, "ValueError", "batch size must be positive");
         tlist *cur = NULL;
         for (size_t k = 0; k < items->n; k++) {
             if (!cur && !(cur = tl_new(c, L_LIST, 0))) return -1;
@@ -1203,7 +1386,9 @@ static int filter_batch_slice(rctx *c, int id, tv v, tv count, tv fill, tv *out)
         }
         return make_gen(c, res, "do_batch", out);
     }
-    if (n <= 0) return rt_fail(c, KILN_TEMPLATE_ERR_TYPE, "ZeroDivisionError", "integer division or modulo by zero");
+    if (n <= 0)
+        return rt_fail(c, KILN_TEMPLATE_ERR_TYPE, "ZeroDivisionError",
+                       "integer division or modulo by zero");
     if (n > 100000) return rt_fail(c, KILN_TEMPLATE_ERR_LIMIT, NULL, "too many slices");
     size_t len = items->n, per = len / (size_t)n, extra = len % (size_t)n, offset = 0;
     for (size_t s = 0; s < (size_t)n; s++) {
@@ -1224,21 +1409,23 @@ int tpl_apply_filter(rctx *c, int id, tv v, const tv *args, size_t nargs, const 
     tv a[5];
     bool g[5];
     const char *fname = (id >= 0 && id < FL_COUNT_) ? filter_names[id] : "filter";
-#define BIND(np, req, ...)                                                                     \
-    do {                                                                                       \
-        static const char *const pn_[] = {__VA_ARGS__};                                        \
-        if (bind(c, fname, pn_, np, req, args, nargs, kwn, kwv, nkw, a, g)) return -1;         \
+#define BIND(np, req, ...)                                                                         \
+    do {                                                                                           \
+        static const char *const pn_[] = {__VA_ARGS__};                                            \
+        if (bind(c, fname, pn_, np, req, args, nargs, kwn, kwv, nkw, a, g)) return -1;             \
     } while (0)
-#define BIND0()                                                                                \
-    do {                                                                                       \
-        if (bind(c, fname, NULL, 0, 0, args, nargs, kwn, kwv, nkw, a, g)) return -1;           \
+#define BIND0()                                                                                    \
+    do {                                                                                           \
+        if (bind(c, fname, NULL, 0, 0, args, nargs, kwn, kwv, nkw, a, g)) return -1;               \
     } while (0)
     switch (id) {
     case FL_ABS:
         BIND0();
         if (v.type == TV_INT || v.type == TV_BOOL) {
             int64_t x = ival(v);
-            if (x == INT64_MIN) return rt_fail(c, KILN_TEMPLATE_ERR_UNSUPPORTED, "OverflowError", "integer overflow");
+            if (x == INT64_MIN)
+                return rt_fail(c, KILN_TEMPLATE_ERR_UNSUPPORTED, "OverflowError",
+                               "integer overflow");
             *out = tv_int(x < 0 ? -x : x);
             return 0;
         }
@@ -1348,8 +1535,9 @@ int tpl_apply_filter(rctx *c, int id, tv v, const tv *args, size_t nargs, const 
     }
     case FL_LAST: {
         BIND0();
-        if (v.type == TV_LIST && (v.l->kind == L_GEN || v.l->kind == L_ITEMS ||
-                                  v.l->kind == L_KEYS || v.l->kind == L_VALUES) &&
+        if (v.type == TV_LIST &&
+            (v.l->kind == L_GEN || v.l->kind == L_ITEMS || v.l->kind == L_KEYS ||
+             v.l->kind == L_VALUES) &&
             v.l->kind == L_GEN)
             return targ_error(c, "'%s' object is not reversible%s", tv_type_name(v), "");
         if (v.type != TV_UNDEF && v.type != TV_STR && v.type != TV_LIST && v.type != TV_DICT)
@@ -1398,7 +1586,9 @@ int tpl_apply_filter(rctx *c, int id, tv v, const tv *args, size_t nargs, const 
                 *out = dflt;
                 return 0;
             }
-            if (fabs(v.f) >= 9.2e18) return rt_fail(c, KILN_TEMPLATE_ERR_UNSUPPORTED, "OverflowError", "integer beyond 64 bits");
+            if (fabs(v.f) >= 9.2e18)
+                return rt_fail(c, KILN_TEMPLATE_ERR_UNSUPPORTED, "OverflowError",
+                               "integer beyond 64 bits");
             *out = tv_int((int64_t)v.f);
             return 0;
         }
@@ -1410,13 +1600,17 @@ int tpl_apply_filter(rctx *c, int id, tv v, const tv *args, size_t nargs, const 
                 return 0;
             }
             if (parse_py_int(v.s, (int)base, &r, &ovf)) {
-                if (ovf) return rt_fail(c, KILN_TEMPLATE_ERR_UNSUPPORTED, "OverflowError", "integer beyond 64 bits");
+                if (ovf)
+                    return rt_fail(c, KILN_TEMPLATE_ERR_UNSUPPORTED, "OverflowError",
+                                   "integer beyond 64 bits");
                 *out = tv_int(r);
                 return 0;
             }
             double d; /* "42.23"|int gives 42 */
             if (parse_py_float(v.s, &d) && isfinite(d)) {
-                if (fabs(d) >= 9.2e18) return rt_fail(c, KILN_TEMPLATE_ERR_UNSUPPORTED, "OverflowError", "integer beyond 64 bits");
+                if (fabs(d) >= 9.2e18)
+                    return rt_fail(c, KILN_TEMPLATE_ERR_UNSUPPORTED, "OverflowError",
+                                   "integer beyond 64 bits");
                 *out = tv_int((int64_t)d);
                 return 0;
             }
@@ -1445,6 +1639,9 @@ int tpl_apply_filter(rctx *c, int id, tv v, const tv *args, size_t nargs, const 
         }
         return tpl_percent_format(c, s, fa, out);
     }
+    case FL_GROUPBY:
+        BIND(3, 1, "attribute", "default", "case_sensitive");
+        return filter_groupby(c, v, a[0], a[1], g[2] && tv_truthy(a[2]), out);
     case FL_INDENT:
         BIND(3, 0, "width", "first", "blank");
         return filter_indent(c, v, a[0], a[1], a[2], out);
@@ -1453,7 +1650,8 @@ int tpl_apply_filter(rctx *c, int id, tv v, const tv *args, size_t nargs, const 
         tlist *res = tl_new(c, L_LIST, 0);
         if (!res) return -1;
         if (v.type == TV_UNDEF) return make_gen(c, res, "do_items", out);
-        if (v.type != TV_DICT) return targ_error(c, "Can only get item pairs from a mapping.%s%s", "", "");
+        if (v.type != TV_DICT)
+            return targ_error(c, "Can only get item pairs from a mapping.%s%s", "", "");
         for (size_t k = 0; k < v.d->n; k++) {
             tlist *pair = tl_new(c, L_TUPLE, 2);
             if (!pair) return -1;
@@ -1482,7 +1680,8 @@ int tpl_apply_filter(rctx *c, int id, tv v, const tv *args, size_t nargs, const 
     case FL_SELECT:
     case FL_REJECT:
     case FL_SELECTATTR:
-    case FL_REJECTATTR: return filter_map_like(c, id, v, args, nargs, kwn, kwv, nkw, out);
+    case FL_REJECTATTR:
+        return filter_map_like(c, id, v, args, nargs, kwn, kwv, nkw, out);
     case FL_MAX:
     case FL_MIN:
         BIND(2, 0, "case_sensitive", "attribute");
@@ -1518,7 +1717,11 @@ int tpl_apply_filter(rctx *c, int id, tv v, const tv *args, size_t nargs, const 
             *out = tv_list(r);
             return 0;
         }
-        return make_gen(c, r, v.type == TV_DICT ? "!dict_reversekeyiterator" : v.type == TV_LIST && v.l->kind == L_RANGE ? "!range_iterator" : "!list_reverseiterator", out);
+        return make_gen(c, r,
+                        v.type == TV_DICT                           ? "!dict_reversekeyiterator"
+                        : v.type == TV_LIST && v.l->kind == L_RANGE ? "!range_iterator"
+                                                                    : "!list_reverseiterator",
+                        out);
     }
     case FL_ROUND:
         BIND(2, 0, "precision", "method");
@@ -1538,7 +1741,8 @@ int tpl_apply_filter(rctx *c, int id, tv v, const tv *args, size_t nargs, const 
     case FL_SUM:
         BIND(2, 0, "attribute", "start");
         return filter_sum(c, v, a[0], a[1], out);
-    case FL_TOJSON: return filter_tojson(c, v, args, nargs, kwn, kwv, nkw, out);
+    case FL_TOJSON:
+        return filter_tojson(c, v, args, nargs, kwn, kwv, nkw, out);
     case FL_TRIM: {
         BIND(1, 0, "chars");
         tv s;
@@ -1603,23 +1807,42 @@ int tpl_apply_test(rctx *c, int id, tv v, const tv *args, size_t nargs, const ts
     if (bind(c, tname, one, need_arg ? 1 : 0, need_arg ? 1 : 0, args, nargs, kwn, kwv, nkw, a, g))
         return -1;
     switch (id) {
-    case TS_ODD: return test_mod(c, v, tv_int(2), 1, out);
-    case TS_EVEN: return test_mod(c, v, tv_int(2), 0, out);
-    case TS_DIVISIBLEBY: return test_mod(c, v, a[0], -1, out);
-    case TS_DEFINED: *out = v.type != TV_UNDEF; return 0;
-    case TS_UNDEFINED: *out = v.type == TV_UNDEF; return 0;
+    case TS_ODD:
+        return test_mod(c, v, tv_int(2), 1, out);
+    case TS_EVEN:
+        return test_mod(c, v, tv_int(2), 0, out);
+    case TS_DIVISIBLEBY:
+        return test_mod(c, v, a[0], -1, out);
+    case TS_DEFINED:
+        *out = v.type != TV_UNDEF;
+        return 0;
+    case TS_UNDEFINED:
+        *out = v.type == TV_UNDEF;
+        return 0;
     case TS_FILTER:
         *out = v.type == TV_STR && tpl_filter_id(v.s->s, v.s->len) >= 0;
         return 0;
     case TS_TEST:
         *out = v.type == TV_STR && tpl_test_id(v.s->s, v.s->len) >= 0;
         return 0;
-    case TS_NONE: *out = v.type == TV_NONE; return 0;
-    case TS_BOOLEAN: *out = v.type == TV_BOOL; return 0;
-    case TS_FALSE: *out = v.type == TV_BOOL && !v.b; return 0;
-    case TS_TRUE: *out = v.type == TV_BOOL && v.b; return 0;
-    case TS_INTEGER: *out = v.type == TV_INT; return 0;
-    case TS_FLOAT: *out = v.type == TV_FLOAT; return 0;
+    case TS_NONE:
+        *out = v.type == TV_NONE;
+        return 0;
+    case TS_BOOLEAN:
+        *out = v.type == TV_BOOL;
+        return 0;
+    case TS_FALSE:
+        *out = v.type == TV_BOOL && !v.b;
+        return 0;
+    case TS_TRUE:
+        *out = v.type == TV_BOOL && v.b;
+        return 0;
+    case TS_INTEGER:
+        *out = v.type == TV_INT;
+        return 0;
+    case TS_FLOAT:
+        *out = v.type == TV_FLOAT;
+        return 0;
     case TS_LOWER:
     case TS_UPPER: {
         tv s;
@@ -1640,12 +1863,19 @@ int tpl_apply_test(rctx *c, int id, tv v, const tv *args, size_t nargs, const ts
         *out = any && ok;
         return 0;
     }
-    case TS_STRING: *out = v.type == TV_STR; return 0;
-    case TS_MAPPING: *out = v.type == TV_DICT; return 0;
-    case TS_NUMBER: *out = tv_is_num(v); return 0;
+    case TS_STRING:
+        *out = v.type == TV_STR;
+        return 0;
+    case TS_MAPPING:
+        *out = v.type == TV_DICT;
+        return 0;
+    case TS_NUMBER:
+        *out = tv_is_num(v);
+        return 0;
     case TS_SEQUENCE:
         *out = v.type == TV_STR || v.type == TV_DICT || v.type == TV_UNDEF ||
-               (v.type == TV_LIST && (v.l->kind == L_LIST || v.l->kind == L_TUPLE || v.l->kind == L_RANGE));
+               (v.type == TV_LIST &&
+                (v.l->kind == L_LIST || v.l->kind == L_TUPLE || v.l->kind == L_RANGE));
         return 0;
     case TS_ITERABLE:
         *out = v.type == TV_STR || v.type == TV_DICT || v.type == TV_UNDEF || v.type == TV_LIST ||
@@ -1671,16 +1901,26 @@ int tpl_apply_test(rctx *c, int id, tv v, const tv *args, size_t nargs, const ts
         }
         return 0;
     }
-    case TS_ESCAPED: *out = v.type == TV_STR && v.markup; return 0;
+    case TS_ESCAPED:
+        *out = v.type == TV_STR && v.markup;
+        return 0;
     case TS_IN: {
         return tpl_contains(c, v, a[0], out);
     }
-    case TS_EQ: *out = tv_eq(v, a[0]); return 0;
-    case TS_NE: *out = !tv_eq(v, a[0]); return 0;
-    case TS_LT: return tv_lt(c, v, a[0], out);
-    case TS_GT: return tv_lt(c, a[0], v, out);
-    case TS_LE: return tv_le(c, v, a[0], out);
-    case TS_GE: return tv_le(c, a[0], v, out);
+    case TS_EQ:
+        *out = tv_eq(v, a[0]);
+        return 0;
+    case TS_NE:
+        *out = !tv_eq(v, a[0]);
+        return 0;
+    case TS_LT:
+        return tv_lt(c, v, a[0], out);
+    case TS_GT:
+        return tv_lt(c, a[0], v, out);
+    case TS_LE:
+        return tv_le(c, v, a[0], out);
+    case TS_GE:
+        return tv_le(c, a[0], v, out);
     }
     return rt_fail(c, KILN_TEMPLATE_ERR_UNSUPPORTED, NULL, "unknown test");
 }
@@ -1690,58 +1930,135 @@ int tpl_apply_test(rctx *c, int id, tv v, const tv *args, size_t nargs, const ts
 
 enum {
     /* str */
-    M_STRIP, M_LSTRIP, M_RSTRIP, M_SPLIT, M_RSPLIT, M_SPLITLINES, M_STARTSWITH, M_ENDSWITH,
-    M_UPPER, M_LOWER, M_TITLE, M_CAPITALIZE, M_SWAPCASE, M_CASEFOLD, M_REPLACE, M_FIND,
-    M_RFIND, M_INDEX, M_RINDEX, M_SCOUNT, M_JOIN, M_ISDIGIT, M_ISDECIMAL, M_ISNUMERIC,
-    M_ISALPHA, M_ISALNUM, M_ISSPACE, M_ISLOWER, M_ISUPPER, M_ISTITLE, M_CENTER, M_LJUST,
-    M_RJUST, M_ZFILL, M_PARTITION, M_RPARTITION, M_REMOVEPREFIX, M_REMOVESUFFIX, M_FORMAT,
+    M_STRIP,
+    M_LSTRIP,
+    M_RSTRIP,
+    M_SPLIT,
+    M_RSPLIT,
+    M_SPLITLINES,
+    M_STARTSWITH,
+    M_ENDSWITH,
+    M_UPPER,
+    M_LOWER,
+    M_TITLE,
+    M_CAPITALIZE,
+    M_SWAPCASE,
+    M_CASEFOLD,
+    M_REPLACE,
+    M_FIND,
+    M_RFIND,
+    M_INDEX,
+    M_RINDEX,
+    M_SCOUNT,
+    M_JOIN,
+    M_ISDIGIT,
+    M_ISDECIMAL,
+    M_ISNUMERIC,
+    M_ISALPHA,
+    M_ISALNUM,
+    M_ISSPACE,
+    M_ISLOWER,
+    M_ISUPPER,
+    M_ISTITLE,
+    M_CENTER,
+    M_LJUST,
+    M_RJUST,
+    M_ZFILL,
+    M_PARTITION,
+    M_RPARTITION,
+    M_REMOVEPREFIX,
+    M_REMOVESUFFIX,
+    M_FORMAT,
     M_STR_LAST_,
     /* dict */
-    M_GET = 100, M_ITEMS, M_KEYS, M_VALUES, M_DCOPY,
+    M_GET = 100,
+    M_ITEMS,
+    M_KEYS,
+    M_VALUES,
+    M_DCOPY,
     M_DICT_UNSAFE, /* clear pop popitem setdefault update */
     /* list / tuple */
-    M_LCOUNT = 200, M_LINDEX, M_LCOPY,
+    M_LCOUNT = 200,
+    M_LINDEX,
+    M_LCOPY,
     M_LIST_UNSAFE, /* append clear extend insert pop remove reverse sort */
     /* loop */
-    M_CYCLE = 300, M_CHANGED,
+    M_CYCLE = 300,
+    M_CHANGED,
 };
 
 static const struct {
     const char *name;
     int id;
 } str_methods[] = {
-    {"strip", M_STRIP}, {"lstrip", M_LSTRIP}, {"rstrip", M_RSTRIP}, {"split", M_SPLIT},
-    {"rsplit", M_RSPLIT}, {"splitlines", M_SPLITLINES}, {"startswith", M_STARTSWITH},
-    {"endswith", M_ENDSWITH}, {"upper", M_UPPER}, {"lower", M_LOWER}, {"title", M_TITLE},
-    {"capitalize", M_CAPITALIZE}, {"swapcase", M_SWAPCASE}, {"casefold", M_CASEFOLD},
-    {"replace", M_REPLACE}, {"find", M_FIND}, {"rfind", M_RFIND}, {"index", M_INDEX},
-    {"rindex", M_RINDEX}, {"count", M_SCOUNT}, {"join", M_JOIN}, {"isdigit", M_ISDIGIT},
-    {"isdecimal", M_ISDECIMAL}, {"isnumeric", M_ISNUMERIC}, {"isalpha", M_ISALPHA},
-    {"isalnum", M_ISALNUM}, {"isspace", M_ISSPACE}, {"islower", M_ISLOWER},
-    {"isupper", M_ISUPPER}, {"istitle", M_ISTITLE}, {"center", M_CENTER}, {"ljust", M_LJUST},
-    {"rjust", M_RJUST}, {"zfill", M_ZFILL}, {"partition", M_PARTITION},
-    {"rpartition", M_RPARTITION}, {"removeprefix", M_REMOVEPREFIX},
-    {"removesuffix", M_REMOVESUFFIX}, {"format", M_FORMAT},
+    {"strip", M_STRIP},
+    {"lstrip", M_LSTRIP},
+    {"rstrip", M_RSTRIP},
+    {"split", M_SPLIT},
+    {"rsplit", M_RSPLIT},
+    {"splitlines", M_SPLITLINES},
+    {"startswith", M_STARTSWITH},
+    {"endswith", M_ENDSWITH},
+    {"upper", M_UPPER},
+    {"lower", M_LOWER},
+    {"title", M_TITLE},
+    {"capitalize", M_CAPITALIZE},
+    {"swapcase", M_SWAPCASE},
+    {"casefold", M_CASEFOLD},
+    {"replace", M_REPLACE},
+    {"find", M_FIND},
+    {"rfind", M_RFIND},
+    {"index", M_INDEX},
+    {"rindex", M_RINDEX},
+    {"count", M_SCOUNT},
+    {"join", M_JOIN},
+    {"isdigit", M_ISDIGIT},
+    {"isdecimal", M_ISDECIMAL},
+    {"isnumeric", M_ISNUMERIC},
+    {"isalpha", M_ISALPHA},
+    {"isalnum", M_ISALNUM},
+    {"isspace", M_ISSPACE},
+    {"islower", M_ISLOWER},
+    {"isupper", M_ISUPPER},
+    {"istitle", M_ISTITLE},
+    {"center", M_CENTER},
+    {"ljust", M_LJUST},
+    {"rjust", M_RJUST},
+    {"zfill", M_ZFILL},
+    {"partition", M_PARTITION},
+    {"rpartition", M_RPARTITION},
+    {"removeprefix", M_REMOVEPREFIX},
+    {"removesuffix", M_REMOVESUFFIX},
+    {"format", M_FORMAT},
 };
 
 static const char *const dict_unsafe[] = {"clear", "pop", "popitem", "setdefault", "update", NULL};
-static const char *const list_unsafe[] = {"append", "clear", "extend", "insert", "pop",
-                                          "remove", "reverse", "sort", NULL};
+static const char *const list_unsafe[] = {"append", "clear",   "extend", "insert", "pop",
+                                          "remove", "reverse", "sort",   NULL};
 
 const char *tpl_method_name(int id) {
     for (size_t k = 0; k < sizeof str_methods / sizeof str_methods[0]; k++)
         if (str_methods[k].id == id) return str_methods[k].name;
     switch (id) {
-    case M_GET: return "get";
-    case M_ITEMS: return "items";
-    case M_KEYS: return "keys";
-    case M_VALUES: return "values";
+    case M_GET:
+        return "get";
+    case M_ITEMS:
+        return "items";
+    case M_KEYS:
+        return "keys";
+    case M_VALUES:
+        return "values";
     case M_DCOPY:
-    case M_LCOPY: return "copy";
-    case M_LCOUNT: return "count";
-    case M_LINDEX: return "index";
-    case M_CYCLE: return "cycle";
-    case M_CHANGED: return "changed";
+    case M_LCOPY:
+        return "copy";
+    case M_LCOUNT:
+        return "count";
+    case M_LINDEX:
+        return "index";
+    case M_CYCLE:
+        return "cycle";
+    case M_CHANGED:
+        return "changed";
     }
     return "method";
 }
@@ -1783,7 +2100,8 @@ int tpl_method_id(tv obj, const char *name, size_t len, bool *unsafe) {
         if (name_is(name, len, "cycle")) return M_CYCLE;
         if (name_is(name, len, "changed")) return M_CHANGED;
         return -1;
-    default: return -1;
+    default:
+        return -1;
     }
 }
 
@@ -1816,7 +2134,8 @@ static int affix_match(rctx *c, tv s, tv aff, tv start, tv end, bool suffix, boo
     norm_range(start, end, (int64_t)s.s->nchars, &a, &b);
     tlist one = {.kind = L_TUPLE, .n = 1, .v = &aff};
     const tlist *cands = &one;
-    if (aff.type == TV_LIST && aff.l->kind == L_TUPLE) cands = aff.l;
+    if (aff.type == TV_LIST && aff.l->kind == L_TUPLE)
+        cands = aff.l;
     else if (aff.type != TV_STR)
         return targ_error(c, "%s first arg must be str or a tuple of str, not %s",
                           suffix ? "endswith" : "startswith", tv_type_name(aff));
@@ -1875,10 +2194,18 @@ static int str_pred(rctx *c, tv s, int id, tv *out) {
         switch (id) {
         case M_ISDIGIT:
         case M_ISDECIMAL:
-        case M_ISNUMERIC: if (!tpl_is_digit(x)) r = false; break;
-        case M_ISALPHA: if (!tpl_is_alpha(x)) r = false; break;
-        case M_ISALNUM: if (!tpl_is_alpha(x) && !tpl_is_digit(x)) r = false; break;
-        case M_ISSPACE: if (!tpl_is_space(x)) r = false; break;
+        case M_ISNUMERIC:
+            if (!tpl_is_digit(x)) r = false;
+            break;
+        case M_ISALPHA:
+            if (!tpl_is_alpha(x)) r = false;
+            break;
+        case M_ISALNUM:
+            if (!tpl_is_alpha(x) && !tpl_is_digit(x)) r = false;
+            break;
+        case M_ISSPACE:
+            if (!tpl_is_space(x)) r = false;
+            break;
         case M_ISLOWER:
             if (tpl_is_cased_upper(x)) r = false;
             if (tpl_is_cased_lower(x)) any_cased = true;
@@ -1910,7 +2237,8 @@ static int str_format(rctx *c, tv fmt, const tv *args, size_t nargs, const tstr 
                 i++;
                 continue;
             }
-            return rt_fail(c, KILN_TEMPLATE_ERR_TYPE, "ValueError", "Single '}' encountered in format string");
+            return rt_fail(c, KILN_TEMPLATE_ERR_TYPE, "ValueError",
+                           "Single '}' encountered in format string");
         }
         if (ch != '{') {
             if (sb_putc(c, &b, ch)) return -1;
@@ -1923,7 +2251,9 @@ static int str_format(rctx *c, tv fmt, const tv *args, size_t nargs, const tstr 
         }
         size_t j = i + 1;
         while (j < n && s[j] != '}') j++;
-        if (j >= n) return rt_fail(c, KILN_TEMPLATE_ERR_TYPE, "ValueError", "Single '{' encountered in format string");
+        if (j >= n)
+            return rt_fail(c, KILN_TEMPLATE_ERR_TYPE, "ValueError",
+                           "Single '{' encountered in format string");
         const char *f = s + i + 1, *fe = s + j;
         const char *conv = memchr(f, '!', (size_t)(fe - f));
         const char *spec = memchr(f, ':', (size_t)(fe - f));
@@ -1943,21 +2273,30 @@ static int str_format(rctx *c, tv fmt, const tv *args, size_t nargs, const tstr 
         while (p < fe && *p != '.' && *p != '[') p++;
         tv val;
         if (p == f) {
-            if (auto_idx >= nargs) return rt_fail(c, KILN_TEMPLATE_ERR_TYPE, "IndexError", "Replacement index %zu out of range for positional args tuple", auto_idx);
+            if (auto_idx >= nargs)
+                return rt_fail(c, KILN_TEMPLATE_ERR_TYPE, "IndexError",
+                               "Replacement index %zu out of range for positional args tuple",
+                               auto_idx);
             val = args[auto_idx++];
         } else if (*f >= '0' && *f <= '9') {
             size_t idx = 0;
             for (const char *q = f; q < p; q++) {
-                if (*q < '0' || *q > '9') return rt_fail(c, KILN_TEMPLATE_ERR_TYPE, "ValueError", "bad format field");
+                if (*q < '0' || *q > '9')
+                    return rt_fail(c, KILN_TEMPLATE_ERR_TYPE, "ValueError", "bad format field");
                 idx = idx * 10 + (size_t)(*q - '0');
                 if (idx > 1000000) break;
             }
-            if (idx >= nargs) return rt_fail(c, KILN_TEMPLATE_ERR_TYPE, "IndexError", "Replacement index %zu out of range for positional args tuple", idx);
+            if (idx >= nargs)
+                return rt_fail(c, KILN_TEMPLATE_ERR_TYPE, "IndexError",
+                               "Replacement index %zu out of range for positional args tuple", idx);
             val = args[idx];
         } else {
             size_t k = 0;
-            while (k < nkw && !(kwn[k]->len == (size_t)(p - f) && memcmp(kwn[k]->s, f, (size_t)(p - f)) == 0)) k++;
-            if (k == nkw) return rt_fail(c, KILN_TEMPLATE_ERR_TYPE, "KeyError", "'%.*s'", (int)(p - f), f);
+            while (k < nkw &&
+                   !(kwn[k]->len == (size_t)(p - f) && memcmp(kwn[k]->s, f, (size_t)(p - f)) == 0))
+                k++;
+            if (k == nkw)
+                return rt_fail(c, KILN_TEMPLATE_ERR_TYPE, "KeyError", "'%.*s'", (int)(p - f), f);
             val = kwv[k];
         }
         while (p < fe) {
@@ -1987,7 +2326,8 @@ static int str_format(rctx *c, tv fmt, const tv *args, size_t nargs, const tstr 
         if (cv == 'r' || cv == 'a') {
             if (tv_repr_sb(c, val, &b)) return -1;
         } else {
-            if (val.type == TV_UNDEF && val.u && val.u->exc == UX_SECURITY) return tv_undef_fail(c, val);
+            if (val.type == TV_UNDEF && val.u && val.u->exc == UX_SECURITY)
+                return tv_undef_fail(c, val);
             if (tv_to_sb(c, val, &b)) return -1;
         }
         i = j;
@@ -2001,14 +2341,14 @@ int tpl_call_method(rctx *c, tv self, int id, const tv *args, size_t nargs, cons
     tv a[4];
     bool g[4];
     const char *mname = tpl_method_name(id);
-#define MBIND(np, req, ...)                                                                    \
-    do {                                                                                       \
-        static const char *const pn_[] = {__VA_ARGS__};                                        \
-        if (bind(c, mname, pn_, np, req, args, nargs, kwn, kwv, nkw, a, g)) return -1;         \
+#define MBIND(np, req, ...)                                                                        \
+    do {                                                                                           \
+        static const char *const pn_[] = {__VA_ARGS__};                                            \
+        if (bind(c, mname, pn_, np, req, args, nargs, kwn, kwv, nkw, a, g)) return -1;             \
     } while (0)
-#define MBIND0()                                                                               \
-    do {                                                                                       \
-        if (bind(c, mname, NULL, 0, 0, args, nargs, kwn, kwv, nkw, a, g)) return -1;           \
+#define MBIND0()                                                                                   \
+    do {                                                                                           \
+        if (bind(c, mname, NULL, 0, 0, args, nargs, kwn, kwv, nkw, a, g)) return -1;               \
     } while (0)
     if (rt_step(c, 1)) return -1;
     switch (id) {
@@ -2016,7 +2356,11 @@ int tpl_call_method(rctx *c, tv self, int id, const tv *args, size_t nargs, cons
     case M_LSTRIP:
     case M_RSTRIP:
         MBIND(1, 0, "chars");
-        return str_strip(c, self, g[0] ? a[0] : tv_none(), id == M_STRIP ? 3 : id == M_LSTRIP ? 1 : 2, out);
+        return str_strip(c, self, g[0] ? a[0] : tv_none(),
+                         id == M_STRIP    ? 3
+                         : id == M_LSTRIP ? 1
+                                          : 2,
+                         out);
     case M_SPLIT:
     case M_RSPLIT: {
         MBIND(2, 0, "sep", "maxsplit");
@@ -2045,8 +2389,12 @@ int tpl_call_method(rctx *c, tv self, int id, const tv *args, size_t nargs, cons
     case M_SWAPCASE:
         MBIND0();
         return str_case(c, self, id == M_UPPER ? 1 : id == M_SWAPCASE ? 2 : 0, out);
-    case M_TITLE: MBIND0(); return py_title(c, self, out);
-    case M_CAPITALIZE: MBIND0(); return py_capitalize(c, self, out);
+    case M_TITLE:
+        MBIND0();
+        return py_title(c, self, out);
+    case M_CAPITALIZE:
+        MBIND0();
+        return py_capitalize(c, self, out);
     case M_REPLACE: {
         MBIND(3, 2, "old", "new", "count");
         int64_t count = -1;
@@ -2070,7 +2418,8 @@ int tpl_call_method(rctx *c, tv self, int id, const tv *args, size_t nargs, cons
     }
     case M_SCOUNT: {
         MBIND(3, 1, "sub", "start", "end");
-        if (a[0].type != TV_STR) return targ_error(c, "must be str, not %s%s", tv_type_name(a[0]), "");
+        if (a[0].type != TV_STR)
+            return targ_error(c, "must be str, not %s%s", tv_type_name(a[0]), "");
         int64_t lo, hi;
         norm_range(a[1], a[2], (int64_t)self.s->nchars, &lo, &hi);
         if (lo > hi) {
@@ -2095,8 +2444,15 @@ int tpl_call_method(rctx *c, tv self, int id, const tv *args, size_t nargs, cons
     case M_JOIN:
         MBIND(1, 1, "iterable");
         return str_join(c, self, a[0], out, true);
-    case M_ISDIGIT: case M_ISDECIMAL: case M_ISNUMERIC: case M_ISALPHA: case M_ISALNUM:
-    case M_ISSPACE: case M_ISLOWER: case M_ISUPPER: case M_ISTITLE:
+    case M_ISDIGIT:
+    case M_ISDECIMAL:
+    case M_ISNUMERIC:
+    case M_ISALPHA:
+    case M_ISALNUM:
+    case M_ISSPACE:
+    case M_ISLOWER:
+    case M_ISUPPER:
+    case M_ISTITLE:
         MBIND0();
         return str_pred(c, self, id, out);
     case M_CENTER:
@@ -2106,8 +2462,13 @@ int tpl_call_method(rctx *c, tv self, int id, const tv *args, size_t nargs, cons
         int64_t w;
         if (need_int(c, a[0], "width", &w)) return -1;
         if (g[1] && a[1].type != TV_STR)
-            return targ_error(c, "The fill character must be a unicode character, not %s%s", tv_type_name(a[1]), "");
-        return str_pad(c, self, w, g[1] ? a[1] : tv_none(), id == M_CENTER ? 0 : id == M_LJUST ? 1 : 2, out);
+            return targ_error(c, "The fill character must be a unicode character, not %s%s",
+                              tv_type_name(a[1]), "");
+        return str_pad(c, self, w, g[1] ? a[1] : tv_none(),
+                       id == M_CENTER  ? 0
+                       : id == M_LJUST ? 1
+                                       : 2,
+                       out);
     }
     case M_ZFILL: {
         MBIND(1, 1, "width");
@@ -2118,7 +2479,8 @@ int tpl_call_method(rctx *c, tv self, int id, const tv *args, size_t nargs, cons
             *out = self;
             return 0;
         }
-        if (w - len > (int64_t)c->max_output) return rt_fail(c, KILN_TEMPLATE_ERR_LIMIT, NULL, "zfill too large");
+        if (w - len > (int64_t)c->max_output)
+            return rt_fail(c, KILN_TEMPLATE_ERR_LIMIT, NULL, "zfill too large");
         sbuf b = {0};
         size_t start = 0;
         if (self.s->len && (self.s->s[0] == '+' || self.s->s[0] == '-')) {
@@ -2133,8 +2495,10 @@ int tpl_call_method(rctx *c, tv self, int id, const tv *args, size_t nargs, cons
     case M_PARTITION:
     case M_RPARTITION: {
         MBIND(1, 1, "sep");
-        if (a[0].type != TV_STR) return targ_error(c, "must be str, not %s%s", tv_type_name(a[0]), "");
-        if (a[0].s->len == 0) return rt_fail(c, KILN_TEMPLATE_ERR_TYPE, "ValueError", "empty separator");
+        if (a[0].type != TV_STR)
+            return targ_error(c, "must be str, not %s%s", tv_type_name(a[0]), "");
+        if (a[0].s->len == 0)
+            return rt_fail(c, KILN_TEMPLATE_ERR_TYPE, "ValueError", "empty separator");
         int64_t pos;
         if (sfind(c, self, a[0], tv_none(), tv_none(), id == M_RPARTITION, &pos)) return -1;
         tlist *t = tl_new(c, L_TUPLE, 3);
@@ -2159,7 +2523,8 @@ int tpl_call_method(rctx *c, tv self, int id, const tv *args, size_t nargs, cons
     case M_REMOVEPREFIX:
     case M_REMOVESUFFIX: {
         MBIND(1, 1, "affix");
-        if (a[0].type != TV_STR) return targ_error(c, "must be str, not %s%s", tv_type_name(a[0]), "");
+        if (a[0].type != TV_STR)
+            return targ_error(c, "must be str, not %s%s", tv_type_name(a[0]), "");
         size_t n = a[0].s->len;
         if (n <= self.s->len) {
             if (id == M_REMOVEPREFIX && memcmp(self.s->s, a[0].s->s, n) == 0)
@@ -2170,11 +2535,13 @@ int tpl_call_method(rctx *c, tv self, int id, const tv *args, size_t nargs, cons
         *out = self;
         return 0;
     }
-    case M_FORMAT: return str_format(c, self, args, nargs, kwn, kwv, nkw, out);
+    case M_FORMAT:
+        return str_format(c, self, args, nargs, kwn, kwv, nkw, out);
     case M_GET: {
         if (nkw) return targ_error(c, "dict.get() takes no keyword arguments%s%s", "", "");
         if (nargs < 1 || nargs > 2)
-            return targ_error(c, "get expected at most 2 arguments, got %s%s", nargs ? "3+" : "0", "");
+            return targ_error(c, "get expected at most 2 arguments, got %s%s", nargs ? "3+" : "0",
+                              "");
         tv *p;
         if (td_get(c, self.d, args[0], &p)) return -1;
         *out = p ? *p : nargs == 2 ? args[1] : tv_none();
@@ -2236,7 +2603,9 @@ int tpl_call_method(rctx *c, tv self, int id, const tv *args, size_t nargs, cons
         return rt_fail(c, KILN_TEMPLATE_ERR_TYPE, "ValueError", "value is not in list");
     }
     case M_CYCLE:
-        if (nkw) return targ_error(c, "cycle() got an unexpected keyword argument '%s'%s", kwn[0]->s, "");
+        if (nkw)
+            return targ_error(c, "cycle() got an unexpected keyword argument '%s'%s", kwn[0]->s,
+                              "");
         if (!nargs) return targ_error(c, "no items for cycling given%s%s", "", "");
         *out = args[self.lp->i % nargs];
         return 0;

@@ -9,9 +9,9 @@
  *   - trim_blocks: the first newline after `%}` or `#}` is removed (not after `}}`);
  *     `+%}` / `+#}` disable that;
  *   - lstrip_blocks: whitespace (Python's \s: Unicode) between the start of a line and
- *     `{%` / `{#` is removed (not before `{{`); `{%+` / `{#+` disable that. "Start of a line" is a newline within
- *     the text before the tag, or the previous token ending with a newline (or the start of
- *     the template).
+ *     `{%` / `{#` is removed (not before `{{`); `{%+` / `{#+` disable that. "Start of a line" is a
+ * newline within the text before the tag, or the previous token ending with a newline (or the start
+ * of the template).
  */
 #include <stdarg.h>
 #include <stdio.h>
@@ -177,14 +177,18 @@ static bool find_raw_end(const lexer *L, size_t i, size_t *start, size_t *end, c
 }
 
 static bool is_name_cp(uint32_t cp) {
-    if (cp < 0x80) return cp == '_' || (cp >= '0' && cp <= '9') || ((cp | 32) >= 'a' && (cp | 32) <= 'z');
+    if (cp < 0x80)
+        return cp == '_' || (cp >= '0' && cp <= '9') || ((cp | 32) >= 'a' && (cp | 32) <= 'z');
     return tpl_is_alpha(cp) || tpl_is_digit(cp);
 }
 
 static bool hexval(char c, int *v) {
-    if (c >= '0' && c <= '9') *v = c - '0';
-    else if ((c | 32) >= 'a' && (c | 32) <= 'f') *v = (c | 32) - 'a' + 10;
-    else return false;
+    if (c >= '0' && c <= '9')
+        *v = c - '0';
+    else if ((c | 32) >= 'a' && (c | 32) <= 'f')
+        *v = (c | 32) - 'a' + 10;
+    else
+        return false;
     return true;
 }
 
@@ -205,32 +209,61 @@ static bool decode_string(lexer *L, size_t off, const char *s, size_t n, const t
         if ((unsigned char)e >= 0x80) { /* backslashreplace, then '\\' decodes to '\' */
             size_t adv;
             uint32_t cp = tpl_utf8_dec(s + i + 1, n - i - 1, &adv);
-            o += (size_t)sprintf(buf + o, cp <= 0xFF ? "\\x%02x" : cp <= 0xFFFF ? "\\u%04x" : "\\U%08x", cp);
+            o += (size_t)sprintf(buf + o,
+                                 cp <= 0xFF     ? "\\x%02x"
+                                 : cp <= 0xFFFF ? "\\u%04x"
+                                                : "\\U%08x",
+                                 cp);
             i += 1 + adv;
             continue;
         }
         i += 2;
         uint32_t cp;
         switch (e) {
-        case '\n': continue;
-        case '\\': buf[o++] = '\\'; continue;
-        case '\'': buf[o++] = '\''; continue;
-        case '"': buf[o++] = '"'; continue;
-        case 'a': buf[o++] = '\a'; continue;
-        case 'b': buf[o++] = '\b'; continue;
-        case 'f': buf[o++] = '\f'; continue;
-        case 'n': buf[o++] = '\n'; continue;
-        case 'r': buf[o++] = '\r'; continue;
-        case 't': buf[o++] = '\t'; continue;
-        case 'v': buf[o++] = '\v'; continue;
-        case 'x': case 'u': case 'U': {
+        case '\n':
+            continue;
+        case '\\':
+            buf[o++] = '\\';
+            continue;
+        case '\'':
+            buf[o++] = '\'';
+            continue;
+        case '"':
+            buf[o++] = '"';
+            continue;
+        case 'a':
+            buf[o++] = '\a';
+            continue;
+        case 'b':
+            buf[o++] = '\b';
+            continue;
+        case 'f':
+            buf[o++] = '\f';
+            continue;
+        case 'n':
+            buf[o++] = '\n';
+            continue;
+        case 'r':
+            buf[o++] = '\r';
+            continue;
+        case 't':
+            buf[o++] = '\t';
+            continue;
+        case 'v':
+            buf[o++] = '\v';
+            continue;
+        case 'x':
+        case 'u':
+        case 'U': {
             int need = e == 'x' ? 2 : e == 'u' ? 4 : 8;
             cp = 0;
             for (int k = 0; k < need; k++) {
                 int v;
                 if (i >= n || !hexval(s[i], &v))
                     return lfail(L, off, "truncated \\%c%s escape", e,
-                                 e == 'x' ? "XX" : e == 'u' ? "XXXX" : "XXXXXXXX");
+                                 e == 'x'   ? "XX"
+                                 : e == 'u' ? "XXXX"
+                                            : "XXXXXXXX");
                 cp = cp * 16 + (uint32_t)v;
                 i++;
             }
@@ -344,11 +377,11 @@ static const struct {
     const char *op;
     int type;
 } ops[] = {
-    {"//", T_FLOORDIV}, {"**", T_POW}, {"==", T_EQ}, {"!=", T_NE}, {">=", T_GTEQ},
-    {"<=", T_LTEQ},     {"+", T_ADD},  {"-", T_SUB}, {"/", T_DIV}, {"*", T_MUL},
-    {"%", T_MOD},       {"~", T_TILDE}, {"[", T_LBRACKET}, {"]", T_RBRACKET}, {"(", T_LPAREN},
-    {")", T_RPAREN},    {"{", T_LBRACE}, {"}", T_RBRACE}, {">", T_GT}, {"<", T_LT},
-    {"=", T_ASSIGN},    {".", T_DOT},   {":", T_COLON}, {"|", T_PIPE}, {",", T_COMMA},
+    {"//", T_FLOORDIV}, {"**", T_POW},   {"==", T_EQ},      {"!=", T_NE},      {">=", T_GTEQ},
+    {"<=", T_LTEQ},     {"+", T_ADD},    {"-", T_SUB},      {"/", T_DIV},      {"*", T_MUL},
+    {"%", T_MOD},       {"~", T_TILDE},  {"[", T_LBRACKET}, {"]", T_RBRACKET}, {"(", T_LPAREN},
+    {")", T_RPAREN},    {"{", T_LBRACE}, {"}", T_RBRACE},   {">", T_GT},       {"<", T_LT},
+    {"=", T_ASSIGN},    {".", T_DOT},    {":", T_COLON},    {"|", T_PIPE},     {",", T_COMMA},
     {";", T_SEMICOLON},
 };
 
@@ -412,7 +445,8 @@ static bool lex_tag(lexer *L, size_t i, bool is_block, size_t *end, bool *line_s
             for (; j < i + m; j++) {
                 int d;
                 if (s[j] == '_' || !hexval(s[j], &d)) continue;
-                if (v > (UINT64_MAX - (uint64_t)d) / (uint64_t)base || v * (uint64_t)base + (uint64_t)d > (uint64_t)INT64_MAX)
+                if (v > (UINT64_MAX - (uint64_t)d) / (uint64_t)base ||
+                    v * (uint64_t)base + (uint64_t)d > (uint64_t)INT64_MAX)
                     return lfail(L, i, "unsupported: integer literal beyond 64 bits");
                 v = v * (uint64_t)base + (uint64_t)d;
             }
@@ -518,7 +552,8 @@ bool tpl_lex(tpl_arena *ar, const char *src, size_t n, token **out, size_t *ntok
         char kind = src[i + 1];
         char sign = 0;
         size_t raw_end = kind == '%' ? match_raw_begin(&L, i, &sign) : 0;
-        if (!raw_end) sign = (i + 2 < n && (src[i + 2] == '-' || src[i + 2] == '+')) ? src[i + 2] : 0;
+        if (!raw_end)
+            sign = (i + 2 < n && (src[i + 2] == '-' || src[i + 2] == '+')) ? src[i + 2] : 0;
         size_t tlen = control_text(&L, pos, i - pos, sign, kind == '{', line_starting);
         if (!emit_data(&L, pos, tlen)) return false;
         if (raw_end) {

@@ -12,7 +12,7 @@
 
 #include "template/tpl.h"
 
-enum { MAX_PARSE_DEPTH = 256 };
+enum { MAX_PARSE_DEPTH = 256, MAX_EXPR_HEIGHT = 1000 };
 
 typedef struct parser {
     tpl_arena *ar;
@@ -26,17 +26,28 @@ typedef struct parser {
 
 static const char *tok_desc(int type) {
     switch (type) {
-    case T_EOF: return "end of template";
-    case T_DATA: return "template data";
-    case T_VBEGIN: return "begin of print statement";
-    case T_VEND: return "end of print statement";
-    case T_BBEGIN: return "begin of statement block";
-    case T_BEND: return "end of statement block";
-    case T_NAME: return "name";
-    case T_STRING: return "string";
-    case T_INT: return "integer";
-    case T_FLOAT: return "float";
-    default: return NULL;
+    case T_EOF:
+        return "end of template";
+    case T_DATA:
+        return "template data";
+    case T_VBEGIN:
+        return "begin of print statement";
+    case T_VEND:
+        return "end of print statement";
+    case T_BBEGIN:
+        return "begin of statement block";
+    case T_BEND:
+        return "end of statement block";
+    case T_NAME:
+        return "name";
+    case T_STRING:
+        return "string";
+    case T_INT:
+        return "integer";
+    case T_FLOAT:
+        return "float";
+    default:
+        return NULL;
     }
 }
 
@@ -48,8 +59,8 @@ static void describe(const token *tk, char *buf, size_t cap) {
         snprintf(buf, cap, "%s", d ? d : "?");
 }
 
-__attribute__((format(printf, 3, 4))) static bool pfail(parser *P, const token *tk,
-                                                        const char *fmt, ...) {
+__attribute__((format(printf, 3, 4))) static bool pfail(parser *P, const token *tk, const char *fmt,
+                                                        ...) {
     if (P->d->kind != KILN_TEMPLATE_OK) return false; /* keep the first error */
     P->d->kind = KILN_TEMPLATE_ERR_SYNTAX;
     P->d->line = tk->line;
@@ -99,33 +110,60 @@ static bool skip_type(parser *P, int type) {
 
 static const char *op_text(int type) {
     switch (type) {
-    case T_ADD: return "+";
-    case T_SUB: return "-";
-    case T_DIV: return "/";
-    case T_FLOORDIV: return "//";
-    case T_MUL: return "*";
-    case T_MOD: return "%";
-    case T_POW: return "**";
-    case T_TILDE: return "~";
-    case T_LBRACKET: return "[";
-    case T_RBRACKET: return "]";
-    case T_LPAREN: return "(";
-    case T_RPAREN: return ")";
-    case T_LBRACE: return "{";
-    case T_RBRACE: return "}";
-    case T_EQ: return "==";
-    case T_NE: return "!=";
-    case T_GT: return ">";
-    case T_GTEQ: return ">=";
-    case T_LT: return "<";
-    case T_LTEQ: return "<=";
-    case T_ASSIGN: return "=";
-    case T_DOT: return ".";
-    case T_COLON: return ":";
-    case T_PIPE: return "|";
-    case T_COMMA: return ",";
-    case T_SEMICOLON: return ";";
-    default: return tok_desc(type);
+    case T_ADD:
+        return "+";
+    case T_SUB:
+        return "-";
+    case T_DIV:
+        return "/";
+    case T_FLOORDIV:
+        return "//";
+    case T_MUL:
+        return "*";
+    case T_MOD:
+        return "%";
+    case T_POW:
+        return "**";
+    case T_TILDE:
+        return "~";
+    case T_LBRACKET:
+        return "[";
+    case T_RBRACKET:
+        return "]";
+    case T_LPAREN:
+        return "(";
+    case T_RPAREN:
+        return ")";
+    case T_LBRACE:
+        return "{";
+    case T_RBRACE:
+        return "}";
+    case T_EQ:
+        return "==";
+    case T_NE:
+        return "!=";
+    case T_GT:
+        return ">";
+    case T_GTEQ:
+        return ">=";
+    case T_LT:
+        return "<";
+    case T_LTEQ:
+        return "<=";
+    case T_ASSIGN:
+        return "=";
+    case T_DOT:
+        return ".";
+    case T_COLON:
+        return ":";
+    case T_PIPE:
+        return "|";
+    case T_COMMA:
+        return ",";
+    case T_SEMICOLON:
+        return ";";
+    default:
+        return tok_desc(type);
     }
 }
 
@@ -192,7 +230,6 @@ static expr *parse_primary(parser *P, bool with_namespace);
 static expr *parse_postfix(parser *P, expr *node);
 static expr *parse_unary(parser *P, bool with_filter);
 static bool parse_body(parser *P, const char *const *end, body *out);
-static bool check_expr(parser *P, const expr *e, bool soft);
 
 static bool enter(parser *P) {
     if (++P->depth > MAX_PARSE_DEPTH) {
@@ -643,8 +680,11 @@ static expr *parse_math2(parser *P) {
     expr *left = parse_pow(P);
     for (;;) {
         int tt = cur(P)->type;
-        int op = tt == T_MUL ? OP_MUL : tt == T_DIV ? OP_DIV : tt == T_FLOORDIV ? OP_FLOORDIV
-                 : tt == T_MOD ? OP_MOD : -1;
+        int op = tt == T_MUL        ? OP_MUL
+                 : tt == T_DIV      ? OP_DIV
+                 : tt == T_FLOORDIV ? OP_FLOORDIV
+                 : tt == T_MOD      ? OP_MOD
+                                    : -1;
         if (!left || op < 0) return left;
         token *t = advance(P);
         left = bin(P, E_BIN, op, t, left, parse_pow(P));
@@ -688,13 +728,26 @@ static expr *parse_compare(parser *P) {
         token *c = cur(P);
         int op = -1;
         switch (c->type) {
-        case T_EQ: op = CMP_EQ; break;
-        case T_NE: op = CMP_NE; break;
-        case T_LT: op = CMP_LT; break;
-        case T_LTEQ: op = CMP_LE; break;
-        case T_GT: op = CMP_GT; break;
-        case T_GTEQ: op = CMP_GE; break;
-        default: break;
+        case T_EQ:
+            op = CMP_EQ;
+            break;
+        case T_NE:
+            op = CMP_NE;
+            break;
+        case T_LT:
+            op = CMP_LT;
+            break;
+        case T_LTEQ:
+            op = CMP_LE;
+            break;
+        case T_GT:
+            op = CMP_GT;
+            break;
+        case T_GTEQ:
+            op = CMP_GE;
+            break;
+        default:
+            break;
         }
         if (op >= 0) {
             advance(P);
@@ -805,7 +858,8 @@ static expr *parse_tuple(parser *P, bool simplified, bool with_condexpr, const c
     for (;;) {
         if (args.n && !expect(P, T_COMMA)) return NULL;
         if (is_tuple_end(P, extra_end)) break;
-        expr *e = simplified ? parse_primary(P, with_namespace) : parse_expression(P, with_condexpr);
+        expr *e =
+            simplified ? parse_primary(P, with_namespace) : parse_expression(P, with_condexpr);
         if (!e || !pvec_push(P, &args, e)) return NULL;
         if (cur(P)->type == T_COMMA)
             is_tuple = true;
@@ -845,11 +899,16 @@ static bool can_assign(const expr *e) {
 
 static const char *node_name(const expr *e) {
     switch (e->kind) {
-    case E_CONST: return "const";
-    case E_LIST: return "list";
-    case E_DICT: return "dict";
-    case E_TUPLE: return "tuple";
-    default: return "expression";
+    case E_CONST:
+        return "const";
+    case E_LIST:
+        return "list";
+    case E_DICT:
+        return "dict";
+    case E_TUPLE:
+        return "tuple";
+    default:
+        return "expression";
     }
 }
 
@@ -953,11 +1012,7 @@ static stmt *parse_statement(parser *P) {
         if (!expect_name(P, "in")) return NULL;
         if (!(s->loop.iter = parse_tuple(P, false, false, "recursive", false, false))) return NULL;
         if (skip_name(P, "if") && !(s->loop.filter = parse_expression(P, true))) return NULL;
-        if (is_name(cur(P), "recursive")) {
-            pfail(P, cur(P), "unsupported: recursive loops");
-            P->d->kind = KILN_TEMPLATE_ERR_UNSUPPORTED;
-            return NULL;
-        }
+        s->loop.recursive = skip_name(P, "recursive");
         const char *ends[] = {"endfor", "else", NULL};
         P->loop_depth++;
         bool ok = parse_statements(P, ends, false, &s->loop.body);
@@ -1098,8 +1153,8 @@ static stmt *parse_statement(parser *P) {
         if (!parse_statements(P, ends, true, &s->scope)) return NULL;
         return s;
     }
-    static const char *const unsupported[] = {"extends", "block",  "include", "import",
-                                              "from",    "autoescape", "do", NULL};
+    static const char *const unsupported[] = {"extends", "block",      "include", "import",
+                                              "from",    "autoescape", "do",      NULL};
     for (int k = 0; unsupported[k]; k++) {
         if (is_name(t, unsupported[k])) {
             pfail(P, t, "unsupported: the '%s' tag", unsupported[k]);
@@ -1165,40 +1220,48 @@ fail:
  * (test and branches) or a conditional expression ("soft" frames), where the call raises
  * at run time instead (compiler.py _filter_test_common). Loops, macros, blocks and `with`
  * bodies are not soft. */
-static bool check_expr(parser *P, const expr *e, bool soft);
+static bool check_expr(parser *P, const expr *e, bool soft, int h);
 static bool check_body(parser *P, const body *b, bool soft);
 
-static bool check_args(parser *P, const callargs *a, bool soft) {
+static bool check_args(parser *P, const callargs *a, bool soft, int h) {
     for (size_t k = 0; k < a->nargs; k++)
-        if (!check_expr(P, a->args[k], soft)) return false;
+        if (!check_expr(P, a->args[k], soft, h)) return false;
     for (size_t k = 0; k < a->nkw; k++)
-        if (!check_expr(P, a->kw[k].value, soft)) return false;
-    if (a->dyn_args && !check_expr(P, a->dyn_args, soft)) return false;
-    if (a->dyn_kwargs && !check_expr(P, a->dyn_kwargs, soft)) return false;
+        if (!check_expr(P, a->kw[k].value, soft, h)) return false;
+    if (a->dyn_args && !check_expr(P, a->dyn_args, soft, h)) return false;
+    if (a->dyn_kwargs && !check_expr(P, a->dyn_kwargs, soft, h)) return false;
     return true;
 }
 
-static bool check_expr(parser *P, const expr *e, bool soft) {
+static bool check_expr(parser *P, const expr *e, bool soft, int h) {
     if (!e) return true;
     token at = {.line = e->line, .col = e->col};
+    /* operator chains (a + b + ...) are built by loops, not recursion: bound the height
+       of the tree here, before anything walks it recursively */
+    if (++h > MAX_EXPR_HEIGHT)
+        return pfail(P, &at, "expression nested too deeply (more than %d levels)", MAX_EXPR_HEIGHT);
     switch (e->kind) {
     case E_LIST:
     case E_TUPLE:
     case E_CONCAT:
         for (size_t k = 0; k < e->seq.n; k++)
-            if (!check_expr(P, e->seq.items[k], soft)) return false;
+            if (!check_expr(P, e->seq.items[k], soft, h)) return false;
         return true;
     case E_DICT:
         for (size_t k = 0; k < e->dict.n; k++)
-            if (!check_expr(P, e->dict.keys[k], soft) || !check_expr(P, e->dict.vals[k], soft))
+            if (!check_expr(P, e->dict.keys[k], soft, h) ||
+                !check_expr(P, e->dict.vals[k], soft, h))
                 return false;
         return true;
-    case E_GETATTR: return check_expr(P, e->ga.obj, soft);
-    case E_GETITEM: return check_expr(P, e->gi.obj, soft) && check_expr(P, e->gi.key, soft);
+    case E_GETATTR:
+        return check_expr(P, e->ga.obj, soft, h);
+    case E_GETITEM:
+        return check_expr(P, e->gi.obj, soft, h) && check_expr(P, e->gi.key, soft, h);
     case E_SLICE:
-        return check_expr(P, e->sl.lo, soft) && check_expr(P, e->sl.hi, soft) &&
-               check_expr(P, e->sl.step, soft);
-    case E_CALL: return check_expr(P, e->call.fn, soft) && check_args(P, &e->call.a, soft);
+        return check_expr(P, e->sl.lo, soft, h) && check_expr(P, e->sl.hi, soft, h) &&
+               check_expr(P, e->sl.step, soft, h);
+    case E_CALL:
+        return check_expr(P, e->call.fn, soft, h) && check_args(P, &e->call.a, soft, h);
     case E_FILTER:
     case E_TEST:
         if (e->flt.id < 0 && !soft) {
@@ -1210,28 +1273,31 @@ static bool check_expr(parser *P, const expr *e, bool soft) {
             }
             return pfail(P, &at, "No %s named '%s'.", filter ? "filter" : "test", e->flt.name->s);
         }
-        return check_expr(P, e->flt.obj, soft) && check_args(P, &e->flt.a, soft);
+        return check_expr(P, e->flt.obj, soft, h) && check_args(P, &e->flt.a, soft, h);
     case E_NOT:
     case E_NEG:
-    case E_POS: return check_expr(P, e->bin.a, soft);
+    case E_POS:
+        return check_expr(P, e->bin.a, soft, h);
     case E_BIN:
     case E_AND:
-    case E_OR: return check_expr(P, e->bin.a, soft) && check_expr(P, e->bin.b, soft);
+    case E_OR:
+        return check_expr(P, e->bin.a, soft, h) && check_expr(P, e->bin.b, soft, h);
     case E_CMP:
-        if (!check_expr(P, e->cmp.first, soft)) return false;
+        if (!check_expr(P, e->cmp.first, soft, h)) return false;
         for (size_t k = 0; k < e->cmp.n; k++)
-            if (!check_expr(P, e->cmp.rest[k], soft)) return false;
+            if (!check_expr(P, e->cmp.rest[k], soft, h)) return false;
         return true;
     case E_COND:
-        return check_expr(P, e->cond.cond, true) && check_expr(P, e->cond.a, true) &&
-               check_expr(P, e->cond.b, true);
-    default: return true;
+        return check_expr(P, e->cond.cond, true, h) && check_expr(P, e->cond.a, true, h) &&
+               check_expr(P, e->cond.b, true, h);
+    default:
+        return true;
     }
 }
 
 static bool check_sig(parser *P, const signature *sig, bool soft) {
     for (size_t k = 0; k < sig->ndefaults; k++)
-        if (!check_expr(P, sig->defaults[k], soft)) return false;
+        if (!check_expr(P, sig->defaults[k], soft, 0)) return false;
     return true;
 }
 
@@ -1239,32 +1305,38 @@ static bool check_stmt(parser *P, const stmt *s, bool soft) {
     switch (s->kind) {
     case S_OUTPUT:
         for (size_t k = 0; k < s->out.n; k++)
-            if (!check_expr(P, s->out.e[k], soft)) return false;
+            if (!check_expr(P, s->out.e[k], soft, 0)) return false;
         return true;
     case S_IF:
         for (size_t k = 0; k < s->ifs.n; k++)
-            if (!check_expr(P, s->ifs.conds[k], true) || !check_body(P, &s->ifs.bodies[k], true))
+            if (!check_expr(P, s->ifs.conds[k], true, 0) || !check_body(P, &s->ifs.bodies[k], true))
                 return false;
         return check_body(P, &s->ifs.els, true);
     case S_FOR:
-        return check_expr(P, s->loop.iter, soft) && check_expr(P, s->loop.filter, false) &&
+        return check_expr(P, s->loop.iter, soft, 0) && check_expr(P, s->loop.filter, false, 0) &&
                check_body(P, &s->loop.body, false) && check_body(P, &s->loop.els, false);
-    case S_SET: return check_expr(P, s->set.value, soft);
+    case S_SET:
+        return check_expr(P, s->set.value, soft, 0);
     case S_SETBLOCK:
-        return check_expr(P, s->setblock.filter, false) && check_body(P, &s->setblock.body, false);
-    case S_MACRO: return check_sig(P, &s->macro.sig, false) && check_body(P, &s->macro.body, false);
+        return check_expr(P, s->setblock.filter, false, 0) &&
+               check_body(P, &s->setblock.body, false);
+    case S_MACRO:
+        return check_sig(P, &s->macro.sig, false) && check_body(P, &s->macro.body, false);
     case S_CALLBLOCK:
-        return check_sig(P, &s->callblock.sig, false) && check_expr(P, s->callblock.call, soft) &&
+        return check_sig(P, &s->callblock.sig, false) &&
+               check_expr(P, s->callblock.call, soft, 0) &&
                check_body(P, &s->callblock.body, false);
     case S_FILTERBLOCK:
-        return check_expr(P, s->filterblock.filter, false) &&
+        return check_expr(P, s->filterblock.filter, false, 0) &&
                check_body(P, &s->filterblock.body, false);
     case S_WITH:
         for (size_t k = 0; k < s->with.n; k++)
-            if (!check_expr(P, s->with.values[k], soft)) return false;
+            if (!check_expr(P, s->with.values[k], soft, 0)) return false;
         return check_body(P, &s->with.body, false);
-    case S_SCOPE: return check_body(P, &s->scope, false);
-    default: return true;
+    case S_SCOPE:
+        return check_body(P, &s->scope, false);
+    default:
+        return true;
     }
 }
 

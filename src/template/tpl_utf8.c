@@ -97,8 +97,8 @@ size_t tpl_utf8_count(const char *s, size_t n) {
 bool tpl_is_space(uint32_t c) {
     if (c <= 0x20) return c == ' ' || (c >= 0x09 && c <= 0x0D) || (c >= 0x1C && c <= 0x1F);
     if (c < 0x85) return false;
-    return c == 0x85 || c == 0xA0 || c == 0x1680 || (c >= 0x2000 && c <= 0x200A) ||
-           c == 0x2028 || c == 0x2029 || c == 0x202F || c == 0x205F || c == 0x3000;
+    return c == 0x85 || c == 0xA0 || c == 0x1680 || (c >= 0x2000 && c <= 0x200A) || c == 0x2028 ||
+           c == 0x2029 || c == 0x202F || c == 0x205F || c == 0x3000;
 }
 
 bool tpl_is_linebreak(uint32_t c) {
@@ -113,27 +113,28 @@ bool tpl_is_printable(uint32_t c) {
     if (c < 0xA0) return c < 0x7F; /* C1 controls */
     if (c == 0xA0 || c == 0xAD || c == 0x1680 || (c >= 0x2000 && c <= 0x200F) ||
         (c >= 0x2028 && c <= 0x202F) || (c >= 0x205F && c <= 0x2064) ||
-        (c >= 0x2066 && c <= 0x206F) || c == 0x3000 || c == 0xFEFF ||
-        (c >= 0xFFF9 && c <= 0xFFFB))
+        (c >= 0x2066 && c <= 0x206F) || c == 0x3000 || c == 0xFEFF || (c >= 0xFFF9 && c <= 0xFFFB))
         return false;
-    if ((c >= 0x0600 && c <= 0x0605) || c == 0x061C || c == 0x06DD || c == 0x070F ||
-        c == 0x180E || c == 0x110BD || (c >= 0x1BCA0 && c <= 0x1BCA3) ||
-        (c >= 0x1D173 && c <= 0x1D17A) || c == 0xE0001 || (c >= 0xE0020 && c <= 0xE007F))
+    if ((c >= 0x0600 && c <= 0x0605) || c == 0x061C || c == 0x06DD || c == 0x070F || c == 0x180E ||
+        c == 0x110BD || (c >= 0x1BCA0 && c <= 0x1BCA3) || (c >= 0x1D173 && c <= 0x1D17A) ||
+        c == 0xE0001 || (c >= 0xE0020 && c <= 0xE007F))
         return false;
-    if ((c >= 0xD800 && c <= 0xDFFF) || (c >= 0xE000 && c <= 0xF8FF) || c >= 0xF0000)
-        return false;
+    if ((c >= 0xD800 && c <= 0xDFFF) || (c >= 0xE000 && c <= 0xF8FF) || c >= 0xF0000) return false;
     return true;
 }
 
 /* Pairs where upper = even, lower = odd code point, over [lo, hi]. */
 static const uint32_t even_odd[][2] = {
-    {0x0100, 0x012F}, {0x0132, 0x0137}, {0x014A, 0x0177}, {0x01DE, 0x01EF}, {0x01F8, 0x021F},
-    {0x0222, 0x0233}, {0x03D8, 0x03EF}, {0x0460, 0x0481}, {0x048A, 0x04BF}, {0x04D0, 0x052F},
-    {0x1E00, 0x1E95}, {0x1EA0, 0x1EFF},
+    {0x0100, 0x012F}, {0x0132, 0x0137}, {0x014A, 0x0177}, {0x01DE, 0x01EF},
+    {0x01F8, 0x021F}, {0x0222, 0x0233}, {0x03D8, 0x03EF}, {0x0460, 0x0481},
+    {0x048A, 0x04BF}, {0x04D0, 0x052F}, {0x1E00, 0x1E95}, {0x1EA0, 0x1EFF},
 };
 /* Pairs where upper = odd, lower = even. */
 static const uint32_t odd_even[][2] = {
-    {0x0139, 0x0148}, {0x0179, 0x017E}, {0x01CD, 0x01DC}, {0x04C1, 0x04CE},
+    {0x0139, 0x0148},
+    {0x0179, 0x017E},
+    {0x01CD, 0x01DC},
+    {0x04C1, 0x04CE},
 };
 
 static int pair_case(uint32_t c, bool to_upper, uint32_t *out) {
@@ -205,15 +206,16 @@ bool tpl_is_cased_upper(uint32_t c) {
 
 bool tpl_is_digit(uint32_t c) {
     return (c >= '0' && c <= '9') || (c >= 0x660 && c <= 0x669) || (c >= 0x6F0 && c <= 0x6F9) ||
-           (c >= 0x966 && c <= 0x96F) || (c >= 0xFF10 && c <= 0xFF19) || c == 0xB2 ||
-           c == 0xB3 || c == 0xB9;
+           (c >= 0x966 && c <= 0x96F) || (c >= 0xFF10 && c <= 0xFF19) || c == 0xB2 || c == 0xB3 ||
+           c == 0xB9;
 }
 
 /* Letters: ASCII, Latin-1 letters, and (approximately) every code point from U+0100 up that
  * is not in a punctuation, symbol, space or private block. */
 bool tpl_is_alpha(uint32_t c) {
     if (c < 0x80) return (c | 32) >= 'a' && (c | 32) <= 'z';
-    if (c < 0x100) return c == 0xAA || c == 0xB5 || c == 0xBA || (c >= 0xC0 && c != 0xD7 && c != 0xF7);
+    if (c < 0x100)
+        return c == 0xAA || c == 0xB5 || c == 0xBA || (c >= 0xC0 && c != 0xD7 && c != 0xF7);
     if (tpl_is_space(c) || !tpl_is_printable(c)) return false;
     if ((c >= 0x2000 && c <= 0x2BFF) || (c >= 0x3000 && c <= 0x303F) ||
         (c >= 0xFE30 && c <= 0xFE4F) || (c >= 0xFF00 && c <= 0xFF20) ||

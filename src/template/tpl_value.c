@@ -41,8 +41,8 @@ int tv_strc(rctx *c, const char *s, size_t n, tv *out) {
 int sb_put(rctx *c, sbuf *b, const char *s, size_t n) {
     if (n == 0) return 0;
     if (b->n + n > c->max_output)
-        return rt_fail(c, KILN_TEMPLATE_ERR_LIMIT, NULL,
-                       "output limit exceeded (%zu bytes)", c->max_output);
+        return rt_fail(c, KILN_TEMPLATE_ERR_LIMIT, NULL, "output limit exceeded (%zu bytes)",
+                       c->max_output);
     if (b->n + n + 1 > b->cap) {
         size_t nc = b->cap ? b->cap : 64;
         while (nc < b->n + n + 1) nc *= 2;
@@ -111,32 +111,51 @@ tv tv_undef_hint(rctx *c, const char *hint, uint8_t exc) {
 
 const char *tv_type_name(tv v) {
     switch (v.type) {
-    case TV_UNDEF: return "Undefined";
-    case TV_NONE: return "NoneType";
-    case TV_BOOL: return "bool";
-    case TV_INT: return "int";
-    case TV_FLOAT: return "float";
-    case TV_STR: return v.markup ? "Markup" : "str";
+    case TV_UNDEF:
+        return "Undefined";
+    case TV_NONE:
+        return "NoneType";
+    case TV_BOOL:
+        return "bool";
+    case TV_INT:
+        return "int";
+    case TV_FLOAT:
+        return "float";
+    case TV_STR:
+        return v.markup ? "Markup" : "str";
     case TV_LIST:
         switch (v.l->kind) {
-        case L_TUPLE: return "tuple";
-        case L_GEN: return v.l->gen_name && v.l->gen_name[0] == '!' ? v.l->gen_name + 1 : "generator";
-        case L_ITEMS: return "dict_items";
-        case L_KEYS: return "dict_keys";
-        case L_VALUES: return "dict_values";
-        case L_RANGE: return "range";
-        default: return "list";
+        case L_TUPLE:
+            return "tuple";
+        case L_GEN:
+            return v.l->gen_name && v.l->gen_name[0] == '!' ? v.l->gen_name + 1 : "generator";
+        case L_ITEMS:
+            return "dict_items";
+        case L_KEYS:
+            return "dict_keys";
+        case L_VALUES:
+            return "dict_values";
+        case L_RANGE:
+            return "range";
+        default:
+            return "list";
         }
-    case TV_DICT: return "dict";
-    case TV_NS: return "Namespace";
+    case TV_DICT:
+        return "dict";
+    case TV_NS:
+        return "Namespace";
     case TV_FUNC:
         switch (v.fn->kind) {
         case F_MACRO:
-        case F_CALLER: return "Macro";
-        case F_METHOD: return "builtin_function_or_method";
-        default: return "function";
+        case F_CALLER:
+            return "Macro";
+        case F_METHOD:
+            return "builtin_function_or_method";
+        default:
+            return "function";
         }
-    case TV_LOOP: return "LoopContext";
+    case TV_LOOP:
+        return "LoopContext";
     }
     return "object";
 }
@@ -171,8 +190,7 @@ int tv_undef_fail(rctx *c, tv v) {
     if (u->obj.type == TV_UNDEF) return rt_fail(c, kind, exc, "%s is undefined", nb.p);
     char otr[128];
     object_type_repr(u->obj, otr, sizeof otr);
-    if (u->name.type != TV_STR)
-        return rt_fail(c, kind, exc, "%s has no element %s", otr, nb.p);
+    if (u->name.type != TV_STR) return rt_fail(c, kind, exc, "%s has no element %s", otr, nb.p);
     return rt_fail(c, kind, exc, "'%s' has no attribute %s", otr, nb.p);
 }
 
@@ -232,9 +250,15 @@ static int hash_depth(rctx *c, tv v, uint64_t *h, int depth) {
     if (depth > MAX_VALUE_DEPTH)
         return rt_fail(c, KILN_TEMPLATE_ERR_LIMIT, "RecursionError", "value nested too deeply");
     switch (v.type) {
-    case TV_NONE: *h = 0x9e3779b97f4a7c15ULL; return 0;
-    case TV_BOOL: *h = mix64((uint64_t)v.b); return 0;
-    case TV_INT: *h = mix64((uint64_t)v.i); return 0;
+    case TV_NONE:
+        *h = 0x9e3779b97f4a7c15ULL;
+        return 0;
+    case TV_BOOL:
+        *h = mix64((uint64_t)v.b);
+        return 0;
+    case TV_INT:
+        *h = mix64((uint64_t)v.i);
+        return 0;
     case TV_FLOAT:
         if (v.f == floor(v.f) && fabs(v.f) < 9.2e18) {
             *h = mix64((uint64_t)(int64_t)v.f);
@@ -251,7 +275,9 @@ static int hash_depth(rctx *c, tv v, uint64_t *h, int depth) {
         *h = mix64(x);
         return 0;
     }
-    case TV_UNDEF: *h = 0x1234567; return 0;
+    case TV_UNDEF:
+        *h = 0x1234567;
+        return 0;
     case TV_LIST:
         if (v.l->kind == L_TUPLE) {
             uint64_t x = 0x345678;
@@ -269,9 +295,13 @@ static int hash_depth(rctx *c, tv v, uint64_t *h, int depth) {
             return 0;
         }
         break;
-    case TV_DICT: break;
-    case TV_NS: break; /* Namespace defines __eq__-less identity? it is a plain object */
-    default: *h = mix64((uint64_t)(uintptr_t)v.fn); return 0;
+    case TV_DICT:
+        break;
+    case TV_NS:
+        break; /* Namespace defines __eq__-less identity? it is a plain object */
+    default:
+        *h = mix64((uint64_t)(uintptr_t)v.fn);
+        return 0;
     }
     if (v.type == TV_NS) {
         *h = mix64((uint64_t)(uintptr_t)v.d);
@@ -359,8 +389,7 @@ int td_get(rctx *c, const tdict *d, tv k, tv **out) {
 tv *td_get_str(const tdict *d, const char *k, size_t n) {
     for (size_t i = 0; i < d->n; i++) {
         tv key = d->e[i].k;
-        if (key.type == TV_STR && key.s->len == n && memcmp(key.s->s, k, n) == 0)
-            return &d->e[i].v;
+        if (key.type == TV_STR && key.s->len == n && memcmp(key.s->s, k, n) == 0) return &d->e[i].v;
     }
     return NULL;
 }
@@ -371,16 +400,23 @@ tv *td_get_str(const tdict *d, const char *k, size_t n) {
 bool tv_truthy(tv v) {
     switch (v.type) {
     case TV_UNDEF:
-    case TV_NONE: return false;
-    case TV_BOOL: return v.b;
-    case TV_INT: return v.i != 0;
-    case TV_FLOAT: return v.f != 0.0;
-    case TV_STR: return v.s->len != 0;
+    case TV_NONE:
+        return false;
+    case TV_BOOL:
+        return v.b;
+    case TV_INT:
+        return v.i != 0;
+    case TV_FLOAT:
+        return v.f != 0.0;
+    case TV_STR:
+        return v.s->len != 0;
     case TV_LIST:
         if (v.l->kind == L_GEN) return true;
         return v.l->n != 0;
-    case TV_DICT: return v.d->n != 0;
-    default: return true;
+    case TV_DICT:
+        return v.d->n != 0;
+    default:
+        return true;
     }
 }
 
@@ -413,12 +449,15 @@ static bool eq_depth(tv a, tv b, int depth) {
     if (a.type != b.type) return false;
     switch (a.type) {
     case TV_UNDEF:
-    case TV_NONE: return true;
-    case TV_STR: return a.s->len == b.s->len && memcmp(a.s->s, b.s->s, a.s->len) == 0;
+    case TV_NONE:
+        return true;
+    case TV_STR:
+        return a.s->len == b.s->len && memcmp(a.s->s, b.s->s, a.s->len) == 0;
     case TV_LIST: {
         int ka = a.l->kind, kb = b.l->kind;
         if (a.l == b.l) return true;
-        bool seq_a = ka == L_LIST || ka == L_TUPLE || ka == L_RANGE || ka == L_ITEMS || ka == L_KEYS;
+        bool seq_a =
+            ka == L_LIST || ka == L_TUPLE || ka == L_RANGE || ka == L_ITEMS || ka == L_KEYS;
         if (!seq_a || ka != kb) return false;
         if (a.l->n != b.l->n) return false;
         if (ka == L_ITEMS || ka == L_KEYS) { /* set-like views: order does not matter */
@@ -443,15 +482,18 @@ static bool eq_depth(tv a, tv b, int depth) {
         }
         return true;
     }
-    case TV_NS: return a.d == b.d;
-    case TV_LOOP: return a.lp == b.lp;
+    case TV_NS:
+        return a.d == b.d;
+    case TV_LOOP:
+        return a.lp == b.lp;
     case TV_FUNC:
         if (a.fn == b.fn) return true;
         if (a.fn->kind != b.fn->kind || a.fn->id != b.fn->id || a.fn->node != b.fn->node)
             return false;
         if (a.fn->kind == F_METHOD) return eq_depth(a.fn->self, b.fn->self, depth + 1);
         return a.fn->kind == F_BUILTIN;
-    default: return false;
+    default:
+        return false;
     }
 }
 
@@ -466,7 +508,8 @@ static int lt_depth(rctx *c, tv a, tv b, bool *out, int depth) {
         *out = num_cmp(a, b) == -1;
         return 0;
     }
-    if (a.type == TV_UNDEF || b.type == TV_UNDEF) return tv_undef_fail(c, a.type == TV_UNDEF ? a : b);
+    if (a.type == TV_UNDEF || b.type == TV_UNDEF)
+        return tv_undef_fail(c, a.type == TV_UNDEF ? a : b);
     if (a.type == TV_STR && b.type == TV_STR) {
         size_t n = a.s->len < b.s->len ? a.s->len : b.s->len;
         int r = memcmp(a.s->s, b.s->s, n); /* UTF-8 byte order = code point order */
@@ -655,11 +698,17 @@ static int repr_depth(rctx *c, tv v, sbuf *b, bool as_str, int depth) {
                        "maximum recursion depth exceeded while getting the repr of an object");
     char num[48];
     switch (v.type) {
-    case TV_UNDEF: return as_str ? 0 : sb_puts(c, b, "Undefined");
-    case TV_NONE: return sb_puts(c, b, "None");
-    case TV_BOOL: return sb_puts(c, b, v.b ? "True" : "False");
-    case TV_INT: return sb_printf(c, b, "%lld", (long long)v.i);
-    case TV_FLOAT: tpl_fmt_float(v.f, num); return sb_puts(c, b, num);
+    case TV_UNDEF:
+        return as_str ? 0 : sb_puts(c, b, "Undefined");
+    case TV_NONE:
+        return sb_puts(c, b, "None");
+    case TV_BOOL:
+        return sb_puts(c, b, v.b ? "True" : "False");
+    case TV_INT:
+        return sb_printf(c, b, "%lld", (long long)v.i);
+    case TV_FLOAT:
+        tpl_fmt_float(v.f, num);
+        return sb_puts(c, b, num);
     case TV_STR:
         if (as_str) return sb_put(c, b, v.s->s, v.s->len);
         if (v.markup) {
@@ -696,7 +745,8 @@ static int repr_depth(rctx *c, tv v, sbuf *b, bool as_str, int depth) {
             if (sb_putc(c, b, '[') || repr_items(c, v.l, b, depth, 0)) return -1;
             return sb_putc(c, b, ']');
         }
-    case TV_DICT: return repr_dict(c, v.d, b, depth);
+    case TV_DICT:
+        return repr_dict(c, v.d, b, depth);
     case TV_NS:
         if (sb_puts(c, b, "<Namespace ") || repr_dict(c, v.d, b, depth)) return -1;
         return sb_putc(c, b, '>');
@@ -708,14 +758,16 @@ static int repr_depth(rctx *c, tv v, sbuf *b, bool as_str, int depth) {
             const tstr *nm = v.fn->node->macro.name;
             return sb_printf(c, b, "<Macro '%s'>", nm ? nm->s : "caller");
         }
-        case F_CALLER: return sb_puts(c, b, "<Macro 'caller'>");
+        case F_CALLER:
+            return sb_puts(c, b, "<Macro 'caller'>");
         case F_METHOD: {
             char otr[64];
             snprintf(otr, sizeof otr, "%s", tv_type_name(v.fn->self));
             return sb_printf(c, b, "<built-in method %s of %s object at 0x7f0000000000>",
                              tpl_method_name(v.fn->id), otr);
         }
-        default: return sb_puts(c, b, "<function at 0x7f0000000000>");
+        default:
+            return sb_puts(c, b, "<function at 0x7f0000000000>");
         }
     }
     return 0;
@@ -790,16 +842,23 @@ int tv_iterate(rctx *c, tv v, tlist **out) {
 
 int tv_len(rctx *c, tv v, int64_t *out) {
     switch (v.type) {
-    case TV_UNDEF: *out = 0; return 0;
-    case TV_STR: *out = (int64_t)v.s->nchars; return 0;
+    case TV_UNDEF:
+        *out = 0;
+        return 0;
+    case TV_STR:
+        *out = (int64_t)v.s->nchars;
+        return 0;
     case TV_LIST:
         if (v.l->kind != L_GEN) {
             *out = (int64_t)v.l->n;
             return 0;
         }
         break;
-    case TV_DICT: *out = (int64_t)v.d->n; return 0;
-    default: break;
+    case TV_DICT:
+        *out = (int64_t)v.d->n;
+        return 0;
+    default:
+        break;
     }
     return rt_fail(c, KILN_TEMPLATE_ERR_TYPE, "TypeError", "object of type '%s' has no len()",
                    tv_type_name(v));
@@ -812,17 +871,26 @@ static int from_json_depth(rctx *c, const json_t *j, tv *out, int depth) {
     if (depth > MAX_VALUE_DEPTH)
         return rt_fail(c, KILN_TEMPLATE_ERR_LIMIT, NULL, "context nested too deeply");
     switch (json_typeof(j)) {
-    case JSON_NULL: *out = tv_none(); return 0;
-    case JSON_TRUE: *out = tv_bool(true); return 0;
-    case JSON_FALSE: *out = tv_bool(false); return 0;
-    case JSON_INTEGER: *out = tv_int((int64_t)json_integer_value(j)); return 0;
-    case JSON_REAL: *out = tv_float(json_real_value(j)); return 0;
+    case JSON_NULL:
+        *out = tv_none();
+        return 0;
+    case JSON_TRUE:
+        *out = tv_bool(true);
+        return 0;
+    case JSON_FALSE:
+        *out = tv_bool(false);
+        return 0;
+    case JSON_INTEGER:
+        *out = tv_int((int64_t)json_integer_value(j));
+        return 0;
+    case JSON_REAL:
+        *out = tv_float(json_real_value(j));
+        return 0;
     case JSON_STRING: {
         const char *s = json_string_value(j);
         size_t n = json_string_length(j);
-        if (!tpl_utf8_valid(s, n, NULL) || memchr(s, 0, n))
-            return rt_fail(c, KILN_TEMPLATE_ERR_TYPE, NULL,
-                           "context string is not valid UTF-8 or contains NUL");
+        if (!tpl_utf8_valid(s, n, NULL))
+            return rt_fail(c, KILN_TEMPLATE_ERR_TYPE, NULL, "context string is not valid UTF-8");
         return tv_strc(c, s, n, out);
     }
     case JSON_ARRAY: {
@@ -865,13 +933,27 @@ static int json_str(rctx *c, const char *s, size_t n, sbuf *b) {
         char esc[8];
         const char *e = NULL;
         switch (ch) {
-        case '"': e = "\\\""; break;
-        case '\\': e = "\\\\"; break;
-        case '\n': e = "\\n"; break;
-        case '\r': e = "\\r"; break;
-        case '\t': e = "\\t"; break;
-        case '\b': e = "\\b"; break;
-        case '\f': e = "\\f"; break;
+        case '"':
+            e = "\\\"";
+            break;
+        case '\\':
+            e = "\\\\";
+            break;
+        case '\n':
+            e = "\\n";
+            break;
+        case '\r':
+            e = "\\r";
+            break;
+        case '\t':
+            e = "\\t";
+            break;
+        case '\b':
+            e = "\\b";
+            break;
+        case '\f':
+            e = "\\f";
+            break;
         default:
             if (ch < 0x20) {
                 snprintf(esc, sizeof esc, "\\u%04x", ch);
@@ -899,10 +981,15 @@ static int json_newline(rctx *c, const json_opts *o, sbuf *b, int level) {
 static int json_key(rctx *c, tv k, sbuf *b) {
     char num[48];
     switch (k.type) {
-    case TV_STR: return json_str(c, k.s->s, k.s->len, b);
-    case TV_INT: snprintf(num, sizeof num, "\"%lld\"", (long long)k.i); return sb_puts(c, b, num);
-    case TV_BOOL: return sb_puts(c, b, k.b ? "\"true\"" : "\"false\"");
-    case TV_NONE: return sb_puts(c, b, "\"null\"");
+    case TV_STR:
+        return json_str(c, k.s->s, k.s->len, b);
+    case TV_INT:
+        snprintf(num, sizeof num, "\"%lld\"", (long long)k.i);
+        return sb_puts(c, b, num);
+    case TV_BOOL:
+        return sb_puts(c, b, k.b ? "\"true\"" : "\"false\"");
+    case TV_NONE:
+        return sb_puts(c, b, "\"null\"");
     case TV_FLOAT: {
         char f[40];
         if (isnan(k.f))
@@ -938,15 +1025,20 @@ static int to_json_depth(rctx *c, tv v, const json_opts *o, sbuf *b, int level) 
         return rt_fail(c, KILN_TEMPLATE_ERR_LIMIT, "RecursionError", "value nested too deeply");
     char num[48];
     switch (v.type) {
-    case TV_NONE: return sb_put(c, b, "null", 4);
-    case TV_BOOL: return sb_puts(c, b, v.b ? "true" : "false");
-    case TV_INT: snprintf(num, sizeof num, "%lld", (long long)v.i); return sb_puts(c, b, num);
+    case TV_NONE:
+        return sb_put(c, b, "null", 4);
+    case TV_BOOL:
+        return sb_puts(c, b, v.b ? "true" : "false");
+    case TV_INT:
+        snprintf(num, sizeof num, "%lld", (long long)v.i);
+        return sb_puts(c, b, num);
     case TV_FLOAT:
         if (isnan(v.f)) return sb_puts(c, b, "NaN");
         if (isinf(v.f)) return sb_puts(c, b, v.f < 0 ? "-Infinity" : "Infinity");
         tpl_fmt_float(v.f, num);
         return sb_puts(c, b, num);
-    case TV_STR: return json_str(c, v.s->s, v.s->len, b);
+    case TV_STR:
+        return json_str(c, v.s->s, v.s->len, b);
     case TV_LIST:
         if (v.l->kind == L_LIST || v.l->kind == L_TUPLE)
             return json_seq(c, v.l->v, v.l->n, o, b, level);
@@ -983,10 +1075,11 @@ static int to_json_depth(rctx *c, tv v, const json_opts *o, sbuf *b, int level) 
         if (o->indent && json_newline(c, o, b, level)) return -1;
         return sb_putc(c, b, '}');
     }
-    default: break;
+    default:
+        break;
     }
-    return rt_fail(c, KILN_TEMPLATE_ERR_TYPE, "TypeError", "Object of type %s is not JSON serializable",
-                   tv_type_name(v));
+    return rt_fail(c, KILN_TEMPLATE_ERR_TYPE, "TypeError",
+                   "Object of type %s is not JSON serializable", tv_type_name(v));
 }
 
 int tv_to_json(rctx *c, tv v, const json_opts *o, sbuf *b) {

@@ -46,8 +46,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     }
     struct tm now = {.tm_year = 126, .tm_mon = 0, .tm_mday = 15, .tm_hour = 9, .tm_min = 30};
     kiln_template_diag diag;
-    kiln_template_options o = {.now = &now, .max_steps = 20000, .max_output = 1 << 20,
-                               .max_memory = 64 << 20, .diag = &diag};
+    kiln_template_options o = {.now = &now,
+                               .max_steps = 20000,
+                               .max_output = 1 << 20,
+                               .max_memory = 64 << 20,
+                               .diag = &diag};
     char *out = NULL;
     size_t len = 0;
     e.message[0] = 0;

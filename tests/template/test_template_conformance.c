@@ -31,8 +31,10 @@ static void show_diff(const char *got, size_t gl, const char *want, size_t wl) {
     while (i < gl && i < wl && got[i] == want[i]) i++;
     size_t from = i > 60 ? i - 60 : 0;
     fprintf(stderr, "    first difference at byte %zu (got %zu bytes, want %zu)\n", i, gl, wl);
-    fprintf(stderr, "    got:  ...%.*s|%.*s\n", (int)(i - from), got + from, (int)(gl - i > 80 ? 80 : gl - i), got + i);
-    fprintf(stderr, "    want: ...%.*s|%.*s\n", (int)(i - from), want + from, (int)(wl - i > 80 ? 80 : wl - i), want + i);
+    fprintf(stderr, "    got:  ...%.*s|%.*s\n", (int)(i - from), got + from,
+            (int)(gl - i > 80 ? 80 : gl - i), got + i);
+    fprintf(stderr, "    want: ...%.*s|%.*s\n", (int)(i - from), want + from,
+            (int)(wl - i > 80 ? 80 : wl - i), want + i);
 }
 
 int main(void) {
@@ -44,8 +46,12 @@ int main(void) {
     json_t *cases = json_object_get(root, "cases");
     REQUIRE(json_is_array(cases) && json_array_size(cases) > 0);
 
-    struct tm now = {.tm_year = 2026 - 1900, .tm_mon = 0, .tm_mday = 15, .tm_hour = 9,
-                     .tm_min = 30, .tm_sec = 0};
+    struct tm now = {.tm_year = 2026 - 1900,
+                     .tm_mon = 0,
+                     .tm_mday = 15,
+                     .tm_hour = 9,
+                     .tm_min = 30,
+                     .tm_sec = 0};
     const char *names[64];
     int pass[64] = {0}, total[64] = {0}, ntpl = 0;
     int all_pass = 0, all = 0;
