@@ -20,6 +20,7 @@ int kiln_cmd_quantize(int argc, char **argv);
 int kiln_cmd_convert(int argc, char **argv);
 int kiln_cmd_gen_model(int argc, char **argv);
 int kiln_cmd_bench(int argc, char **argv);
+int kiln_cmd_serve(int argc, char **argv);
 
 /** Print "kiln: error: <message>" to stderr and return KILN_EXIT_ERROR. */
 int cli_fail(const kiln_error *err);

@@ -1,4 +1,4 @@
-/* main.c - the kiln command-line tool: kiln run | bench | tokenize | inspect | logits. */
+/* main.c - the kiln command-line tool: kiln run | serve | bench | tokenize | inspect | logits. */
 #include <stdio.h>
 #include <string.h>
 
@@ -13,6 +13,7 @@ static void usage(FILE *f) {
             "commands:\n"
             "  run       generate text from a prompt\n"
             "  bench     serving throughput of the engine at several concurrencies\n"
+            "  serve     OpenAI-compatible HTTP server (completions, chat, SSE, metrics)\n"
             "  tokenize  print the token ids of a text as a JSON array\n"
             "  inspect   print a model file's metadata and tensor table\n"
             "  logits    run one forward over token ids and write the logits (safetensors)\n"
@@ -40,6 +41,7 @@ int main(int argc, char **argv) {
     }
     if (!strcmp(cmd, "run")) return kiln_cmd_run(argc - 1, argv + 1);
     if (!strcmp(cmd, "bench")) return kiln_cmd_bench(argc - 1, argv + 1);
+    if (!strcmp(cmd, "serve")) return kiln_cmd_serve(argc - 1, argv + 1);
     if (!strcmp(cmd, "tokenize")) return kiln_cmd_tokenize(argc - 1, argv + 1);
     if (!strcmp(cmd, "inspect")) return kiln_cmd_inspect(argc - 1, argv + 1);
     if (!strcmp(cmd, "logits")) return kiln_cmd_logits(argc - 1, argv + 1);

@@ -1,0 +1,309 @@
+/*
+ * cmd_serve.c - `kiln serve`: the OpenAI-compatible HTTP server (src/server/server.h).
+ *
+ * The server listens before the model loads (GET /health answers 503 "loading" meanwhile),
+ * then serves until SIGINT or SIGTERM: new connections are refused, in-flight requests get
+ * --shutdown-timeout seconds to finish, the rest are cancelled (their streams still end with
+ * a finish chunk and [DONE]); a second signal cancels at once.
+ */
+#include <getopt.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/cli.h"
+#include "server/server.h"
+#include "util/error.h"
+
+static void serve_usage(FILE *f) {
+    fprintf(
+        f, "usage: kiln serve -m MODEL [options]\n"
+           "\n"
+           "  -m, --model PATH          GGUF file, llama2.c checkpoint, or Hugging Face directory\n"
+           "      --tokenizer FILE      llama2.c tokenizer.bin (default: beside the checkpoint)\n"
+           "      --host ADDR           address to listen on (default 127.0.0.1)\n"
+           "      --port N              TCP port, 0 = any free port (default 8080)\n"
+           "      --api-key KEY         require 'Authorization: Bearer KEY' (default: the\n"
+           "                            KILN_API_KEY environment variable, else none)\n"
+           "      --model-name NAME     model id in /v1/models and responses (default: the\n"
+           "                            file name without extension)\n"
+           "      --max-body BYTES      request body limit (default 8388608)\n"
+           "      --max-connections N   concurrent connections (default 256)\n"
+           "      --timeout S           seconds a client may stay silent while sending a\n"
+           "                            request or between requests (default 30)\n"
+           "      --shutdown-timeout S  seconds in-flight requests get on SIGINT/SIGTERM\n"
+           "                            before they are cancelled (default 5)\n"
+           "  -q, --quiet               no per-request log lines\n"
+           "  -v, --verbose             also log libmicrohttpd's messages\n"
+           "engine limits:\n"
+           "  -t, --threads N           compute threads (default: physical cores)\n"
+           "      --ctx N               positions per sequence (default: the model's)\n"
+           "      --kv-type T           KV cache storage, f32 (default) or f16\n"
+           "      --kv-memory BYTES     KV pool size in bytes\n"
+           "      --kv-tokens N         KV pool size in positions (default: 16 contexts or\n"
+           "                            2 GiB, whichever is smaller)\n"
+           "      --block-size N        positions per KV block (default 16)\n"
+           "      --step-tokens N       tokens per engine step (default 512)\n"
+           "      --prefill-chunk N     prompt tokens per sequence per step\n"
+           "      --max-seqs N          sequences running at once (default 256)\n"
+           "      --max-queue N         requests waiting for admission; more get 503\n"
+           "                            (default 4096)\n");
+}
+
+/* Model name: the file (or directory) name without its extension. */
+static void default_name(const char *path, char *out, size_t cap) {
+    size_t n = strlen(path);
+    while (n > 1 && path[n - 1] == '/') n--;
+    size_t b = n;
+    while (b > 0 && path[b - 1] != '/') b--;
+    snprintf(out, cap, "%.*s", (int)(n - b), path + b);
+    char *dot = strrchr(out, '.');
+    if (dot && dot != out && (!strcmp(dot, ".gguf") || !strcmp(dot, ".bin"))) *dot = '\0';
+}
+
+typedef struct sig_state {
+    sigset_t set;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int signals;
+    kiln_server *srv;
+} sig_state;
+
+/* Waits for SIGINT/SIGTERM: the first wakes the main thread, the second cancels. */
+static void *sig_thread(void *arg) {
+    sig_state *st = arg;
+    for (;;) {
+        int sig = 0;
+        if (sigwait(&st->set, &sig) != 0) continue;
+        pthread_mutex_lock(&st->mu);
+        st->signals++;
+        int n = st->signals;
+        fprintf(stderr, "kiln serve: received %s%s\n", sig == SIGINT ? "SIGINT" : "SIGTERM",
+                n > 1 ? ": cancelling in-flight requests" : "");
+        if (n > 1 && st->srv) kiln_server_cancel_all(st->srv); /* under mu: srv stays alive */
+        pthread_cond_broadcast(&st->cv);
+        pthread_mutex_unlock(&st->mu);
+    }
+    return NULL;
+}
+
+static bool got_signal(sig_state *st) {
+    pthread_mutex_lock(&st->mu);
+    bool r = st->signals > 0;
+    pthread_mutex_unlock(&st->mu);
+    return r;
+}
+
+int kiln_cmd_serve(int argc, char **argv) {
+    static const struct option opts[] = {
+        {"model", required_argument, 0, 'm'},
+        {"tokenizer", required_argument, 0, 'T'},
+        {"host", required_argument, 0, 'H'},
+        {"port", required_argument, 0, 'p'},
+        {"api-key", required_argument, 0, 'k'},
+        {"model-name", required_argument, 0, 'n'},
+        {"max-body", required_argument, 0, 'b'},
+        {"max-connections", required_argument, 0, 'c'},
+        {"timeout", required_argument, 0, 'o'},
+        {"shutdown-timeout", required_argument, 0, 'g'},
+        {"quiet", no_argument, 0, 'q'},
+        {"verbose", no_argument, 0, 'v'},
+        {"threads", required_argument, 0, 't'},
+        {"ctx", required_argument, 0, 'x'},
+        {"kv-type", required_argument, 0, 'K'},
+        {"kv-memory", required_argument, 0, 'B'},
+        {"kv-tokens", required_argument, 0, 'N'},
+        {"block-size", required_argument, 0, 'z'},
+        {"step-tokens", required_argument, 0, 'S'},
+        {"prefill-chunk", required_argument, 0, 'C'},
+        {"max-seqs", required_argument, 0, 's'},
+        {"max-queue", required_argument, 0, 'Q'},
+        {"help", no_argument, 0, 'h'},
+        {0, 0, 0, 0},
+    };
+    const char *model_path = NULL, *model_name = NULL;
+    kiln_model_params lp = {0};
+    kiln_engine_params ep = kiln_engine_default_params();
+    kiln_server_params sp = {.host = "127.0.0.1", .port = 8080};
+    double grace_s = 5;
+    int64_t v;
+    float f;
+    kiln_dtype kv_dtype = KILN_DTYPE_F32;
+    const char *env_key = getenv("KILN_API_KEY");
+    if (env_key && env_key[0]) sp.api_key = env_key;
+    optind = 1;
+    opterr = 0;
+    int c;
+#define INT_OPT(lo, hi, dst, name)                                                                 \
+    do {                                                                                           \
+        if (!cli_parse_i64(optarg, lo, hi, &v))                                                    \
+            return cli_usage_error("serve", "%s must be an integer in [%lld, %lld] (got '%s')",    \
+                                   name, (long long)(lo), (long long)(hi), optarg);                \
+        dst = v;                                                                                   \
+    } while (0)
+    while ((c = getopt_long(argc, argv, ":m:t:qvh", opts, NULL)) != -1) {
+        switch (c) {
+        case 'm':
+            model_path = optarg;
+            break;
+        case 'T':
+            lp.tokenizer_path = optarg;
+            break;
+        case 'H':
+            sp.host = optarg;
+            break;
+        case 'p':
+            INT_OPT(0, 65535, sp.port, "--port");
+            break;
+        case 'k':
+            sp.api_key = optarg;
+            break;
+        case 'n':
+            model_name = optarg;
+            break;
+        case 'b':
+            INT_OPT(1, INT64_MAX, sp.max_body, "--max-body");
+            break;
+        case 'c':
+            INT_OPT(1, 100000, sp.max_connections, "--max-connections");
+            break;
+        case 'o':
+            INT_OPT(1, 86400, sp.timeout_s, "--timeout");
+            break;
+        case 'g':
+            if (!cli_parse_f32(optarg, 0, 86400, &f))
+                return cli_usage_error("serve",
+                                       "--shutdown-timeout must be in [0, 86400] (got "
+                                       "'%s')",
+                                       optarg);
+            grace_s = f;
+            break;
+        case 'q':
+            sp.quiet = true;
+            break;
+        case 'v':
+            sp.verbose = true;
+            break;
+        case 't':
+            INT_OPT(1, 512, ep.n_threads, "--threads");
+            break;
+        case 'x':
+            INT_OPT(1, INT32_MAX, ep.n_ctx, "--ctx");
+            break;
+        case 'K':
+            if (!cli_parse_kv_type(optarg, &kv_dtype))
+                return cli_usage_error("serve", "--kv-type must be f32 or f16 (got '%s')", optarg);
+            ep.kv_type = kv_dtype == KILN_DTYPE_F16 ? KILN_KV_F16 : KILN_KV_F32;
+            break;
+        case 'B':
+            INT_OPT(1, INT64_MAX, ep.kv_memory, "--kv-memory");
+            break;
+        case 'N':
+            INT_OPT(1, INT32_MAX, ep.kv_tokens, "--kv-tokens");
+            break;
+        case 'z':
+            INT_OPT(1, 1 << 16, ep.block_size, "--block-size");
+            break;
+        case 'S':
+            INT_OPT(1, 1 << 20, ep.step_tokens, "--step-tokens");
+            break;
+        case 'C':
+            INT_OPT(1, 1 << 20, ep.prefill_chunk, "--prefill-chunk");
+            break;
+        case 's':
+            INT_OPT(1, 1 << 20, ep.max_seqs, "--max-seqs");
+            break;
+        case 'Q':
+            INT_OPT(1, 1 << 24, ep.max_queue, "--max-queue");
+            break;
+        case 'h':
+            serve_usage(stdout);
+            return 0;
+        case ':':
+            return cli_usage_error("serve", "option '%s' needs a value", argv[optind - 1]);
+        default:
+            return cli_usage_error("serve", "unknown option '%s'", argv[optind - 1]);
+        }
+    }
+#undef INT_OPT
+    if (optind < argc) return cli_usage_error("serve", "unexpected argument '%s'", argv[optind]);
+    if (!model_path) return cli_usage_error("serve", "-m MODEL is required");
+    char name_buf[256];
+    if (!model_name) {
+        default_name(model_path, name_buf, sizeof name_buf);
+        model_name = name_buf;
+    }
+    sp.model_name = model_name;
+
+    /* Signals go to one thread only; every thread started from here on inherits the mask. */
+    static sig_state sigst;
+    sigemptyset(&sigst.set);
+    sigaddset(&sigst.set, SIGINT);
+    sigaddset(&sigst.set, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &sigst.set, NULL);
+    signal(SIGPIPE, SIG_IGN);
+    pthread_mutex_init(&sigst.mu, NULL);
+    pthread_cond_init(&sigst.cv, NULL);
+    pthread_t sth;
+    if (pthread_create(&sth, NULL, sig_thread, &sigst) != 0) {
+        fprintf(stderr, "kiln: error: cannot start the signal thread\n");
+        return KILN_EXIT_ERROR;
+    }
+    pthread_detach(sth);
+
+    int rc = 0;
+    kiln_error err = {0};
+    kiln_server *srv = NULL;
+    kiln_model *m = NULL;
+    kiln_engine *e = NULL;
+    if (kiln_server_start(&sp, &srv, &err) != KILN_OK) {
+        rc = cli_fail(&err);
+        goto done;
+    }
+    pthread_mutex_lock(&sigst.mu);
+    sigst.srv = srv;
+    pthread_mutex_unlock(&sigst.mu);
+    fprintf(stderr, "kiln serve: listening on http://%s%s%s:%d (loading %s)\n",
+            strchr(sp.host, ':') ? "[" : "", sp.host, strchr(sp.host, ':') ? "]" : "",
+            kiln_server_port(srv), model_path);
+    fflush(stderr);
+    double t0 = cli_now_ms();
+    if (kiln_model_load(model_path, &lp, &m, &err) != KILN_OK ||
+        kiln_engine_create(m, &ep, &e, &err) != KILN_OK) {
+        rc = cli_fail(&err);
+        goto done;
+    }
+    if (kiln_server_set_ready(srv, m, e, ep.n_ctx, &err) != KILN_OK) {
+        rc = cli_fail(&err);
+        goto done;
+    }
+    kiln_engine_stats st;
+    kiln_engine_get_stats(e, &st);
+    fprintf(stderr,
+            "kiln serve: ready in %.0f ms: model '%s', %d-token context, KV pool %d blocks of %d, "
+            "max body %zu bytes%s\n",
+            cli_now_ms() - t0, model_name,
+            ep.n_ctx > 0 ? ep.n_ctx
+                         : (kiln_model_n_ctx_train(m) > 0 ? kiln_model_n_ctx_train(m) : 4096),
+            st.kv_blocks_total, st.block_size, sp.max_body ? sp.max_body : (size_t)8 << 20,
+            sp.api_key ? ", API key required" : "");
+    fflush(stderr);
+
+    pthread_mutex_lock(&sigst.mu);
+    while (sigst.signals == 0) pthread_cond_wait(&sigst.cv, &sigst.mu);
+    pthread_mutex_unlock(&sigst.mu);
+done:
+    if (srv) {
+        kiln_server_shutdown(srv, got_signal(&sigst) ? grace_s : 0);
+        pthread_mutex_lock(&sigst.mu);
+        sigst.srv = NULL;
+        pthread_mutex_unlock(&sigst.mu);
+        kiln_server_destroy(srv);
+    }
+    kiln_engine_destroy(e);
+    kiln_model_free(m);
+    if (rc == 0) fprintf(stderr, "kiln serve: stopped\n");
+    return rc;
+}

@@ -1,0 +1,161 @@
+/*
+ * openai.h - the OpenAI API surface of `kiln serve`: request bodies of /v1/completions and
+ * /v1/chat/completions parsed and validated into a kiln_request, and the response bodies
+ * (whole responses, SSE chunks, errors) built from engine events.
+ *
+ * Semantics follow the OpenAI API reference ("Completions", "Chat Completions", "Streaming",
+ * "Error codes"), with vLLM's extensions of the same endpoints (top_k, min_p,
+ * repetition_penalty, ignore_eos, stop_token_ids, add_special_tokens, add_generation_prompt,
+ * chat_template_kwargs). Unknown fields are ignored. Nothing here does I/O.
+ */
+#ifndef KILN_SERVER_OPENAI_H
+#define KILN_SERVER_OPENAI_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include <jansson.h>
+
+#include "kiln.h"
+#include "model/model.h"
+#include "server/srv_util.h"
+
+/** An error in OpenAI's shape {"error": {"message", "type", "param", "code"}}. */
+typedef struct srv_error {
+    int http_status;  /* 400, 401, 404, 405, 413, 500, 503 */
+    const char *type; /* "invalid_request_error", "server_error", ... (static) */
+    const char *code; /* NULL = JSON null (static) */
+    char param[64];   /* "" = JSON null */
+    char message[1100];
+} srv_error;
+
+/** Fill e and return false (for `return srv_fail(e, ...)`). param may be NULL. */
+bool srv_fail(srv_error *e, int http_status, const char *type, const char *code, const char *param,
+              const char *fmt, ...) __attribute__((format(printf, 6, 7)));
+
+/** The JSON body of an error (malloc'd, NUL-terminated). NULL on allocation failure. */
+char *srv_error_json(const srv_error *e, size_t *len);
+
+typedef enum srv_kind {
+    SRV_COMPLETION = 0, /* /v1/completions */
+    SRV_CHAT = 1,       /* /v1/chat/completions */
+} srv_kind;
+
+/** A parsed generation request. Pointers into `root` stay valid until srv_gen_free. */
+typedef struct srv_gen {
+    srv_kind kind;
+    json_t *root; /* the request body */
+
+    /* Completions: a text prompt (borrowed from root) or token ids (owned). */
+    const char *prompt_text;
+    size_t prompt_len;
+    int32_t *prompt_ids;
+    int32_t n_prompt_ids;
+    bool add_special; /* add BOS/EOS to a text prompt (completions default true, chat false) */
+
+    /* Chat: messages normalised for the template (owned): content parts joined, the
+     * "developer" role renamed "system". tools/kwargs borrowed from root (NULL = absent). */
+    json_t *messages;
+    json_t *tools;
+    json_t *template_kwargs;
+    bool add_generation_prompt;
+
+    /* Generation settings; prompt fields are filled by the caller before submitting. */
+    kiln_request req;
+    bool max_tokens_set; /* max_tokens / max_completion_tokens given */
+    const char *stop[KILN_MAX_STOP_STRINGS];
+    int32_t stop_ids[64];
+    int32_t *bias_ids;
+    float *bias_values;
+
+    /* Output options. */
+    bool stream;
+    bool include_usage;
+    bool logprobs;        /* report token logprobs */
+    int32_t top_logprobs; /* alternatives per token, 0..20 */
+} srv_gen;
+
+/**
+ * Parse and validate a request body. n_vocab bounds token ids (prompt arrays, logit_bias,
+ * stop_token_ids); gen (may be NULL) gives the model's sampling defaults, applied to fields
+ * the request omits (generation_config.json semantics: do_sample false = greedy).
+ * A request without `seed` gets a random one. On failure fills e (400; param names the
+ * field) and leaves g empty. g must be freed with srv_gen_free either way.
+ */
+bool srv_gen_parse(srv_kind kind, const char *body, size_t len, int32_t n_vocab,
+                   const kiln_gen_defaults *gen, srv_gen *g, srv_error *e);
+
+void srv_gen_free(srv_gen *g);
+
+/** One generated token with its logprobs, as the engine reported it. */
+typedef struct srv_tok {
+    int32_t token;
+    float logprob;
+    int32_t n_top;
+    kiln_token_logprob top[KILN_MAX_TOP_LOGPROBS];
+} srv_tok;
+
+/** What every response of one request shares. */
+typedef struct srv_resp_info {
+    srv_kind kind;
+    const char *id;      /* "cmpl-..." / "chatcmpl-..." */
+    int64_t created;     /* Unix seconds */
+    const char *model;   /* served model name */
+    const kiln_model *m; /* token pieces */
+    bool logprobs;
+    int32_t top_logprobs;
+    bool include_usage;
+} srv_resp_info;
+
+/** OpenAI's finish_reason for an engine finish: "stop", "length", or "abort" for a request
+ *  the server cancelled (shutdown). */
+const char *srv_finish_reason(kiln_finish_reason r);
+
+/**
+ * A whole (non-streamed) response: text_completion or chat.completion with one choice,
+ * logprobs (when asked) for toks[0..n_toks) and usage with
+ * prompt_tokens_details.cached_tokens = 0. Returns a malloc'd JSON string, NULL on
+ * allocation failure.
+ */
+char *srv_response_json(const srv_resp_info *ri, const char *text, size_t text_len,
+                        const srv_tok *toks, int32_t n_toks, kiln_finish_reason finish,
+                        const kiln_usage *usage, size_t *len);
+
+/**
+ * Append one SSE event "data: {...}\n\n" to out:
+ *   srv_sse_role:   chat only: delta {"role":"assistant","content":""}, the first chunk;
+ *   srv_sse_text:   a text delta with the logprobs of toks[0..n_toks) (text may be empty
+ *                   when only logprobs are sent); *text_offset (completions' text_offset, in
+ *                   code points since the start of the completion) advances;
+ *   srv_sse_finish: the last choice chunk: empty delta/text and finish_reason, carrying the
+ *                   logprobs of tokens whose text was never sent (held back, then dropped);
+ *   srv_sse_usage:  when include_usage: "choices": [] and usage;
+ *   srv_sse_done:   "data: [DONE]\n\n".
+ * With include_usage every choice chunk carries "usage": null, as OpenAI sends it.
+ * Return false on allocation failure.
+ */
+bool srv_sse_role(const srv_resp_info *ri, srv_buf *out);
+bool srv_sse_text(const srv_resp_info *ri, const char *text, size_t len, const srv_tok *toks,
+                  int32_t n_toks, int64_t *text_offset, srv_buf *out);
+bool srv_sse_finish(const srv_resp_info *ri, kiln_finish_reason finish, const srv_tok *toks,
+                    int32_t n_toks, int64_t *text_offset, srv_buf *out);
+bool srv_sse_usage(const srv_resp_info *ri, const kiln_usage *usage, srv_buf *out);
+bool srv_sse_done(srv_buf *out);
+/** An error inside an already started stream: data: {"error": {...}}. */
+bool srv_sse_error(const srv_error *e, srv_buf *out);
+
+/**
+ * Logprobs in OpenAI's shape for toks[0..n): completions
+ * {"tokens", "token_logprobs", "top_logprobs": [{piece: logprob}], "text_offset"} (offsets
+ * start at *text_offset, which advances by each token's code points); chat
+ * {"content": [{"token", "logprob", "bytes", "top_logprobs": [{"token","logprob","bytes"}]}]}.
+ * A token's string is its piece with invalid UTF-8 replaced by U+FFFD; "bytes" holds the
+ * piece's real bytes. New reference; NULL on allocation failure.
+ */
+json_t *srv_logprobs_json(const srv_resp_info *ri, const srv_tok *toks, int32_t n,
+                          int64_t *text_offset);
+
+/** json_dumps with the server's settings (compact, 9 significant digits for reals). */
+char *srv_json_dump(const json_t *j, size_t *len);
+
+#endif

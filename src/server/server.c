@@ -1,0 +1,965 @@
+/*
+ * server.c - the HTTP side of `kiln serve` (see server.h): libmicrohttpd daemon, routing,
+ * request bodies, generation requests (whole or SSE), and the graceful shutdown.
+ *
+ * Threading: libmicrohttpd runs one thread per connection; the access handler, the SSE
+ * content reader and the request-completed callback of a connection all run on that thread,
+ * so a request's state (srv_req) needs no lock. A generation blocks its connection thread
+ * while it waits for engine events; a client that goes away meanwhile is noticed by the
+ * disconnect watcher (watch.h), which cancels the stream so the wait ends within one engine
+ * step. While a generation runs, the connection's idle timeout is off (the client is not
+ * silent, the engine is); it is restored when the request completes.
+ */
+#include "server/server.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <microhttpd.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "model/model.h"
+#include "server/metrics.h"
+#include "server/openai.h"
+#include "server/prompt.h"
+#include "server/srv_util.h"
+#include "server/watch.h"
+#include "tokenizer/tokenizer.h"
+#include "util/error.h"
+
+#define SRV_DEFAULT_MAX_BODY  ((size_t)8 << 20)
+#define SRV_DEFAULT_MAX_CONN  256
+#define SRV_DEFAULT_TIMEOUT_S 30
+#define SRV_SSE_BLOCK         (16 * 1024)
+#define SRV_WAIT_MS           200
+
+/* Routes; the values index srv_endpoint_names (metrics.c). */
+enum {
+    ROUTE_NONE = 0,
+    ROUTE_COMPLETIONS,
+    ROUTE_CHAT,
+    ROUTE_MODELS,
+    ROUTE_HEALTH,
+    ROUTE_METRICS,
+    ROUTE_TOKENIZE,
+    ROUTE_DETOKENIZE,
+};
+
+enum { STATE_LOADING = 0, STATE_READY = 1, STATE_DRAINING = 2 };
+
+struct kiln_server {
+    char *host, *api_key, *model_name;
+    size_t max_body;
+    int32_t max_conn, timeout_s;
+    bool quiet, verbose;
+    FILE *log;
+    int listen_fd;
+    int port;
+    struct MHD_Daemon *d;
+    int64_t started_at; /* Unix seconds */
+
+    atomic_int state;
+    const kiln_model *m;
+    kiln_engine *e;
+    int32_t n_ctx, n_vocab;
+    int32_t kv_blocks_total, block_size;
+    srv_chat chat;
+
+    srv_metrics metrics;
+    srv_watch *watch;
+    atomic_bool force_cancel;
+    atomic_int in_flight;
+    pthread_mutex_t shut_mu;
+    bool shut_down;
+};
+
+typedef struct srv_req {
+    kiln_server *s;
+    struct MHD_Connection *conn;
+    int route;
+    char method[12];
+    char path[160];
+    char id[48];
+    double t_start;
+    srv_buf body;
+    bool too_large;
+    bool responded;
+    int status;
+    char err_msg[200];
+
+    /* generation */
+    bool is_gen;
+    srv_gen gen;
+    srv_resp_info ri;
+    kiln_stream *stream;
+    int64_t watch_h;
+    bool counted; /* in s->in_flight */
+    int32_t n_prompt;
+    srv_buf text;  /* whole responses: the completion text */
+    srv_tok *toks; /* tokens with logprobs not yet reported */
+    int32_t n_toks, cap_toks;
+    int64_t text_offset;
+    int32_t n_tokens; /* TOKEN events seen */
+    double t_first, t_last;
+    bool finished, client_gone, timeout_off;
+    kiln_finish_reason finish;
+    kiln_usage usage;
+    kiln_status fin_status;
+    char fin_message[300];
+
+    /* SSE */
+    srv_buf out;
+    size_t out_off;
+} srv_req;
+
+/* ------------------------------------------------------------------------------------ */
+/* Logging.                                                                              */
+
+static void srv_log(kiln_server *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void srv_log(kiln_server *s, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    flockfile(s->log);
+    fputs("kiln serve: ", s->log);
+    vfprintf(s->log, fmt, ap);
+    fputc('\n', s->log);
+    funlockfile(s->log);
+    fflush(s->log);
+    va_end(ap);
+}
+
+static void mhd_logger(void *cls, const char *fmt, va_list ap) {
+    kiln_server *s = cls;
+    if (!s->verbose) return;
+    flockfile(s->log);
+    fputs("kiln serve: http: ", s->log);
+    vfprintf(s->log, fmt, ap);
+    funlockfile(s->log);
+    fflush(s->log);
+}
+
+/* ------------------------------------------------------------------------------------ */
+/* Responses.                                                                            */
+
+static enum MHD_Result queue_body(srv_req *r, int status, const char *ctype, char *body, size_t len,
+                                  bool close) {
+    if (!body) return MHD_NO;
+    struct MHD_Response *resp = MHD_create_response_from_buffer(len, body, MHD_RESPMEM_MUST_FREE);
+    if (!resp) {
+        free(body);
+        return MHD_NO;
+    }
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, ctype);
+    if (close) MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
+    if (status == 503) MHD_add_response_header(resp, MHD_HTTP_HEADER_RETRY_AFTER, "1");
+    enum MHD_Result ret = MHD_queue_response(r->conn, (unsigned)status, resp);
+    MHD_destroy_response(resp);
+    r->responded = true;
+    r->status = status;
+    return ret;
+}
+
+static enum MHD_Result queue_json(srv_req *r, int status, json_t *j) {
+    size_t len = 0;
+    char *s = j ? srv_json_dump(j, &len) : NULL;
+    json_decref(j);
+    return queue_body(r, status, "application/json", s, len, false);
+}
+
+static enum MHD_Result queue_error(srv_req *r, const srv_error *e) {
+    size_t len = 0;
+    char *s = srv_error_json(e, &len);
+    snprintf(r->err_msg, sizeof r->err_msg, "%.190s", e->message);
+    /* After a 413 or an early answer the unread body makes the connection unusable. */
+    bool close = e->http_status == 413 || atomic_load(&r->s->state) == STATE_DRAINING;
+    return queue_body(r, e->http_status, "application/json", s, len, close);
+}
+
+static enum MHD_Result fail(srv_req *r, int status, const char *type, const char *code,
+                            const char *param, const char *fmt, ...)
+    __attribute__((format(printf, 6, 7)));
+static enum MHD_Result fail(srv_req *r, int status, const char *type, const char *code,
+                            const char *param, const char *fmt, ...) {
+    srv_error e = {.http_status = status, .type = type, .code = code};
+    snprintf(e.param, sizeof e.param, "%s", param ? param : "");
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(e.message, sizeof e.message, fmt, ap);
+    va_end(ap);
+    return queue_error(r, &e);
+}
+
+/* ------------------------------------------------------------------------------------ */
+/* Simple routes.                                                                        */
+
+static json_t *model_object(kiln_server *s) {
+    return json_pack("{s:s, s:s, s:I, s:s, s:i}", "id", s->model_name, "object", "model", "created",
+                     (json_int_t)s->started_at, "owned_by", "kiln", "max_model_len", s->n_ctx);
+}
+
+static enum MHD_Result route_models(srv_req *r, const char *url) {
+    kiln_server *s = r->s;
+    const char *sub = url + strlen("/v1/models");
+    if (*sub == '/' && sub[1]) {
+        if (strcmp(sub + 1, s->model_name) != 0)
+            return fail(r, 404, "invalid_request_error", "model_not_found", "model",
+                        "The model '%.100s' does not exist", sub + 1);
+        return queue_json(r, 200, model_object(s));
+    }
+    return queue_json(r, 200, json_pack("{s:s, s:[o]}", "object", "list", "data", model_object(s)));
+}
+
+static enum MHD_Result route_health(srv_req *r) {
+    int st = atomic_load(&r->s->state);
+    const char *what = st == STATE_READY ? "ok" : st == STATE_LOADING ? "loading" : "draining";
+    return queue_json(r, st == STATE_READY ? 200 : 503, json_pack("{s:s}", "status", what));
+}
+
+static enum MHD_Result route_metrics(srv_req *r) {
+    kiln_server *s = r->s;
+    kiln_engine_stats st;
+    bool ready = atomic_load(&s->state) != STATE_LOADING;
+    if (ready) kiln_engine_get_stats(s->e, &st);
+    srv_buf b = {0};
+    srv_metrics_render(&s->metrics, ready ? &st : NULL, &b);
+    srv_buf_addf(&b,
+                 "# HELP kiln_server_requests_in_flight Generation requests being served.\n"
+                 "# TYPE kiln_server_requests_in_flight gauge\n"
+                 "kiln_server_requests_in_flight %d\n",
+                 atomic_load(&s->in_flight));
+    if (b.oom) {
+        srv_buf_free(&b);
+        return fail(r, 500, "server_error", NULL, NULL, "out of memory (metrics)");
+    }
+    char *p = b.p;
+    size_t n = b.len;
+    if (!p) return MHD_NO;
+    return queue_body(r, 200, "text/plain; version=0.0.4; charset=utf-8", p, n, false);
+}
+
+static enum MHD_Result route_tokenize(srv_req *r) {
+    kiln_server *s = r->s;
+    srv_error e = {0};
+    srv_gen g;
+    json_error_t je;
+    json_t *root = json_loadb(r->body.p ? r->body.p : "", r->body.len, 0, &je);
+    bool chat = root && json_is_object(root) && json_object_get(root, "messages");
+    json_decref(root);
+    bool ok = srv_gen_parse(chat ? SRV_CHAT : SRV_COMPLETION, r->body.p, r->body.len, s->n_vocab,
+                            NULL, &g, &e);
+    int32_t *ids = NULL, n = 0;
+    if (ok) ok = srv_prompt_ids(&s->chat, s->m, &g, &ids, &n, &e);
+    if (!ok) {
+        srv_gen_free(&g);
+        return queue_error(r, &e);
+    }
+    bool strs = json_is_true(json_object_get(g.root, "return_token_strs"));
+    json_t *arr = json_array(), *sarr = strs ? json_array() : NULL;
+    for (int32_t i = 0; arr && i < n; i++) {
+        json_array_append_new(arr, json_integer(ids[i]));
+        if (sarr) {
+            char buf[256];
+            size_t len = kiln_model_token_piece(s->m, ids[i], buf, sizeof buf);
+            srv_buf rb = {0};
+            srv_utf8_repair(buf, len < sizeof buf ? len : sizeof buf, &rb);
+            json_array_append_new(sarr, json_stringn(rb.p ? rb.p : "", rb.len));
+            srv_buf_free(&rb);
+        }
+    }
+    free(ids);
+    srv_gen_free(&g);
+    json_t *o = json_pack("{s:i, s:i, s:o?}", "count", n, "max_model_len", s->n_ctx, "tokens", arr);
+    if (o && sarr)
+        json_object_set_new(o, "token_strs", sarr);
+    else
+        json_decref(sarr);
+    return queue_json(r, 200, o);
+}
+
+static enum MHD_Result route_detokenize(srv_req *r) {
+    kiln_server *s = r->s;
+    json_error_t je;
+    json_t *root = json_loadb(r->body.p ? r->body.p : "", r->body.len, 0, &je);
+    if (!root)
+        return fail(r, 400, "invalid_request_error", NULL, NULL,
+                    "the request body is not valid JSON: %s (line %d, column %d)", je.text, je.line,
+                    je.column);
+    json_t *toks = json_is_object(root) ? json_object_get(root, "tokens") : NULL;
+    if (!json_is_array(toks)) {
+        json_decref(root);
+        return fail(r, 400, "invalid_request_error", NULL, "tokens",
+                    "'tokens' must be an array of token ids");
+    }
+    if (!s->m->tokenizer) {
+        json_decref(root);
+        return fail(r, 400, "invalid_request_error", NULL, NULL, "the model has no tokenizer");
+    }
+    kiln_detok *d = NULL;
+    kiln_error err = {0};
+    srv_buf out = {0};
+    srv_buf_add(&out, "", 0);
+    enum MHD_Result ret;
+    if (kiln_detok_create(s->m->tokenizer, &d, &err) != KILN_OK) {
+        ret = fail(r, 500, "server_error", NULL, NULL, "%s", err.message);
+        goto done;
+    }
+    for (size_t i = 0; i < json_array_size(toks); i++) {
+        json_t *t = json_array_get(toks, i);
+        if (!json_is_integer(t) || json_integer_value(t) < 0 ||
+            json_integer_value(t) >= s->n_vocab) {
+            ret = fail(r, 400, "invalid_request_error", NULL, "tokens",
+                       "'tokens' element %zu is not a token id in [0, %d)", i, s->n_vocab);
+            goto done;
+        }
+        const char *text;
+        size_t len;
+        if (kiln_detok_push(d, (int32_t)json_integer_value(t), &text, &len, &err) != KILN_OK) {
+            ret = fail(r, 500, "server_error", NULL, NULL, "%s", err.message);
+            goto done;
+        }
+        srv_buf_add(&out, text, len);
+    }
+    const char *text;
+    size_t len;
+    if (kiln_detok_flush(d, &text, &len, &err) == KILN_OK) srv_buf_add(&out, text, len);
+    if (out.oom) {
+        ret = fail(r, 500, "server_error", NULL, NULL, "out of memory");
+        goto done;
+    }
+    srv_buf fixed = {0};
+    srv_utf8_repair(out.p, out.len, &fixed);
+    ret = queue_json(r, 200, json_pack("{s:s%}", "prompt", fixed.p ? fixed.p : "", fixed.len));
+    srv_buf_free(&fixed);
+done:
+    kiln_detok_destroy(d);
+    srv_buf_free(&out);
+    json_decref(root);
+    return ret;
+}
+
+/* ------------------------------------------------------------------------------------ */
+/* Generation.                                                                           */
+
+static bool push_tok(srv_req *r, const kiln_event *ev) {
+    if (r->n_toks == r->cap_toks) {
+        int32_t cap = r->cap_toks ? r->cap_toks * 2 : 64;
+        srv_tok *t = realloc(r->toks, (size_t)cap * sizeof *t);
+        if (!t) return false;
+        r->toks = t;
+        r->cap_toks = cap;
+    }
+    srv_tok *t = &r->toks[r->n_toks++];
+    t->token = ev->token;
+    t->logprob = ev->logprob;
+    t->n_top = ev->n_top_logprobs;
+    if (t->n_top > KILN_MAX_TOP_LOGPROBS) t->n_top = KILN_MAX_TOP_LOGPROBS;
+    if (t->n_top > 0) memcpy(t->top, ev->top_logprobs, (size_t)t->n_top * sizeof t->top[0]);
+    return true;
+}
+
+/* Take one event into the request's state; for streams, append its SSE chunks to r->out.
+ * Returns false on allocation failure. */
+static bool take_event(srv_req *r, const kiln_event *ev) {
+    kiln_server *s = r->s;
+    double now = srv_now_ms();
+    switch (ev->type) {
+    case KILN_EVENT_TOKEN:
+        if (r->n_tokens == 0) {
+            r->t_first = now;
+            srv_metrics_ttft(&s->metrics, (now - r->t_start) / 1e3);
+        } else {
+            srv_metrics_itl(&s->metrics, (now - r->t_last) / 1e3);
+        }
+        r->t_last = now;
+        r->n_tokens++;
+        if (r->gen.logprobs) return push_tok(r, ev);
+        return true;
+    case KILN_EVENT_TEXT:
+        if (!r->gen.stream) return srv_buf_add(&r->text, ev->text, ev->text_len);
+        {
+            bool ok = srv_sse_text(&r->ri, ev->text, ev->text_len, r->toks, r->n_toks,
+                                   &r->text_offset, &r->out);
+            r->n_toks = 0;
+            return ok;
+        }
+    case KILN_EVENT_FINISH:
+        r->finished = true;
+        r->finish = ev->finish_reason;
+        r->usage = ev->usage;
+        r->fin_status = ev->status;
+        snprintf(r->fin_message, sizeof r->fin_message, "%s", ev->message ? ev->message : "");
+        if (ev->finish_reason == KILN_FINISH_CANCELLED && srv_watch_hungup(s->watch, r->watch_h))
+            r->client_gone = true;
+        srv_metrics_generation(&s->metrics, ev->usage.prompt_tokens, ev->usage.completion_tokens,
+                               ev->finish_reason, (now - r->t_start) / 1e3);
+        if (r->gen.stream && !r->client_gone) {
+            if (ev->finish_reason == KILN_FINISH_ERROR) {
+                srv_error e = {.http_status = 500, .type = "server_error"};
+                snprintf(e.message, sizeof e.message, "%s", r->fin_message);
+                return srv_sse_error(&e, &r->out) && srv_sse_done(&r->out);
+            }
+            int64_t off = r->text_offset;
+            bool ok = srv_sse_finish(&r->ri, r->finish, r->toks, r->n_toks, &off, &r->out) &&
+                      srv_sse_usage(&r->ri, &r->usage, &r->out) && srv_sse_done(&r->out);
+            r->n_toks = 0;
+            return ok;
+        }
+        return true;
+    default:
+        return true;
+    }
+}
+
+/* Wait for the next event (timeout_ms < 0: until one comes). False when none came. */
+static bool next_event(srv_req *r, int64_t timeout_ms, kiln_event *ev) {
+    kiln_server *s = r->s;
+    for (;;) {
+        kiln_error err = {0};
+        int64_t t = timeout_ms < 0 || timeout_ms > SRV_WAIT_MS ? SRV_WAIT_MS : timeout_ms;
+        if (kiln_stream_next(r->stream, t, ev, &err) != KILN_OK) return false;
+        if (ev->type != KILN_EVENT_NONE) return true;
+        if (kiln_stream_finished(r->stream) && r->finished) return false;
+        if (atomic_load(&s->force_cancel)) kiln_stream_cancel(r->stream);
+        if (timeout_ms >= 0) return false;
+    }
+}
+
+static ssize_t sse_reader(void *cls, uint64_t pos, char *buf, size_t max) {
+    srv_req *r = cls;
+    (void)pos;
+    for (;;) {
+        if (r->client_gone) return MHD_CONTENT_READER_END_WITH_ERROR;
+        if (r->out.len > r->out_off) {
+            size_t n = r->out.len - r->out_off;
+            if (n > max) n = max;
+            memcpy(buf, r->out.p + r->out_off, n);
+            r->out_off += n;
+            if (r->out_off == r->out.len) {
+                srv_buf_reset(&r->out);
+                r->out_off = 0;
+            }
+            return (ssize_t)n;
+        }
+        if (r->finished) return MHD_CONTENT_READER_END_OF_STREAM;
+        kiln_event ev;
+        if (!next_event(r, -1, &ev)) return MHD_CONTENT_READER_END_WITH_ERROR;
+        if (!take_event(r, &ev)) return MHD_CONTENT_READER_END_WITH_ERROR;
+        /* Batch what is already there (one write for several tokens under load). */
+        while (!r->finished && r->out.len < SRV_SSE_BLOCK && next_event(r, 0, &ev))
+            if (!take_event(r, &ev)) return MHD_CONTENT_READER_END_WITH_ERROR;
+        if (r->out.oom) return MHD_CONTENT_READER_END_WITH_ERROR;
+    }
+}
+
+static enum MHD_Result finish_error(srv_req *r) {
+    if (r->fin_status == KILN_ERR_CONTEXT_OVER_BUDGET)
+        return fail(r, 400, "invalid_request_error", "context_over_budget", NULL, "%s",
+                    r->fin_message);
+    return fail(r, 500, "server_error", NULL, NULL, "%s",
+                r->fin_message[0] ? r->fin_message : "generation failed");
+}
+
+static enum MHD_Result route_generate(srv_req *r) {
+    kiln_server *s = r->s;
+    srv_kind kind = r->route == ROUTE_CHAT ? SRV_CHAT : SRV_COMPLETION;
+    srv_error e = {0};
+    r->is_gen = true;
+    if (!srv_gen_parse(kind, r->body.p, r->body.len, s->n_vocab, &s->m->gen, &r->gen, &e))
+        return queue_error(r, &e);
+    srv_gen *g = &r->gen;
+    int32_t *ids = NULL, n = 0;
+    if (!srv_prompt_ids(&s->chat, s->m, g, &ids, &n, &e)) return queue_error(r, &e);
+    r->n_prompt = n;
+
+    /* Budget: prompt + max_tokens - 1 positions must fit the context and the KV pool. */
+    int64_t pool = (int64_t)s->kv_blocks_total * s->block_size;
+    int64_t limit = pool < s->n_ctx ? pool : s->n_ctx;
+    int64_t max_tokens = g->req.max_tokens;
+    if (!g->max_tokens_set) {
+        max_tokens = limit - n + 1;
+        if (kind == SRV_COMPLETION && max_tokens > 16) max_tokens = 16; /* OpenAI's default */
+    }
+    int64_t need = (int64_t)n + (max_tokens > 0 ? max_tokens : 1) - 1;
+    if (max_tokens < 1 || need > s->n_ctx) {
+        free(ids);
+        return fail(r, 400, "invalid_request_error", "context_over_budget",
+                    g->max_tokens_set ? "max_tokens" : (kind == SRV_CHAT ? "messages" : "prompt"),
+                    "This model's maximum context length is %d tokens. However, you requested "
+                    "%lld tokens (%d in the prompt, %lld for the completion).",
+                    s->n_ctx, (long long)(n + (max_tokens > 0 ? max_tokens : 0)), n,
+                    (long long)(max_tokens > 0 ? max_tokens : 0));
+    }
+    if (s->block_size > 0 && (need + s->block_size - 1) / s->block_size > s->kv_blocks_total) {
+        free(ids);
+        return fail(r, 400, "invalid_request_error", "context_over_budget", "max_tokens",
+                    "The request needs %lld KV positions (%d in the prompt, %lld for the "
+                    "completion), more than the server's whole KV cache (%lld positions).",
+                    (long long)need, n, (long long)max_tokens, (long long)pool);
+    }
+    g->req.max_tokens = (int32_t)max_tokens;
+    g->req.prompt_ids = ids;
+    g->req.n_prompt_ids = n;
+    g->req.prompt = NULL;
+
+    srv_make_id(kind == SRV_CHAT ? "chatcmpl-" : "cmpl-", r->id, sizeof r->id);
+    r->ri = (srv_resp_info){.kind = kind,
+                            .id = r->id,
+                            .created = (int64_t)time(NULL),
+                            .model = s->model_name,
+                            .m = s->m,
+                            .logprobs = g->logprobs,
+                            .top_logprobs = g->top_logprobs,
+                            .include_usage = g->include_usage};
+
+    /* The engine is now in charge of time: no idle timeout until the response is done. */
+    MHD_set_connection_option(r->conn, MHD_CONNECTION_OPTION_TIMEOUT, 0u);
+    r->timeout_off = true;
+    atomic_fetch_add(&s->in_flight, 1);
+    r->counted = true;
+
+    kiln_error err = {0};
+    kiln_status st = kiln_engine_submit(s->e, &g->req, &r->stream, &err);
+    free(ids);
+    g->req.prompt_ids = NULL;
+    if (st != KILN_OK) {
+        r->stream = NULL;
+        if (st == KILN_ERR_QUEUE_FULL)
+            return fail(r, 503, "server_error", "queue_full", NULL,
+                        "The server is busy: its request queue is full. Retry later. (%s)",
+                        err.message);
+        if (st == KILN_ERR_CANCELLED)
+            return fail(r, 503, "server_error", "shutting_down", NULL, "%s", err.message);
+        if (st == KILN_ERR_CONTEXT_OVER_BUDGET)
+            return fail(r, 400, "invalid_request_error", "context_over_budget", NULL, "%s",
+                        err.message);
+        if (st == KILN_ERR_INVALID_ARGUMENT || st == KILN_ERR_NOT_FOUND)
+            return fail(r, 400, "invalid_request_error", NULL, NULL, "%s", err.message);
+        return fail(r, 500, "server_error", NULL, NULL, "%s", err.message);
+    }
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+    r->watch_h = srv_watch_add(s->watch, ci ? ci->connect_fd : -1, r->stream);
+    if (atomic_load(&s->force_cancel)) kiln_stream_cancel(r->stream);
+
+    kiln_event ev;
+    if (!g->stream) {
+        while (!r->finished) {
+            if (!next_event(r, -1, &ev) || !take_event(r, &ev)) {
+                kiln_stream_cancel(r->stream);
+                return MHD_NO;
+            }
+        }
+        if (r->client_gone) return MHD_NO;
+        if (r->finish == KILN_FINISH_ERROR) return finish_error(r);
+        if (r->text.oom) return MHD_NO;
+        size_t len = 0;
+        char *body = srv_response_json(&r->ri, r->text.p ? r->text.p : "", r->text.len, r->toks,
+                                       r->n_toks, r->finish, &r->usage, &len);
+        return queue_body(r, 200, "application/json", body, len, false);
+    }
+
+    /* Streaming: wait for the first event so that a request that fails at admission still
+     * gets a proper status instead of a broken stream. */
+    if (!next_event(r, -1, &ev)) {
+        kiln_stream_cancel(r->stream);
+        return MHD_NO;
+    }
+    if (ev.type == KILN_EVENT_FINISH && ev.finish_reason == KILN_FINISH_ERROR) {
+        take_event(r, &ev);
+        return finish_error(r);
+    }
+    if (!srv_sse_role(&r->ri, &r->out) || !take_event(r, &ev)) return MHD_NO;
+    if (r->client_gone) return MHD_NO;
+    struct MHD_Response *resp =
+        MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, SRV_SSE_BLOCK, sse_reader, r, NULL);
+    if (!resp) return MHD_NO;
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
+    MHD_add_response_header(resp, "X-Accel-Buffering", "no");
+    enum MHD_Result ret = MHD_queue_response(r->conn, 200, resp);
+    MHD_destroy_response(resp);
+    r->responded = true;
+    r->status = 200;
+    return ret;
+}
+
+/* ------------------------------------------------------------------------------------ */
+/* Dispatch.                                                                             */
+
+static int route_of(const char *url, bool *is_post) {
+    static const struct {
+        const char *path;
+        int route;
+        bool post;
+    } table[] = {
+        {"/v1/completions", ROUTE_COMPLETIONS, true}, {"/v1/chat/completions", ROUTE_CHAT, true},
+        {"/v1/models", ROUTE_MODELS, false},          {"/health", ROUTE_HEALTH, false},
+        {"/metrics", ROUTE_METRICS, false},           {"/tokenize", ROUTE_TOKENIZE, true},
+        {"/detokenize", ROUTE_DETOKENIZE, true},
+    };
+    for (size_t i = 0; i < sizeof table / sizeof table[0]; i++)
+        if (!strcmp(url, table[i].path)) {
+            *is_post = table[i].post;
+            return table[i].route;
+        }
+    if (!strncmp(url, "/v1/models/", 11) && url[11]) {
+        *is_post = false;
+        return ROUTE_MODELS;
+    }
+    return ROUTE_NONE;
+}
+
+static bool authorized(kiln_server *s, struct MHD_Connection *c) {
+    if (!s->api_key) return true;
+    const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
+    if (!h || strncasecmp(h, "Bearer ", 7) != 0) return false;
+    h += 7;
+    while (*h == ' ') h++;
+    return srv_secret_equal(h, s->api_key);
+}
+
+static enum MHD_Result dispatch(srv_req *r, const char *url) {
+    switch (r->route) {
+    case ROUTE_MODELS:
+        return route_models(r, url);
+    case ROUTE_HEALTH:
+        return route_health(r);
+    case ROUTE_METRICS:
+        return route_metrics(r);
+    case ROUTE_TOKENIZE:
+        return route_tokenize(r);
+    case ROUTE_DETOKENIZE:
+        return route_detokenize(r);
+    case ROUTE_COMPLETIONS:
+    case ROUTE_CHAT:
+        return route_generate(r);
+    default:
+        return fail(r, 404, "invalid_request_error", NULL, NULL, "Invalid URL");
+    }
+}
+
+static enum MHD_Result on_access(void *cls, struct MHD_Connection *c, const char *url,
+                                 const char *method, const char *version, const char *upload_data,
+                                 size_t *upload_size, void **con_cls) {
+    kiln_server *s = cls;
+    srv_req *r = *con_cls;
+    (void)version;
+    if (!r) {
+        r = calloc(1, sizeof *r);
+        if (!r) return MHD_NO;
+        *con_cls = r;
+        r->s = s;
+        r->conn = c;
+        r->watch_h = -1;
+        r->t_start = srv_now_ms();
+        snprintf(r->method, sizeof r->method, "%s", method);
+        snprintf(r->path, sizeof r->path, "%s", url);
+        bool is_post = false;
+        r->route = route_of(url, &is_post);
+        bool is_get = !strcmp(method, "GET") || !strcmp(method, "HEAD");
+        int state = atomic_load(&s->state);
+        if (r->route == ROUTE_NONE)
+            return fail(r, 404, "invalid_request_error", NULL, NULL, "Invalid URL (%.12s %.100s)",
+                        method, url);
+        if (is_post ? strcmp(method, "POST") != 0 : !is_get)
+            return fail(r, 405, "invalid_request_error", NULL, NULL,
+                        "Method %.12s is not allowed on %.100s (use %s)", method, url,
+                        is_post ? "POST" : "GET");
+        if (r->route != ROUTE_HEALTH && r->route != ROUTE_METRICS && !authorized(s, c))
+            return fail(r, 401, "invalid_request_error", "invalid_api_key", NULL,
+                        "Incorrect API key provided. Pass it as 'Authorization: Bearer <key>'.");
+        if (state == STATE_DRAINING && r->route != ROUTE_HEALTH && r->route != ROUTE_METRICS)
+            return fail(r, 503, "server_error", "shutting_down", NULL,
+                        "The server is shutting down");
+        if (state == STATE_LOADING && r->route != ROUTE_HEALTH && r->route != ROUTE_METRICS)
+            return fail(r, 503, "server_error", "model_loading", NULL,
+                        "The model is still loading; retry shortly");
+        if (is_post) {
+            const char *cl =
+                MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+            if (cl) {
+                char *end = NULL;
+                unsigned long long v = strtoull(cl, &end, 10);
+                if (end != cl && v > s->max_body)
+                    return fail(r, 413, "invalid_request_error", "request_too_large", NULL,
+                                "The request body (%llu bytes) exceeds the limit of %zu bytes", v,
+                                s->max_body);
+            }
+            return MHD_YES; /* the body follows */
+        }
+        return dispatch(r, url);
+    }
+    if (*upload_size) {
+        if (!r->responded && !r->too_large) {
+            if (r->body.len + *upload_size > s->max_body) {
+                r->too_large = true;
+                srv_buf_free(&r->body);
+            } else if (!srv_buf_add(&r->body, upload_data, *upload_size)) {
+                return MHD_NO;
+            }
+        }
+        *upload_size = 0;
+        return MHD_YES;
+    }
+    if (r->responded) return MHD_YES;
+    if (r->too_large)
+        return fail(r, 413, "invalid_request_error", "request_too_large", NULL,
+                    "The request body exceeds the limit of %zu bytes", s->max_body);
+    return dispatch(r, url);
+}
+
+static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
+                         enum MHD_RequestTerminationCode toe) {
+    kiln_server *s = cls;
+    srv_req *r = *con_cls;
+    if (!r) return;
+    *con_cls = NULL;
+    bool gone = r->client_gone;
+    if (r->stream) {
+        if (srv_watch_remove(s->watch, r->watch_h)) gone = true;
+        kiln_stream_destroy(r->stream); /* cancels it if still running */
+        r->stream = NULL;
+    }
+    if (r->timeout_off)
+        MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, (unsigned)s->timeout_s);
+    if (toe != MHD_REQUEST_TERMINATED_COMPLETED_OK && r->is_gen && r->counted) gone = true;
+    int status = r->status;
+    if (gone)
+        status = 499; /* the client closed the connection (nginx's convention) */
+    else if (!r->responded)
+        status = toe == MHD_REQUEST_TERMINATED_TIMEOUT_REACHED ? 408 : 400;
+    srv_metrics_request(&s->metrics, r->route, status);
+    if (!s->quiet) {
+        double total = srv_now_ms() - r->t_start;
+        if (r->is_gen && r->counted) {
+            const char *fin = !r->finished ? "cancelled"
+                              : r->finish == KILN_FINISH_CANCELLED && !gone
+                                  ? "abort"
+                                  : kiln_finish_reason_name(r->finish);
+            char ttft[32];
+            if (r->n_tokens > 0)
+                snprintf(ttft, sizeof ttft, "%.1f", r->t_first - r->t_start);
+            else
+                snprintf(ttft, sizeof ttft, "-");
+            srv_log(s, "%s %s %s %d prompt=%d completion=%d ttft_ms=%s total_ms=%.1f finish=%s%s",
+                    r->id, r->method, r->path, status, r->n_prompt,
+                    r->finished ? r->usage.completion_tokens : r->n_tokens, ttft, total, fin,
+                    gone ? " (client disconnected)" : "");
+        } else {
+            char id[48];
+            srv_make_id("req-", id, sizeof id);
+            srv_log(s, "%s %s %s %d total_ms=%.1f%s%s%s", r->is_gen && r->id[0] ? r->id : id,
+                    r->method, r->path, status, total, r->err_msg[0] ? " error=\"" : "", r->err_msg,
+                    r->err_msg[0] ? "\"" : "");
+        }
+    }
+    if (r->counted) atomic_fetch_sub(&s->in_flight, 1);
+    srv_gen_free(&r->gen);
+    srv_buf_free(&r->body);
+    srv_buf_free(&r->text);
+    srv_buf_free(&r->out);
+    free(r->toks);
+    free(r);
+}
+
+/* ------------------------------------------------------------------------------------ */
+/* Life cycle.                                                                           */
+
+static kiln_status bind_listen(kiln_server *s, const char *host, int port, bool *ipv6,
+                               kiln_error *err) {
+    struct addrinfo hints = {.ai_family = AF_UNSPEC,
+                             .ai_socktype = SOCK_STREAM,
+                             .ai_flags = AI_PASSIVE | AI_NUMERICSERV};
+    struct addrinfo *res = NULL;
+    char portstr[16];
+    snprintf(portstr, sizeof portstr, "%d", port);
+    int rc = getaddrinfo(host, portstr, &hints, &res);
+    if (rc != 0 || !res)
+        return kiln_error_set(err, KILN_ERR_INVALID_ARGUMENT, "cannot resolve host '%s': %s", host,
+                              gai_strerror(rc));
+    int fd = -1, saved = 0;
+    for (struct addrinfo *a = res; a; a = a->ai_next) {
+        fd = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
+        if (fd < 0) {
+            saved = errno;
+            continue;
+        }
+        int one = 1;
+        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+        if (bind(fd, a->ai_addr, a->ai_addrlen) == 0 && listen(fd, 1024) == 0) {
+            *ipv6 = a->ai_family == AF_INET6;
+            break;
+        }
+        saved = errno;
+        close(fd);
+        fd = -1;
+    }
+    freeaddrinfo(res);
+    if (fd < 0)
+        return kiln_error_set(err, KILN_ERR_IO, "cannot listen on %s:%d: %s", host, port,
+                              strerror(saved));
+    struct sockaddr_storage ss;
+    socklen_t sl = sizeof ss;
+    if (getsockname(fd, (struct sockaddr *)&ss, &sl) == 0)
+        s->port = ss.ss_family == AF_INET6 ? ntohs(((struct sockaddr_in6 *)&ss)->sin6_port)
+                                           : ntohs(((struct sockaddr_in *)&ss)->sin_port);
+    s->listen_fd = fd;
+    return KILN_OK;
+}
+
+kiln_status kiln_server_start(const kiln_server_params *p, kiln_server **out, kiln_error *err) {
+    if (!p || !out) return kiln_error_set(err, KILN_ERR_INVALID_ARGUMENT, "NULL argument");
+    *out = NULL;
+    if (p->port < 0 || p->port > 65535)
+        return kiln_error_set(err, KILN_ERR_INVALID_ARGUMENT, "port must be in [0, 65535] (got %d)",
+                              p->port);
+    if (p->max_connections < 0 || p->timeout_s < 0)
+        return kiln_error_set(err, KILN_ERR_INVALID_ARGUMENT,
+                              "max_connections and timeout_s must be >= 0");
+    kiln_server *s = calloc(1, sizeof *s);
+    if (!s) return kiln_error_set(err, KILN_ERR_OUT_OF_MEMORY, "out of memory (server)");
+    s->listen_fd = -1;
+    pthread_mutex_init(&s->shut_mu, NULL);
+    srv_metrics_init(&s->metrics);
+    s->host = strdup(p->host ? p->host : "127.0.0.1");
+    s->api_key = p->api_key && p->api_key[0] ? strdup(p->api_key) : NULL;
+    s->model_name = strdup(p->model_name && p->model_name[0] ? p->model_name : "kiln");
+    s->max_body = p->max_body ? p->max_body : SRV_DEFAULT_MAX_BODY;
+    s->max_conn = p->max_connections ? p->max_connections : SRV_DEFAULT_MAX_CONN;
+    s->timeout_s = p->timeout_s ? p->timeout_s : SRV_DEFAULT_TIMEOUT_S;
+    s->quiet = p->quiet;
+    s->verbose = p->verbose;
+    s->log = p->log ? p->log : stderr;
+    s->started_at = (int64_t)time(NULL);
+    atomic_init(&s->state, STATE_LOADING);
+    atomic_init(&s->force_cancel, false);
+    atomic_init(&s->in_flight, 0);
+    kiln_status st;
+    if (!s->host || !s->model_name || (p->api_key && p->api_key[0] && !s->api_key)) {
+        st = kiln_error_set(err, KILN_ERR_OUT_OF_MEMORY, "out of memory (server)");
+        goto fail;
+    }
+    if ((st = srv_watch_create(s->max_conn + 8, &s->watch, err))) goto fail;
+    bool ipv6 = false;
+    if ((st = bind_listen(s, s->host, p->port, &ipv6, err))) goto fail;
+    unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ITC |
+                     MHD_USE_POLL | MHD_USE_ERROR_LOG | (ipv6 ? MHD_USE_IPv6 : 0);
+    s->d = MHD_start_daemon(flags, 0, NULL, NULL, on_access, s, MHD_OPTION_LISTEN_SOCKET,
+                            s->listen_fd, MHD_OPTION_CONNECTION_LIMIT, (unsigned)s->max_conn,
+                            MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)s->timeout_s,
+                            MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
+                            MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(64 * 1024),
+                            MHD_OPTION_EXTERNAL_LOGGER, mhd_logger, s, MHD_OPTION_END);
+    if (!s->d) {
+        st = kiln_error_set(err, KILN_ERR_INTERNAL, "cannot start the HTTP daemon on %s:%d",
+                            s->host, s->port);
+        goto fail;
+    }
+    *out = s;
+    return KILN_OK;
+fail:
+    if (s->listen_fd >= 0) close(s->listen_fd);
+    srv_watch_destroy(s->watch);
+    srv_metrics_destroy(&s->metrics);
+    pthread_mutex_destroy(&s->shut_mu);
+    free(s->host);
+    free(s->api_key);
+    free(s->model_name);
+    free(s);
+    return st;
+}
+
+int kiln_server_port(const kiln_server *s) {
+    return s ? s->port : 0;
+}
+
+kiln_status kiln_server_set_ready(kiln_server *s, const kiln_model *model, kiln_engine *engine,
+                                  int32_t n_ctx, kiln_error *err) {
+    if (!s || !model || !engine)
+        return kiln_error_set(err, KILN_ERR_INVALID_ARGUMENT, "NULL server, model or engine");
+    if (atomic_load(&s->state) != STATE_LOADING)
+        return kiln_error_set(err, KILN_ERR_INVALID_ARGUMENT, "the server is already serving");
+    kiln_status st = srv_chat_init(&s->chat, model, err);
+    if (st) return st;
+    if (s->chat.fallback) srv_log(s, "chat template: ChatML fallback (%s)", s->chat.reason);
+    s->m = model;
+    s->e = engine;
+    s->n_vocab = kiln_model_n_vocab(model);
+    if (n_ctx <= 0) n_ctx = kiln_model_n_ctx_train(model);
+    s->n_ctx = n_ctx > 0 ? n_ctx : 4096;
+    kiln_engine_stats es;
+    kiln_engine_get_stats(engine, &es);
+    s->kv_blocks_total = es.kv_blocks_total;
+    s->block_size = es.block_size;
+    atomic_store(&s->state, STATE_READY);
+    return KILN_OK;
+}
+
+bool kiln_server_chat_fallback(const kiln_server *s) {
+    return s && s->chat.fallback;
+}
+
+int32_t kiln_server_in_flight(kiln_server *s) {
+    return s ? atomic_load(&s->in_flight) : 0;
+}
+
+static void sleep_ms(int ms) {
+    struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (long)(ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+void kiln_server_shutdown(kiln_server *s, double grace_s) {
+    if (!s) return;
+    pthread_mutex_lock(&s->shut_mu);
+    if (s->shut_down) {
+        pthread_mutex_unlock(&s->shut_mu);
+        return;
+    }
+    s->shut_down = true;
+    atomic_store(&s->state, STATE_DRAINING);
+    MHD_socket fd = MHD_quiesce_daemon(s->d);
+    if (fd != MHD_INVALID_SOCKET) close(fd);
+    s->listen_fd = -1;
+    int n = atomic_load(&s->in_flight);
+    srv_log(s, "shutting down: no new connections; %d request(s) in flight", n);
+    double t0 = srv_now_ms();
+    while (atomic_load(&s->in_flight) > 0 && srv_now_ms() - t0 < grace_s * 1e3) sleep_ms(5);
+    if (atomic_load(&s->in_flight) > 0) {
+        srv_log(s, "shutting down: cancelling %d request(s)", atomic_load(&s->in_flight));
+        atomic_store(&s->force_cancel, true);
+        double t1 = srv_now_ms();
+        while (atomic_load(&s->in_flight) > 0 && srv_now_ms() - t1 < 10e3) {
+            if (s->watch) srv_watch_cancel_all(s->watch);
+            sleep_ms(5);
+        }
+    }
+    pthread_mutex_unlock(&s->shut_mu);
+}
+
+void kiln_server_cancel_all(kiln_server *s) {
+    if (!s) return;
+    atomic_store(&s->force_cancel, true);
+    if (s->watch) srv_watch_cancel_all(s->watch);
+}
+
+void kiln_server_destroy(kiln_server *s) {
+    if (!s) return;
+    kiln_server_shutdown(s, 0);
+    MHD_stop_daemon(s->d);
+    srv_watch_destroy(s->watch);
+    srv_chat_free(&s->chat);
+    srv_metrics_destroy(&s->metrics);
+    pthread_mutex_destroy(&s->shut_mu);
+    free(s->host);
+    free(s->api_key);
+    free(s->model_name);
+    free(s);
+}
