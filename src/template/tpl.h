@@ -135,7 +135,7 @@ struct tfunc {
     int id;                  /* F_BUILTIN: global id; F_METHOD: method id */
     tv self;                 /* F_METHOD receiver */
     const struct stmt *node; /* F_MACRO: the macro; F_CALLER: the call block */
-    struct scope *sc;        /* F_CALLER: the scope of the call block */
+    struct scope *sc;        /* F_MACRO, F_CALLER: the scope they were defined in */
 };
 
 struct tloop {

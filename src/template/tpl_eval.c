@@ -4,8 +4,8 @@
  *
  * Scoping follows Jinja2's compiled code: `if` shares its enclosing scope; every `for`
  * iteration, macro call, `with` and call-block body gets a fresh scope whose parent is the
- * enclosing one (for macros: the template's top level, read at call time like the Python
- * closure Jinja2 generates). `set` writes the innermost scope, so a `set` inside a loop is
+ * enclosing one (for macros: the scope they are defined in, read at call time like the
+ * Python closure Jinja2 generates). `set` writes the innermost scope, so a `set` inside a loop is
  * invisible after it - hence templates use namespace() objects, whose attributes `set ns.x`
  * mutates.
  *
@@ -231,6 +231,8 @@ static int overflow(rctx *c) {
 
 static int repeat(rctx *c, tv seq, int64_t times, tv *out) {
     if (times < 0) times = 0;
+    size_t unit = seq.type == TV_STR ? seq.s->len : seq.l->n;
+    if (unit == 0) times = 0; /* '' * 10**18 is '' (and must not loop 10**18 times) */
     if (seq.type == TV_STR) {
         if (times && seq.s->len > c->max_output / (uint64_t)times)
             return rt_fail(c, KILN_TEMPLATE_ERR_LIMIT, NULL, "string repetition too large");
@@ -915,7 +917,7 @@ static int call_macro(rctx *c, const tfunc *fn, const tv *args, size_t nargs, co
     const char *mname = fn->kind == F_MACRO ? m->macro.name->s : "caller";
     if (enter(c)) return -1;
     int rc = -1;
-    scope *sc = scope_new(c, fn->kind == F_MACRO ? c->root : fn->sc);
+    scope *sc = scope_new(c, fn->sc ? fn->sc : c->root);
     if (!sc) goto done;
     bool *used = tpl_zalloc(&c->ar, nkw + 1);
     if (!used) {
@@ -1621,6 +1623,7 @@ static int exec_stmt(rctx *c, const stmt *s, scope *sc) {
         if (!f) return rt_oom(c);
         f->kind = F_MACRO;
         f->node = s;
+        f->sc = sc; /* the macro closes over the scope it is defined in (a Python closure) */
         tv v = {.type = TV_FUNC};
         v.fn = f;
         return scope_set(c, sc, s->macro.name, v);

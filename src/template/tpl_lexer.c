@@ -29,9 +29,29 @@ typedef struct lexer {
     tpl_diag *d;
     size_t *line_starts;
     size_t nlines;
+    size_t c_off; /* cache of the last position computed (tokens come in order) */
+    int c_line, c_col;
 } lexer;
 
-static void pos_of(const lexer *L, size_t off, int *line, int *col) {
+static void pos_of(lexer *L, size_t off, int *line, int *col) {
+    if (off >= L->c_off && L->c_line > 0) { /* walk forward from the cache: linear overall */
+        int ln = L->c_line, cl = L->c_col;
+        for (size_t i = L->c_off; i < off; i++) {
+            unsigned char ch = (unsigned char)L->s[i];
+            if (ch == '\n') {
+                ln++;
+                cl = 1;
+            } else if ((ch & 0xC0) != 0x80) {
+                cl++;
+            }
+        }
+        L->c_off = off;
+        L->c_line = ln;
+        L->c_col = cl;
+        *line = ln;
+        *col = cl;
+        return;
+    }
     size_t lo = 0, hi = L->nlines; /* last line start <= off */
     while (hi - lo > 1) {
         size_t mid = (lo + hi) / 2;
@@ -42,6 +62,9 @@ static void pos_of(const lexer *L, size_t off, int *line, int *col) {
     }
     *line = (int)(lo + 1);
     *col = (int)(tpl_utf8_count(L->s + L->line_starts[lo], off - L->line_starts[lo]) + 1);
+    L->c_off = off;
+    L->c_line = *line;
+    L->c_col = *col;
 }
 
 __attribute__((format(printf, 3, 4))) static bool lfail(lexer *L, size_t off, const char *fmt,

@@ -808,8 +808,7 @@ int tv_iterate(rctx *c, tv v, tlist **out) {
             size_t adv;
             tpl_utf8_dec(v.s->s + i, v.s->len - i, &adv);
             tv ch;
-            if (tv_strc(c, v.s->s + i, adv, &ch)) return -1;
-            ch.markup = v.markup;
+            if (tv_strc(c, v.s->s + i, adv, &ch)) return -1; /* plain str, even from Markup */
             l->v[l->n++] = ch;
             i += adv;
         }

@@ -226,6 +226,16 @@ int main(void) {
     expect_limit(
         "{% macro m(n) %}{% for i in [1] %}{{ m(n + 1) }}{% endfor %}{% endmacro %}{{ m(0) }}",
         NULL);
+    {
+        /* empty sequences repeated a huge number of times are empty, at once */
+        kiln_template_diag diag;
+        kiln_error err;
+        char *out = NULL;
+        CHECK(render("[{{ '' * 4611686018427387904 }}|{{ [] * 4611686018427387904 }}]", NULL, NULL,
+                     &diag, &err, &out) == KILN_OK &&
+              out && strcmp(out, "[|[]]") == 0);
+        free(out);
+    }
     kiln_template_options small_out = {.max_output = 1000};
     expect_limit("{{ 'x' * 100000 }}", &small_out);
     expect_limit("{% for i in range(2000) %}x{% endfor %}", &small_out);
