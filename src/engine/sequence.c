@@ -80,6 +80,8 @@ void kiln_seq_finish(kiln_seq *s, kiln_finish_reason reason, kiln_status status,
             kiln_stop_result res;
             kiln_stop_matcher_flush(s->stop, &res);
             st = kiln_stream_push_text(s->stream, res.text, res.len, &ferr);
+            /* A complete match that waited on an earlier partial one is reported by flush. */
+            if (!st && res.stop_index >= 0) reason = KILN_FINISH_STOP;
         }
         if (st) {
             reason = KILN_FINISH_ERROR;
