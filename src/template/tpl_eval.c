@@ -1615,7 +1615,12 @@ static int exec_stmt(rctx *c, const stmt *s, scope *sc) {
         c->block_value = v;
         int r = tpl_eval(c, s->filterblock.filter, sc, &v);
         c->block_value = saved;
-        if (r || output_value(c, v)) return -1;
+        if (r) return -1;
+        /* Jinja2 yields a filter block's result without str(): the final ''.join fails on
+           anything but a string */
+        if (v.type != TV_STR)
+            return type_error(c, "sequence item: expected str instance, %s found", tv_type_name(v));
+        if (output_value(c, v)) return -1;
         return ctl;
     }
     case S_MACRO: {

@@ -457,11 +457,7 @@ static expr *parse_subscript(parser *P, expr *node) {
         if (!a || !pvec_push(P, &args, a)) return NULL;
     }
     if (!expect(P, T_RBRACKET)) return NULL;
-    if (args.n == 0) {
-        pfail(P, t, "expected subscript expression");
-        return NULL;
-    }
-    expr *key;
+    expr *key; /* x[] is x[()], as Jinja2 parses it */
     if (args.n == 1) {
         key = args.v[0];
     } else {

@@ -206,6 +206,7 @@ int main(void) {
         kiln_template_destroy(t);
         json_decref(ctx);
     }
+    expect_runtime("{% filter length %}abc{% endfilter %}", NULL, KILN_TEMPLATE_ERR_TYPE, NULL);
     expect_runtime("{{ x|tojson(indent=2.5) }}", "{\"x\":[1]}", KILN_TEMPLATE_ERR_TYPE, NULL);
     expect_runtime("{{ x[1:2:0] }}", "{\"x\":[1]}", KILN_TEMPLATE_ERR_TYPE,
                    "ValueError: slice step cannot be zero");
