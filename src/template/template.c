@@ -16,7 +16,7 @@ const char kiln_template_chatml[] =
 enum {
     DEFAULT_MAX_STEPS = 5000000,
     DEFAULT_MAX_OUTPUT = 16 << 20,
-    DEFAULT_MAX_DEPTH = 500,
+    DEFAULT_MAX_DEPTH = 1000,
 };
 static const size_t DEFAULT_MAX_MEMORY = (size_t)256 << 20;
 

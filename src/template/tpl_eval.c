@@ -1694,9 +1694,3 @@ int tpl_render_root(rctx *c, const body *root, sbuf *out) {
     int r = exec_body(c, root, c->root);
     return r < 0 ? -1 : 0;
 }
-
-/* Used by filters that call back into the interpreter. */
-int tpl_assign_name(rctx *c, scope *sc, const char *name, tv v);
-int tpl_assign_name(rctx *c, scope *sc, const char *name, tv v) {
-    return scope_set_c(c, sc, name, v);
-}

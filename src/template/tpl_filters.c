@@ -356,9 +356,6 @@ typedef struct sortctx {
 static bool key_less(sortctx *S, tv a, tv b) {
     bool lt = false;
     if (S->failed) return false;
-    if (a.type == TV_LIST && b.type == TV_LIST && a.l->kind == L_TUPLE && b.l->kind == L_TUPLE) {
-        /* multi-attribute keys compare as lists */
-    }
     if (tv_lt(S->c, a, b, &lt)) S->failed = true;
     return lt;
 }
