@@ -91,6 +91,7 @@ typedef struct srv_req {
     double t_start;
     srv_buf body;
     bool too_large;
+    bool checked;
     bool responded;
     int status;
     char err_msg[200];
@@ -646,11 +647,42 @@ static enum MHD_Result dispatch(srv_req *r, const char *url) {
     }
 }
 
+/* Route, method, key and state checks. True when an error response was queued (*ret). */
+static bool precheck(srv_req *r, struct MHD_Connection *c, const char *method, const char *url,
+                     enum MHD_Result *ret) {
+    kiln_server *s = r->s;
+    bool is_post = false;
+    r->route = route_of(url, &is_post);
+    r->checked = true;
+    bool is_get = !strcmp(method, "GET") || !strcmp(method, "HEAD");
+    int state = atomic_load(&s->state);
+    bool open_route = r->route == ROUTE_HEALTH || r->route == ROUTE_METRICS;
+    if (r->route == ROUTE_NONE)
+        *ret = fail(r, 404, "invalid_request_error", NULL, NULL, "Invalid URL (%.12s %.100s)",
+                    method, url);
+    else if (is_post ? strcmp(method, "POST") != 0 : !is_get)
+        *ret = fail(r, 405, "invalid_request_error", NULL, NULL,
+                    "Method %.12s is not allowed on %.100s (use %s)", method, url,
+                    is_post ? "POST" : "GET");
+    else if (!open_route && !authorized(s, c))
+        *ret = fail(r, 401, "invalid_request_error", "invalid_api_key", NULL,
+                    "Incorrect API key provided. Pass it as 'Authorization: Bearer <key>'.");
+    else if (state == STATE_DRAINING && !open_route)
+        *ret = fail(r, 503, "server_error", "shutting_down", NULL, "The server is shutting down");
+    else if (state == STATE_LOADING && !open_route)
+        *ret = fail(r, 503, "server_error", "model_loading", NULL,
+                    "The model is still loading; retry shortly");
+    else
+        return false;
+    return true;
+}
+
 static enum MHD_Result on_access(void *cls, struct MHD_Connection *c, const char *url,
                                  const char *method, const char *version, const char *upload_data,
                                  size_t *upload_size, void **con_cls) {
     kiln_server *s = cls;
     srv_req *r = *con_cls;
+    enum MHD_Result ret = MHD_YES;
     (void)version;
     if (!r) {
         r = calloc(1, sizeof *r);
@@ -662,40 +694,22 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *c, const char
         r->t_start = srv_now_ms();
         snprintf(r->method, sizeof r->method, "%s", method);
         snprintf(r->path, sizeof r->path, "%s", url);
-        bool is_post = false;
-        r->route = route_of(url, &is_post);
-        bool is_get = !strcmp(method, "GET") || !strcmp(method, "HEAD");
-        int state = atomic_load(&s->state);
-        if (r->route == ROUTE_NONE)
-            return fail(r, 404, "invalid_request_error", NULL, NULL, "Invalid URL (%.12s %.100s)",
-                        method, url);
-        if (is_post ? strcmp(method, "POST") != 0 : !is_get)
-            return fail(r, 405, "invalid_request_error", NULL, NULL,
-                        "Method %.12s is not allowed on %.100s (use %s)", method, url,
-                        is_post ? "POST" : "GET");
-        if (r->route != ROUTE_HEALTH && r->route != ROUTE_METRICS && !authorized(s, c))
-            return fail(r, 401, "invalid_request_error", "invalid_api_key", NULL,
-                        "Incorrect API key provided. Pass it as 'Authorization: Bearer <key>'.");
-        if (state == STATE_DRAINING && r->route != ROUTE_HEALTH && r->route != ROUTE_METRICS)
-            return fail(r, 503, "server_error", "shutting_down", NULL,
-                        "The server is shutting down");
-        if (state == STATE_LOADING && r->route != ROUTE_HEALTH && r->route != ROUTE_METRICS)
-            return fail(r, 503, "server_error", "model_loading", NULL,
-                        "The model is still loading; retry shortly");
-        if (is_post) {
-            const char *cl =
-                MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
-            if (cl) {
-                char *end = NULL;
-                unsigned long long v = strtoull(cl, &end, 10);
-                if (end != cl && v > s->max_body)
-                    return fail(r, 413, "invalid_request_error", "request_too_large", NULL,
-                                "The request body (%llu bytes) exceeds the limit of %zu bytes", v,
-                                s->max_body);
-            }
-            return MHD_YES; /* the body follows */
+        /* Requests without a body are answered at the final call: a response queued now
+         * would make libmicrohttpd close the connection (no keep-alive, no pipelining).
+         * A POST that will be refused is refused now, before its body is read. */
+        if (strcmp(method, "POST") != 0) return MHD_YES;
+        if (precheck(r, c, method, url, &ret)) return ret;
+        const char *cl =
+            MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+        if (cl) {
+            char *end = NULL;
+            unsigned long long v = strtoull(cl, &end, 10);
+            if (end != cl && v > s->max_body)
+                return fail(r, 413, "invalid_request_error", "request_too_large", NULL,
+                            "The request body (%llu bytes) exceeds the limit of %zu bytes", v,
+                            s->max_body);
         }
-        return dispatch(r, url);
+        return MHD_YES; /* the body follows */
     }
     if (*upload_size) {
         if (!r->responded && !r->too_large) {
@@ -710,6 +724,7 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *c, const char
         return MHD_YES;
     }
     if (r->responded) return MHD_YES;
+    if (!r->checked && precheck(r, c, method, url, &ret)) return ret;
     if (r->too_large)
         return fail(r, 413, "invalid_request_error", "request_too_large", NULL,
                     "The request body exceeds the limit of %zu bytes", s->max_body);
@@ -852,12 +867,11 @@ kiln_status kiln_server_start(const kiln_server_params *p, kiln_server **out, ki
     if ((st = bind_listen(s, s->host, p->port, &ipv6, err))) goto fail;
     unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ITC |
                      MHD_USE_POLL | MHD_USE_ERROR_LOG | (ipv6 ? MHD_USE_IPv6 : 0);
-    s->d = MHD_start_daemon(flags, 0, NULL, NULL, on_access, s, MHD_OPTION_LISTEN_SOCKET,
-                            s->listen_fd, MHD_OPTION_CONNECTION_LIMIT, (unsigned)s->max_conn,
-                            MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)s->timeout_s,
-                            MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
-                            MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(64 * 1024),
-                            MHD_OPTION_EXTERNAL_LOGGER, mhd_logger, s, MHD_OPTION_END);
+    s->d = MHD_start_daemon(
+        flags, 0, NULL, NULL, on_access, s, MHD_OPTION_EXTERNAL_LOGGER, mhd_logger, s,
+        MHD_OPTION_LISTEN_SOCKET, s->listen_fd, MHD_OPTION_CONNECTION_LIMIT, (unsigned)s->max_conn,
+        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)s->timeout_s, MHD_OPTION_NOTIFY_COMPLETED,
+        on_completed, s, MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(64 * 1024), MHD_OPTION_END);
     if (!s->d) {
         st = kiln_error_set(err, KILN_ERR_INTERNAL, "cannot start the HTTP daemon on %s:%d",
                             s->host, s->port);

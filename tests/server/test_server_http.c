@@ -1,0 +1,577 @@
+/*
+ * test_server_http.c - the HTTP server in process on a loopback port, driven over raw
+ * sockets: loading state, routes, response shapes, errors and their status codes, body
+ * limits, client disconnects (the sequence is cancelled and its KV blocks return), silent
+ * half requests (timed out), queue full, and the graceful shutdown.
+ *
+ * Expected generations come from ../shared/golden/llama2c-greedy.json (llama2.c run.c,
+ * greedy) and from the engine's own API for the same request (the server must not change
+ * what the engine produces).
+ */
+#include <math.h>
+#include <pthread.h>
+
+#include "model/model.h"
+#include "server_test_util.h"
+
+static kiln_model *g_model;
+static const char *KEY_HDR = "Authorization: Bearer sk-test\r\n";
+
+/* The engine's text for a request, straight through the C API. */
+static char *engine_text(kiln_engine *e, const kiln_request *rq) {
+    kiln_stream *s = NULL;
+    kiln_error err = {0};
+    REQUIRE(kiln_engine_submit(e, rq, &s, &err) == KILN_OK);
+    srv_buf b = {0};
+    srv_buf_add(&b, "", 0);
+    for (;;) {
+        kiln_event ev;
+        REQUIRE(kiln_stream_next(s, 10000, &ev, &err) == KILN_OK && ev.type != KILN_EVENT_NONE);
+        if (ev.type == KILN_EVENT_TEXT) srv_buf_add(&b, ev.text, ev.text_len);
+        if (ev.type == KILN_EVENT_FINISH) break;
+    }
+    kiln_stream_destroy(s);
+    return b.p;
+}
+
+static void test_loading_then_ready(void) {
+    kiln_server_params sp = {.api_key = "sk-test"};
+    tsrv t;
+    tsrv_start(&t, NULL, &sp, NULL);
+    tu_resp r = tu_request(t.port, "GET", "/health", NULL, NULL);
+    CHECKF(r.status == 503, "health while loading: %d", r.status);
+    CHECK(r.body.p && strstr(r.body.p, "loading"));
+    tu_free(&r);
+    r = tu_request(t.port, "POST", "/v1/completions", KEY_HDR, "{\"prompt\":\"a\"}");
+    CHECKF(r.status == 503, "completion while loading: %d", r.status);
+    json_t *j = tu_json(&r);
+    CHECK(!strcmp(tu_err_field(j, "code"), "model_loading"));
+    json_decref(j);
+    tu_free(&r);
+    kiln_engine_params ep = kiln_engine_default_params();
+    ep.n_threads = 1;
+    kiln_error err = {0};
+    REQUIRE(kiln_engine_create(g_model, &ep, &t.e, &err) == KILN_OK);
+    REQUIRE(kiln_server_set_ready(t.srv, g_model, t.e, 0, &err) == KILN_OK);
+    CHECK(kiln_server_chat_fallback(t.srv)); /* stories260K ships no chat template */
+    CHECK(tu_healthy(t.port));
+    tsrv_stop(&t);
+}
+
+/* golden case 0 of stories260K: prompt ids and greedy continuation. */
+typedef struct golden {
+    int32_t prompt[64], gen[300];
+    int n_prompt, n_gen;
+    char prompt_text[128];
+} golden;
+
+static bool load_golden(golden *g) {
+    const char *path = kiln_test_shared("golden/llama2c-greedy.json");
+    json_error_t je;
+    json_t *root = json_load_file(path, 0, &je);
+    if (!root) return false;
+    json_t *c;
+    size_t i;
+    bool found = false;
+    json_array_foreach(json_object_get(root, "cases"), i, c) {
+        const char *model = json_string_value(json_object_get(c, "model"));
+        const char *prompt = json_string_value(json_object_get(c, "prompt"));
+        if (!model || strcmp(model, "stories260K") || !prompt || strcmp(prompt, "Once upon a time"))
+            continue;
+        json_t *p = json_object_get(c, "prompt_ids"), *gen = json_object_get(c, "generated_ids");
+        g->n_prompt = (int)json_array_size(p);
+        g->n_gen = (int)json_array_size(gen);
+        if (g->n_prompt > 64 || g->n_gen > 300) break;
+        for (int k = 0; k < g->n_prompt; k++)
+            g->prompt[k] = (int32_t)json_integer_value(json_array_get(p, (size_t)k));
+        for (int k = 0; k < g->n_gen; k++)
+            g->gen[k] = (int32_t)json_integer_value(json_array_get(gen, (size_t)k));
+        snprintf(g->prompt_text, sizeof g->prompt_text, "%s", prompt);
+        found = true;
+        break;
+    }
+    json_decref(root);
+    return found;
+}
+
+static void ids_json(srv_buf *b, const int32_t *ids, int n) {
+    srv_buf_adds(b, "[");
+    for (int i = 0; i < n; i++) srv_buf_addf(b, "%s%d", i ? "," : "", ids[i]);
+    srv_buf_adds(b, "]");
+}
+
+static void test_routes(tsrv *t) {
+    golden g;
+    REQUIRE(load_golden(&g));
+    int n_gen = g.n_gen < 40 ? g.n_gen : 40;
+
+    /* /tokenize of the golden prompt gives run.c's ids. */
+    tu_resp r =
+        tu_request(t->port, "POST", "/tokenize", KEY_HDR, "{\"prompt\":\"Once upon a time\"}");
+    CHECKF(r.status == 200, "tokenize: %d", r.status);
+    json_t *j = tu_json(&r);
+    json_t *toks = json_object_get(j, "tokens");
+    CHECK((int)json_array_size(toks) == g.n_prompt);
+    for (int i = 0; i < g.n_prompt && i < (int)json_array_size(toks); i++)
+        CHECK(json_integer_value(json_array_get(toks, (size_t)i)) == g.prompt[i]);
+    CHECK(json_integer_value(json_object_get(j, "count")) == g.n_prompt);
+    CHECK(json_integer_value(json_object_get(j, "max_model_len")) == 512);
+    json_decref(j);
+    tu_free(&r);
+
+    /* Greedy completion from the golden prompt ids = llama2.c's continuation: the text must
+     * equal detokenize(prompt + continuation) minus detokenize(prompt). */
+    srv_buf b = {0};
+    srv_buf_adds(&b, "{\"tokens\":");
+    ids_json(&b, g.prompt, g.n_prompt);
+    srv_buf_adds(&b, "}");
+    r = tu_request(t->port, "POST", "/detokenize", KEY_HDR, b.p);
+    CHECKF(r.status == 200, "detokenize: %d", r.status);
+    j = tu_json(&r);
+    char *prompt_text = strdup(json_string_value(json_object_get(j, "prompt")) ?: "");
+    json_decref(j);
+    tu_free(&r);
+    CHECKF(!strcmp(prompt_text, "Once upon a time"), "detokenized prompt '%s'", prompt_text);
+    int32_t all[400];
+    memcpy(all, g.prompt, (size_t)g.n_prompt * sizeof *all);
+    memcpy(all + g.n_prompt, g.gen, (size_t)n_gen * sizeof *all);
+    srv_buf_reset(&b);
+    srv_buf_adds(&b, "{\"tokens\":");
+    ids_json(&b, all, g.n_prompt + n_gen);
+    srv_buf_adds(&b, "}");
+    r = tu_request(t->port, "POST", "/detokenize", KEY_HDR, b.p);
+    j = tu_json(&r);
+    const char *full = json_string_value(json_object_get(j, "prompt"));
+    REQUIRE(full && strlen(full) >= strlen(prompt_text));
+    char *want = strdup(full + strlen(prompt_text));
+    json_decref(j);
+    tu_free(&r);
+
+    srv_buf_reset(&b);
+    srv_buf_adds(&b, "{\"model\":\"whatever\",\"prompt\":");
+    ids_json(&b, g.prompt, g.n_prompt);
+    srv_buf_addf(&b, ",\"max_tokens\":%d,\"temperature\":0,\"unknown_field\":[1]}", n_gen);
+    r = tu_request(t->port, "POST", "/v1/completions", KEY_HDR, b.p);
+    CHECKF(r.status == 200, "completion: %d %s", r.status, r.body.p);
+    CHECK(strstr(r.headers, "application/json") != NULL);
+    j = tu_json(&r);
+    json_t *c0 = json_array_get(json_object_get(j, "choices"), 0);
+    const char *text = json_string_value(json_object_get(c0, "text"));
+    CHECKF(text && !strcmp(text, want), "greedy text '%s'\n want '%s'", text, want);
+    CHECK(!strcmp(json_string_value(json_object_get(j, "object")) ?: "", "text_completion"));
+    CHECK(!strcmp(json_string_value(json_object_get(j, "model")) ?: "", "stories"));
+    CHECK(!strncmp(json_string_value(json_object_get(j, "id")) ?: "", "cmpl-", 5));
+    CHECK(json_integer_value(json_object_get(j, "created")) > 1600000000);
+    CHECK(!strcmp(json_string_value(json_object_get(c0, "finish_reason")) ?: "", "length"));
+    json_t *u = json_object_get(j, "usage");
+    CHECK(json_integer_value(json_object_get(u, "prompt_tokens")) == g.n_prompt);
+    CHECK(json_integer_value(json_object_get(u, "completion_tokens")) == n_gen);
+    CHECK(json_integer_value(
+              json_object_get(json_object_get(u, "prompt_tokens_details"), "cached_tokens")) == 0);
+    json_decref(j);
+    tu_free(&r);
+
+    /* The same request as text through the engine API directly: identical text. */
+    kiln_request rq = kiln_request_defaults();
+    rq.prompt = "Once upon a time";
+    rq.max_tokens = n_gen;
+    rq.temperature = 0;
+    char *direct = engine_text(t->e, &rq);
+    r = tu_request(t->port, "POST", "/v1/completions", KEY_HDR,
+                   "{\"prompt\":\"Once upon a time\",\"max_tokens\":40,\"temperature\":0}");
+    j = tu_json(&r);
+    text = json_string_value(
+        json_object_get(json_array_get(json_object_get(j, "choices"), 0), "text"));
+    CHECKF(n_gen != 40 || (text && !strcmp(text, direct)), "server '%s' vs engine '%s'", text,
+           direct);
+    json_decref(j);
+    tu_free(&r);
+    free(direct);
+
+    /* Streaming completion: chunks concatenate to the same text; [DONE] last. */
+    r = tu_request(t->port, "POST", "/v1/completions", KEY_HDR,
+                   "{\"prompt\":\"Once upon a time\",\"max_tokens\":40,\"temperature\":0,"
+                   "\"stream\":true,\"stream_options\":{\"include_usage\":true}}");
+    CHECKF(r.status == 200, "stream: %d", r.status);
+    CHECK(strcasestr(r.headers, "content-type: text/event-stream") != NULL);
+    srv_buf joined = {0};
+    srv_buf_add(&joined, "", 0);
+    int n_finish = 0, n_usage = 0, n_events = 0;
+    bool done_last = false;
+    for (char *p = r.body.p; p && *p;) {
+        REQUIRE(!strncmp(p, "data: ", 6));
+        char *end = strstr(p, "\n\n");
+        REQUIRE(end);
+        *end = '\0';
+        done_last = !strcmp(p + 6, "[DONE]");
+        if (!done_last) {
+            json_error_t je;
+            json_t *ev = json_loads(p + 6, 0, &je);
+            REQUIRE(ev);
+            CHECK(n_finish == 0 || json_array_size(json_object_get(ev, "choices")) == 0);
+            json_t *ch = json_array_get(json_object_get(ev, "choices"), 0);
+            if (ch) {
+                srv_buf_adds(&joined, json_string_value(json_object_get(ch, "text")) ?: "");
+                if (json_is_string(json_object_get(ch, "finish_reason"))) n_finish++;
+            } else {
+                n_usage++;
+                CHECK(json_integer_value(json_object_get(json_object_get(ev, "usage"),
+                                                         "completion_tokens")) == 40);
+            }
+            json_decref(ev);
+        }
+        n_events++;
+        p = end + 2;
+    }
+    CHECK(done_last && n_finish == 1 && n_usage == 1 && n_events >= 3);
+    CHECKF(n_gen != 40 || !strcmp(joined.p, want), "streamed '%s'", joined.p);
+    srv_buf_free(&joined);
+    tu_free(&r);
+
+    /* Chat (ChatML fallback): a whole response in the chat.completion shape. */
+    r = tu_request(t->port, "POST", "/v1/chat/completions", KEY_HDR,
+                   "{\"messages\":[{\"role\":\"system\",\"content\":\"Tell a story.\"},"
+                   "{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"A cat\"}]}],"
+                   "\"max_completion_tokens\":8,\"temperature\":0,\"logprobs\":true,"
+                   "\"top_logprobs\":3}");
+    CHECKF(r.status == 200, "chat: %d %s", r.status, r.body.p);
+    j = tu_json(&r);
+    c0 = json_array_get(json_object_get(j, "choices"), 0);
+    json_t *msg = json_object_get(c0, "message");
+    CHECK(!strcmp(json_string_value(json_object_get(j, "object")) ?: "", "chat.completion"));
+    CHECK(!strcmp(json_string_value(json_object_get(msg, "role")) ?: "", "assistant"));
+    CHECK(json_is_string(json_object_get(msg, "content")));
+    json_t *content = json_object_get(json_object_get(c0, "logprobs"), "content");
+    int64_t ct =
+        json_integer_value(json_object_get(json_object_get(j, "usage"), "completion_tokens"));
+    CHECKF((int64_t)json_array_size(content) == ct || (int64_t)json_array_size(content) == ct - 1,
+           "%zu logprob entries for %lld tokens", json_array_size(content), (long long)ct);
+    for (size_t i = 0; i < json_array_size(content); i++) {
+        json_t *e = json_array_get(content, i);
+        json_t *top = json_object_get(e, "top_logprobs");
+        double lp = json_number_value(json_object_get(e, "logprob"));
+        CHECK(json_is_string(json_object_get(e, "token")) && lp <= 0);
+        CHECK(json_is_array(json_object_get(e, "bytes")));
+        CHECK(json_array_size(top) == 3);
+        /* Greedy: the sampled token is the most likely one. */
+        CHECK(fabs(json_number_value(json_object_get(json_array_get(top, 0), "logprob")) - lp) <
+              1e-6);
+        for (size_t k = 1; k < json_array_size(top); k++)
+            CHECK(json_number_value(json_object_get(json_array_get(top, k), "logprob")) <=
+                  json_number_value(json_object_get(json_array_get(top, k - 1), "logprob")));
+    }
+    json_decref(j);
+    tu_free(&r);
+
+    /* /v1/models, /v1/models/{id}, /metrics. */
+    r = tu_request(t->port, "GET", "/v1/models", KEY_HDR, NULL);
+    j = tu_json(&r);
+    CHECK(r.status == 200 &&
+          !strcmp(json_string_value(json_object_get(j, "object")) ?: "", "list"));
+    CHECK(!strcmp(
+        json_string_value(json_object_get(json_array_get(json_object_get(j, "data"), 0), "id"))
+            ?: "",
+        "stories"));
+    json_decref(j);
+    tu_free(&r);
+    r = tu_request(t->port, "GET", "/v1/models/stories", KEY_HDR, NULL);
+    CHECK(r.status == 200);
+    tu_free(&r);
+    r = tu_request(t->port, "GET", "/v1/models/gpt-4", KEY_HDR, NULL);
+    CHECK(r.status == 404);
+    tu_free(&r);
+    r = tu_request(t->port, "GET", "/metrics", NULL, NULL);
+    CHECK(r.status == 200 && strstr(r.headers, "text/plain"));
+    const char *names[] = {"kiln_http_requests_total{endpoint=\"/v1/completions\",status=\"200\"}",
+                           "kiln_prompt_tokens_total",
+                           "kiln_generation_tokens_total",
+                           "kiln_time_to_first_token_seconds_bucket{le=\"+Inf\"}",
+                           "kiln_inter_token_latency_seconds_count",
+                           "kiln_num_requests_running 0",
+                           "kiln_num_requests_waiting 0",
+                           "kiln_kv_blocks_used 0"};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        CHECKF(r.body.p && strstr(r.body.p, names[i]), "metrics lack %s", names[i]);
+    tu_free(&r);
+    srv_buf_free(&b);
+    free(prompt_text);
+    free(want);
+}
+
+static void expect_error(tsrv *t, const char *method, const char *path, const char *headers,
+                         const char *body, int status, const char *code, const char *param) {
+    tu_resp r = tu_request(t->port, method, path, headers, body);
+    CHECKF(r.status == status, "%s %s %.80s: status %d, want %d (%s)", method, path,
+           body ? body : "", r.status, status, r.body.p);
+    json_t *j = tu_json(&r);
+    CHECKF(json_is_object(json_object_get(j, "error")), "no error object: %s", r.body.p);
+    CHECK(json_is_string(json_object_get(json_object_get(j, "error"), "message")));
+    CHECK(json_is_string(json_object_get(json_object_get(j, "error"), "type")));
+    if (code)
+        CHECKF(!strcmp(tu_err_field(j, "code"), code), "code '%s', want '%s'",
+               tu_err_field(j, "code"), code);
+    if (param)
+        CHECKF(!strcmp(tu_err_field(j, "param"), param), "param '%s', want '%s'",
+               tu_err_field(j, "param"), param);
+    json_decref(j);
+    tu_free(&r);
+}
+
+static void test_errors(tsrv *t) {
+    expect_error(t, "GET", "/v2/nothing", KEY_HDR, NULL, 404, NULL, NULL);
+    expect_error(t, "POST", "/v1/embeddings", KEY_HDR, "{}", 404, NULL, NULL);
+    expect_error(t, "GET", "/v1/completions", KEY_HDR, NULL, 405, NULL, NULL);
+    expect_error(t, "POST", "/v1/completions", NULL, "{\"prompt\":\"a\"}", 401, "invalid_api_key",
+                 NULL);
+    expect_error(t, "POST", "/v1/completions", "Authorization: Bearer sk-wrong\r\n",
+                 "{\"prompt\":\"a\"}", 401, "invalid_api_key", NULL);
+    expect_error(t, "GET", "/v1/models", "Authorization: sk-test\r\n", NULL, 401, NULL, NULL);
+    expect_error(t, "POST", "/v1/completions", KEY_HDR, "{\"prompt\": \"a\",", 400, NULL, NULL);
+    expect_error(t, "POST", "/v1/completions", KEY_HDR, "{\"prompt\":\"a\",\"max_tokens\":\"3\"}",
+                 400, NULL, "max_tokens");
+    expect_error(t, "POST", "/v1/completions", KEY_HDR, "{\"prompt\":\"a\",\"top_p\":7}", 400, NULL,
+                 "top_p");
+    expect_error(t, "POST", "/v1/completions", KEY_HDR, "{\"prompt\":\"a\",\"n\":2}", 400, NULL,
+                 "n");
+    expect_error(t, "POST", "/v1/chat/completions", KEY_HDR, "{\"messages\":[]}", 400, NULL,
+                 "messages");
+    expect_error(t, "POST", "/v1/chat/completions", KEY_HDR,
+                 "{\"messages\":[{\"role\":\"robot\",\"content\":\"x\"}]}", 400, NULL,
+                 "messages[0].role");
+    /* Can never fit: the context is 512 positions. */
+    expect_error(t, "POST", "/v1/completions", KEY_HDR,
+                 "{\"prompt\":\"Once upon a time\",\"max_tokens\":600}", 400, "context_over_budget",
+                 NULL);
+    srv_buf big = {0};
+    srv_buf_adds(&big, "{\"prompt\":\"");
+    for (int i = 0; i < 700; i++) srv_buf_adds(&big, " cat");
+    srv_buf_adds(&big, "\",\"max_tokens\":1}");
+    expect_error(t, "POST", "/v1/completions", KEY_HDR, big.p, 400, "context_over_budget", NULL);
+    /* 413: declared length over --max-body (4096 here), and a chunked body that grows past it. */
+    srv_buf_reset(&big);
+    srv_buf_adds(&big, "{\"prompt\":\"");
+    for (int i = 0; i < 1200; i++) srv_buf_adds(&big, "abcd");
+    srv_buf_adds(&big, "\"}");
+    expect_error(t, "POST", "/v1/completions", KEY_HDR, big.p, 413, "request_too_large", NULL);
+    int fd = tu_connect(t->port);
+    REQUIRE(fd >= 0);
+    const char *hdr = "POST /v1/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+                      "Authorization: Bearer sk-test\r\nTransfer-Encoding: chunked\r\n\r\n";
+    tu_send(fd, hdr, strlen(hdr));
+    for (int i = 0; i < 6; i++) {
+        char chunk[1100];
+        int n = snprintf(chunk, sizeof chunk, "400\r\n");
+        memset(chunk + n, 'x', 0x400);
+        memcpy(chunk + n + 0x400, "\r\n", 2);
+        tu_send(fd, chunk, (size_t)n + 0x400 + 2);
+    }
+    tu_send(fd, "0\r\n\r\n", 5);
+    srv_buf raw = {0};
+    tu_read(fd, &raw, NULL, 10000);
+    close(fd);
+    tu_resp r = {0};
+    tu_parse(&raw, &r);
+    CHECKF(r.status == 413, "chunked over the limit: %d", r.status);
+    tu_free(&r);
+    srv_buf_free(&raw);
+    srv_buf_free(&big);
+    CHECK(tu_healthy(t->port));
+}
+
+/* Start a long streaming generation and return its socket once the first token arrived. */
+static int start_stream(int port, bool stream, const char *extra) {
+    int fd = tu_connect(port);
+    REQUIRE(fd >= 0);
+    char body[512];
+    snprintf(body, sizeof body,
+             "{\"prompt\":\"Once upon a time\",\"max_tokens\":500,\"ignore_eos\":true,"
+             "\"stream\":%s%s}",
+             stream ? "true" : "false", extra ? extra : "");
+    char req[1024];
+    int n = snprintf(req, sizeof req,
+                     "POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer sk-test\r\n"
+                     "Content-Length: %zu\r\n\r\n%s",
+                     strlen(body), body);
+    REQUIRE(tu_send(fd, req, (size_t)n));
+    return fd;
+}
+
+static void test_disconnects(tsrv *t) {
+    /* Mid-stream: read the first chunk, then close; the engine drops the sequence. */
+    for (int round = 0; round < 3; round++) {
+        REQUIRE(tu_wait_idle(t->e, 5000));
+        int fd = start_stream(t->port, true, NULL);
+        srv_buf got = {0};
+        CHECK(tu_read(fd, &got, "\"text\"", 10000));
+        kiln_engine_stats before;
+        kiln_engine_get_stats(t->e, &before);
+        CHECK(before.n_running == 1 && before.kv_blocks_used > 0);
+        close(fd);
+        double t0 = tu_now_ms();
+        bool idle = tu_wait_idle(t->e, 3000);
+        kiln_engine_stats after;
+        kiln_engine_get_stats(t->e, &after);
+        CHECKF(idle, "still running %d, %d blocks used after a disconnect", after.n_running,
+               after.kv_blocks_used);
+        printf("disconnect mid-stream: cancelled after %lld engine steps, %.1f ms\n",
+               (long long)(after.n_steps - before.n_steps), tu_now_ms() - t0);
+        /* It ended long before its 500 tokens: the generation did not run to completion. */
+        CHECK(after.n_decode_tokens - before.n_decode_tokens < 400);
+        srv_buf_free(&got);
+    }
+    /* Mid-request (no stream): close while the server is generating. */
+    REQUIRE(tu_wait_idle(t->e, 5000));
+    int fd = start_stream(t->port, false, NULL);
+    double t0 = tu_now_ms();
+    kiln_engine_stats st;
+    do {
+        kiln_engine_get_stats(t->e, &st);
+        tu_sleep_ms(1);
+    } while (st.n_running == 0 && tu_now_ms() - t0 < 5000);
+    close(fd);
+    CHECKF(tu_wait_idle(t->e, 3000), "non-streaming request not cancelled after a disconnect");
+    CHECK(tu_healthy(t->port));
+}
+
+static void test_half_request(tsrv *t) {
+    /* Headers and half a body, then silence: the 1 s timeout closes the connection, and
+     * other clients are served meanwhile. */
+    int fd = tu_connect(t->port);
+    REQUIRE(fd >= 0);
+    const char *half = "POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer sk-test"
+                       "\r\nContent-Length: 100\r\n\r\n{\"prompt\":";
+    tu_send(fd, half, strlen(half));
+    int fd2 = tu_connect(t->port);
+    REQUIRE(fd2 >= 0);
+    tu_send(fd2, "GET /heal", 9); /* half a request line */
+    CHECK(tu_healthy(t->port));
+    double t0 = tu_now_ms();
+    srv_buf got = {0};
+    bool closed = tu_read(fd, &got, NULL, 6000);
+    CHECKF(closed, "silent client not closed after %.0f ms", tu_now_ms() - t0);
+    srv_buf_reset(&got);
+    CHECK(tu_read(fd2, &got, NULL, 6000));
+    close(fd);
+    close(fd2);
+    srv_buf_free(&got);
+    CHECK(tu_healthy(t->port));
+}
+
+typedef struct qf_arg {
+    int port, status;
+} qf_arg;
+
+static void *qf_main(void *a) {
+    qf_arg *q = a;
+    tu_resp r = tu_request(q->port, "POST", "/v1/completions", KEY_HDR,
+                           "{\"prompt\":\"Once upon a time\",\"max_tokens\":300,"
+                           "\"ignore_eos\":true}");
+    q->status = r.status;
+    tu_free(&r);
+    return NULL;
+}
+
+static void test_queue_full(void) {
+    kiln_server_params sp = {.api_key = "sk-test"};
+    kiln_engine_params ep = kiln_engine_default_params();
+    ep.n_threads = 1;
+    ep.max_seqs = 1;
+    ep.max_queue = 1;
+    tsrv t;
+    tsrv_start(&t, g_model, &sp, &ep);
+    enum { N = 6 };
+    pthread_t th[N];
+    qf_arg a[N];
+    for (int i = 0; i < N; i++) {
+        a[i] = (qf_arg){.port = t.port};
+        REQUIRE(pthread_create(&th[i], NULL, qf_main, &a[i]) == 0);
+    }
+    int ok = 0, busy = 0;
+    for (int i = 0; i < N; i++) {
+        pthread_join(th[i], NULL);
+        ok += a[i].status == 200;
+        busy += a[i].status == 503;
+    }
+    CHECKF(ok >= 1 && busy >= 1 && ok + busy == N, "%d ok, %d busy of %d", ok, busy, N);
+    /* Idle again: served. */
+    tu_resp r = tu_request(t.port, "POST", "/v1/completions", KEY_HDR,
+                           "{\"prompt\":\"a\",\"max_tokens\":1}");
+    CHECK(r.status == 200);
+    tu_free(&r);
+    tsrv_stop(&t);
+}
+
+typedef struct sd_arg {
+    tsrv *t;
+    srv_buf got;
+    bool eof;
+} sd_arg;
+
+static void *sd_reader(void *a) {
+    sd_arg *s = a;
+    int fd = start_stream(s->t->port, true, ",\"stream_options\":{\"include_usage\":true}");
+    tu_read(fd, &s->got, "\"text\"", 10000);
+    s->eof = tu_read(fd, &s->got, "\r\n0\r\n\r\n", 20000); /* the last chunk */
+    close(fd);
+    return NULL;
+}
+
+static void test_shutdown(void) {
+    kiln_server_params sp = {.api_key = "sk-test"};
+    kiln_engine_params ep = kiln_engine_default_params();
+    ep.n_threads = 1;
+    ep.n_ctx = 4096; /* a long generation */
+    tsrv t;
+    tsrv_start(&t, g_model, &sp, &ep);
+    int port = t.port;
+    sd_arg a = {.t = &t};
+    pthread_t th;
+    REQUIRE(pthread_create(&th, NULL, sd_reader, &a) == 0);
+    double t0 = tu_now_ms();
+    while (kiln_server_in_flight(t.srv) == 0 && tu_now_ms() - t0 < 5000) tu_sleep_ms(1);
+    CHECK(kiln_server_in_flight(t.srv) == 1);
+    kiln_server_shutdown(t.srv, 0); /* no grace: cancel what runs */
+    pthread_join(th, NULL);
+    CHECK(a.eof);
+    /* The stream ended properly: a finish chunk ("abort"), the usage chunk, then [DONE]. */
+    CHECKF(a.got.p && strstr(a.got.p, "\"finish_reason\":\"abort\""), "no finish chunk: %.200s",
+           a.got.p ? a.got.p + (a.got.len > 200 ? a.got.len - 200 : 0) : "");
+    CHECK(a.got.p && strstr(a.got.p, "\"usage\":{"));
+    CHECK(a.got.p && strstr(a.got.p, "data: [DONE]\n\n\r\n0\r\n\r\n"));
+    /* New connections are refused. */
+    int fd = tu_connect(port);
+    CHECKF(fd < 0, "a connection was accepted after shutdown");
+    if (fd >= 0) close(fd);
+    CHECK(kiln_server_in_flight(t.srv) == 0);
+    CHECK(tu_wait_idle(t.e, 3000));
+    srv_buf_free(&a.got);
+    tsrv_stop(&t);
+}
+
+int main(void) {
+    const char *path = kiln_test_shared("models/stories260K/stories260K-f32.gguf");
+    kiln_test_require_file(path);
+    kiln_test_require_file(kiln_test_shared("golden/llama2c-greedy.json"));
+    kiln_error err = {0};
+    REQUIRE(kiln_model_load(path, NULL, &g_model, &err) == KILN_OK);
+
+    test_loading_then_ready();
+
+    kiln_server_params sp = {
+        .api_key = "sk-test", .model_name = "stories", .max_body = 4096, .timeout_s = 1};
+    kiln_engine_params ep = kiln_engine_default_params();
+    ep.n_threads = 1;
+    tsrv t;
+    tsrv_start(&t, g_model, &sp, &ep);
+    test_routes(&t);
+    test_errors(&t);
+    test_disconnects(&t);
+    test_half_request(&t);
+    CHECK(tu_wait_idle(t.e, 3000));
+    tsrv_stop(&t);
+
+    test_queue_full();
+    test_shutdown();
+    kiln_model_free(g_model);
+    return kiln_test_finish("test_server_http");
+}
