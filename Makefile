@@ -12,7 +12,7 @@ FUZZ_SECONDS ?= 30
 DEB_PACKAGES := cmake make gcc clang libclang-rt-14-dev pkg-config libjansson-dev libpcre2-dev \
                 libutf8proc-dev libxxhash-dev libmicrohttpd-dev
 
-.PHONY: all deps build build-asan build-fuzz run test test-normal test-asan test-fuzz clean format
+.PHONY: all deps e2e-deps build build-asan build-fuzz run test test-normal test-asan test-fuzz clean format
 
 all: build
 
@@ -24,6 +24,18 @@ deps:
 	  echo "installing:$$missing"; \
 	  SUDO=""; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing; \
+	fi
+
+# The OpenAI npm client pinned in tests/server/e2e/package-lock.json, for the server's
+# end-to-end test (test_server_e2e skips when it is missing).
+E2E_DIR := tests/server/e2e
+e2e-deps:
+	@if ! command -v npm >/dev/null 2>&1; then \
+	  echo "warning: npm not found: test_server_e2e will be skipped"; \
+	elif [ ! -f $(E2E_DIR)/node_modules/.package-lock.json ] || \
+	     [ $(E2E_DIR)/package-lock.json -nt $(E2E_DIR)/node_modules/.package-lock.json ]; then \
+	  (cd $(E2E_DIR) && npm ci --no-audit --no-fund --loglevel=error) || \
+	    echo "warning: npm ci failed: test_server_e2e will be skipped"; \
 	fi
 
 build: deps
@@ -42,10 +54,10 @@ build-fuzz: deps
 run: build
 	./build/kiln run -m "$(MODEL)" -p "$(PROMPT)" $(ARGS)
 
-test-normal: build
+test-normal: build e2e-deps
 	cd build && ctest --output-on-failure -j $(JOBS) -LE fuzz
 
-test-asan: build-asan
+test-asan: build-asan e2e-deps
 	cd build-asan && ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1 \
 	  ctest --output-on-failure -j $(JOBS) -LE fuzz
 
