@@ -3,9 +3,23 @@
 #include <math.h>
 #include <string.h>
 
+#include "backend/cpu/cpu.h"
+#include "backend/cpu/ops_simd.h"
 #include "tensor/dtype.h"
 
+static bool use_avx512(void) {
+    return kiln_simd_active() == KILN_SIMD_AVX512;
+}
+
 void kiln_rmsnorm(float *out, const float *x, const float *w, int64_t n, float eps) {
+    if (use_avx512()) {
+        kiln_rmsnorm_avx512(out, x, w, n, eps);
+        return;
+    }
+    kiln_rmsnorm_ref(out, x, w, n, eps);
+}
+
+void kiln_rmsnorm_ref(float *out, const float *x, const float *w, int64_t n, float eps) {
     float ss = 0.0f;
     for (int64_t i = 0; i < n; i++) ss += x[i] * x[i];
     ss /= (float)n;
@@ -78,10 +92,22 @@ void kiln_act_apply(float *x, int64_t n, int act) {
 }
 
 void kiln_glu(float *g, const float *u, int64_t n, int act) {
+    if (act == KILN_OP_ACT_SILU) {
+        kiln_swiglu(g, u, n);
+        return;
+    }
     for (int64_t i = 0; i < n; i++) g[i] = kiln_act_value(g[i], act) * u[i];
 }
 
 void kiln_swiglu(float *g, const float *u, int64_t n) {
+    if (use_avx512()) {
+        kiln_swiglu_avx512(g, u, n);
+        return;
+    }
+    kiln_swiglu_ref(g, u, n);
+}
+
+void kiln_swiglu_ref(float *g, const float *u, int64_t n) {
     for (int64_t i = 0; i < n; i++) {
         float v = g[i];
         v *= 1.0f / (1.0f + expf(-v));
@@ -110,6 +136,21 @@ void kiln_attention_paged(float *out, const float *q, const void *const *k_block
                           int64_t head_off, int32_t key_begin, int32_t n_keys, int32_t head_dim,
                           float score_div, float softcap, int kv_is_f16, float *scores,
                           uint16_t *q16) {
+    if (use_avx512() &&
+        kiln_attention_paged_avx512(out, q, k_blocks, v_blocks, block_size, row_stride, head_off,
+                                    key_begin, n_keys, head_dim, score_div, softcap, kv_is_f16,
+                                    scores))
+        return;
+    kiln_attention_paged_ref(out, q, k_blocks, v_blocks, block_size, row_stride, head_off,
+                             key_begin, n_keys, head_dim, score_div, softcap, kv_is_f16, scores,
+                             q16);
+}
+
+void kiln_attention_paged_ref(float *out, const float *q, const void *const *k_blocks,
+                              const void *const *v_blocks, int32_t block_size, int64_t row_stride,
+                              int64_t head_off, int32_t key_begin, int32_t n_keys,
+                              int32_t head_dim, float score_div, float softcap, int kv_is_f16,
+                              float *scores, uint16_t *q16) {
     const int32_t n = n_keys - key_begin;
     if (kv_is_f16) {
         for (int32_t d = 0; d < head_dim; d++) q16[d] = kiln_fp32_to_fp16(q[d]);

@@ -3,6 +3,12 @@
  * and plain activations, softmax, softcapping and attention over paged KV. Every function
  * reduces in a fixed order that depends only on its own row, so results are independent of
  * batch composition (DESIGN.md principle 3).
+ *
+ * kiln_rmsnorm, kiln_swiglu (and kiln_glu with SiLU) and kiln_attention_paged run SIMD code
+ * on the AVX-512 path (kiln_simd_active(); ops_avx512.c); the *_ref functions are the scalar
+ * references they are tested against (tests/cpu/test_ops_paths.c). The SIMD versions sum in
+ * another fixed order and use their own exp (~2 ulp), so they agree with the references to
+ * float rounding, not bitwise; each is still a fixed function of its own row.
  */
 #ifndef KILN_BACKEND_CPU_OPS_H
 #define KILN_BACKEND_CPU_OPS_H
@@ -16,6 +22,8 @@
  * (Gemma's (1 + w) form is obtained by passing 1 + w, computed once at load time.)
  */
 void kiln_rmsnorm(float *out, const float *x, const float *w, int64_t n, float eps);
+/** Scalar reference of kiln_rmsnorm (sum of squares left to right). */
+void kiln_rmsnorm_ref(float *out, const float *x, const float *w, int64_t n, float eps);
 
 /**
  * LayerNorm of one row (Ba et al. 2016; torch.nn.LayerNorm with biased variance):
@@ -58,6 +66,8 @@ void kiln_glu(float *g, const float *u, int64_t n, int act);
 
 /** SwiGLU in place: g[i] = silu(g[i]) * u[i], silu(v) = v / (1 + exp(-v)) (Shazeer 2020). */
 void kiln_swiglu(float *g, const float *u, int64_t n);
+/** Scalar reference of kiln_swiglu (libm expf). */
+void kiln_swiglu_ref(float *g, const float *u, int64_t n);
 
 /** Softmax in place over n >= 1 values, max-subtracted, summed left to right. */
 void kiln_softmax(float *x, int64_t n);
@@ -82,11 +92,22 @@ void kiln_softcap(float *x, int64_t n, float cap);
  * cache computes this; FlashAttention-2 likewise casts P to half before P.V).
  * scores: scratch of n_keys - key_begin floats; q16: scratch of head_dim halves (F16 only).
  * Requires 0 <= key_begin < n_keys.
+ * Reduction order (AVX-512 path): q . k_t in 16-lane chunks (product, then one FMA per
+ * chunk, the last chunk zero padded) and the fixed lane tree of hsum16 per key; softmax max,
+ * exp, and the sum of p_t in 16 lanes by (t - key_begin) % 16, then the same tree; out[d]
+ * accumulates p_t v_t[d] with one FMA per key, keys ascending. The scalar reference
+ * (kiln_attention_paged_ref) sums left to right.
  */
 void kiln_attention_paged(float *out, const float *q, const void *const *k_blocks,
                           const void *const *v_blocks, int32_t block_size, int64_t row_stride,
                           int64_t head_off, int32_t key_begin, int32_t n_keys, int32_t head_dim,
                           float score_div, float softcap, int kv_is_f16, float *scores,
                           uint16_t *q16);
+/** Scalar reference of kiln_attention_paged. */
+void kiln_attention_paged_ref(float *out, const float *q, const void *const *k_blocks,
+                              const void *const *v_blocks, int32_t block_size, int64_t row_stride,
+                              int64_t head_off, int32_t key_begin, int32_t n_keys,
+                              int32_t head_dim, float score_div, float softcap, int kv_is_f16,
+                              float *scores, uint16_t *q16);
 
 #endif
