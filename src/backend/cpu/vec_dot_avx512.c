@@ -3,10 +3,10 @@
  * activations. Only called after kiln_simd_supported(KILN_SIMD_AVX512).
  *
  * Weights are dequantized exactly (every GGML dequantized value used here is representable
- * in f32, so they equal the scalar path's weights) 16 at a time and FMA'd into two 16-lane
- * accumulators per (row, token), alternating by group; see vec_dot_tile.inc for the fixed
- * reduction order. Tiles of up to 2 rows x 6 tokens share weight decodes and activation
- * loads and are bit-identical per (row, token) to the one-token dot.
+ * in f32, so they equal the scalar path's weights) 16 at a time and FMA'd into one 16-lane
+ * accumulator per (row, token); see KILN_TILE_BODY for the fixed reduction order. Tiles of
+ * up to 4 rows (2 for the K-quants) x 6 tokens share weight decodes and activation loads
+ * (24 independent FMA chains) and are bit-identical per (row, token) to the one-token dot.
  * (VNNI / AVX512-BF16 dot instructions would need int8 / bf16 activations, which this path
  * deliberately does not use: activations stay f32.)
  */
@@ -18,19 +18,9 @@
 
 #include <immintrin.h>
 
-#define VEC      __m512
-#define LANES    16
-#define MAX_ROWS 2
-#define MAX_TOK  6
+#define KA static inline __attribute__((always_inline))
 
-#define V_ZERO()        _mm512_setzero_ps()
-#define V_FMA(a, b, c)  _mm512_fmadd_ps((a), (b), (c))
-#define V_ADD(a, b)     _mm512_add_ps((a), (b))
-#define V_LOADX(p)      _mm512_loadu_ps(p)
-#define V_LOADX_N(p, m) _mm512_maskz_loadu_ps((__mmask16)((1u << (m)) - 1u), (p))
-#define V_HSUM(v)       hsum16(v)
-
-static inline __attribute__((always_inline)) float hsum16(__m512 v) {
+KA float hsum16(__m512 v) { /* lanes j + j+8, j + j+4, j + j+2, 0 + 1 */
     __m256 h = _mm256_add_ps(_mm512_castps512_ps256(v),
                              _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
@@ -39,7 +29,58 @@ static inline __attribute__((always_inline)) float hsum16(__m512 v) {
     return _mm_cvtss_f32(s);
 }
 
-#include "backend/cpu/vec_dot_tile.inc"
+/*
+ * The tile body, per dtype NAME with UNIT elements per decode unit (16 for the plain types,
+ * 32 for Q8_0/Q4_0, 256 for the K-quants) and the decoder
+ *   __m512 NAME_group(const uint8_t *row, int64_t u, int g)  lanes 16g.. of unit u, exact
+ * plus, for plain types, NAME_part(row, first, m): elements first..first+m-1, zero padded.
+ *
+ * Reduction order of one (row, token) pair, for every tile shape: one accumulator, +0 at
+ * first; for each 16-lane group of the row in order (a plain row's last group zero padded
+ * on both sides), acc = fma(w_group, x_group, acc); result hsum16(acc). A tile of NR rows x R
+ * tokens decodes each weight group once and loads each activation group once, and runs the
+ * NR * R independent FMA chains interleaved: every pair sees the same operations as alone.
+ */
+#define KILN_TILE_BODY(NAME, UNIT, PLAIN)                                                          \
+    KA void NAME##_body(int64_t n, const uint8_t *w, size_t rs, const float *x, int64_t ldx,       \
+                        const int NR, const int R, float *out) {                                   \
+        __m512 acc[4][8];                                                                          \
+        _Pragma("GCC unroll 4") for (int k = 0; k < NR; k++)                                       \
+            _Pragma("GCC unroll 8") for (int r = 0; r < R; r++) acc[k][r] = _mm512_setzero_ps();   \
+        const int64_t nu = n / (UNIT);                                                             \
+        for (int64_t u = 0; u < nu; u++) {                                                         \
+            const float *xu = x + u * (UNIT);                                                      \
+            _Pragma("GCC unroll 16") for (int g = 0; g < (UNIT) / 16; g++) {                       \
+                __m512 wv[4];                                                                      \
+                _Pragma("GCC unroll 4") for (int k = 0; k < NR; k++) wv[k] =                       \
+                    NAME##_group(w + (size_t)k * rs, u, g);                                        \
+                _Pragma("GCC unroll 8") for (int r = 0; r < R; r++) {                              \
+                    __m512 xv = _mm512_loadu_ps(xu + g * 16 + r * ldx);                            \
+                    _Pragma("GCC unroll 4") for (int k = 0; k < NR; k++) acc[k][r] =               \
+                        _mm512_fmadd_ps(wv[k], xv, acc[k][r]);                                     \
+                }                                                                                  \
+            }                                                                                      \
+        }                                                                                          \
+        if (PLAIN && n > nu * (UNIT)) {                                                            \
+            const int64_t first = nu * (UNIT);                                                     \
+            const int m = (int)(n - first); /* < 16 = UNIT */                                      \
+            __m512 wv[4];                                                                          \
+            _Pragma("GCC unroll 4") for (int k = 0; k < NR; k++) wv[k] =                           \
+                NAME##_part(w + (size_t)k * rs, first, m);                                         \
+            _Pragma("GCC unroll 8") for (int r = 0; r < R; r++) {                                  \
+                __m512 xv = _mm512_maskz_loadu_ps((__mmask16)((1u << m) - 1u), x + first + r * ldx); \
+                _Pragma("GCC unroll 4") for (int k = 0; k < NR; k++) acc[k][r] =                   \
+                    _mm512_fmadd_ps(wv[k], xv, acc[k][r]);                                         \
+            }                                                                                      \
+        }                                                                                          \
+        _Pragma("GCC unroll 4") for (int k = 0; k < NR; k++)                                       \
+            _Pragma("GCC unroll 8") for (int r = 0; r < R; r++) out[k * R + r] = hsum16(acc[k][r]); \
+    }                                                                                              \
+    static float NAME##_dot(int64_t n, const void *w, const float *x) {                            \
+        float o;                                                                                   \
+        NAME##_body(n, (const uint8_t *)w, 0, x, 0, 1, 1, &o);                                     \
+        return o;                                                                                  \
+    }
 
 KA __m512 i8x16_to_ps(__m128i v) {
     return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(v));
@@ -58,14 +99,14 @@ KA uint16_t rd16(const uint8_t *p) {
 /* ---------------------------------------------------------------- plain types (unit 32) */
 
 KA __m512 f32_group(const uint8_t *row, int64_t u, int g) {
-    return _mm512_loadu_ps((const float *)row + u * 32 + g * 16);
+    return _mm512_loadu_ps((const float *)row + u * 16 + g * 16);
 }
 KA __m512 f32_part(const uint8_t *row, int64_t first, int m) {
     return _mm512_maskz_loadu_ps((__mmask16)((1u << m) - 1u), (const float *)row + first);
 }
 
 KA __m512 f16_group(const uint8_t *row, int64_t u, int g) {
-    return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(row + 2 * (u * 32 + g * 16))));
+    return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(row + 2 * (u * 16 + g * 16))));
 }
 KA __m512 f16_part(const uint8_t *row, int64_t first, int m) {
     return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16((__mmask16)((1u << m) - 1u), row + 2 * first));
@@ -75,7 +116,7 @@ KA __m512 bf16_to_ps(__m256i v) {
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(v), 16));
 }
 KA __m512 bf16_group(const uint8_t *row, int64_t u, int g) {
-    return bf16_to_ps(_mm256_loadu_si256((const __m256i *)(row + 2 * (u * 32 + g * 16))));
+    return bf16_to_ps(_mm256_loadu_si256((const __m256i *)(row + 2 * (u * 16 + g * 16))));
 }
 KA __m512 bf16_part(const uint8_t *row, int64_t first, int m) {
     return bf16_to_ps(_mm256_maskz_loadu_epi16((__mmask16)((1u << m) - 1u), row + 2 * first));
@@ -135,48 +176,68 @@ KA __m512 q6_k_group(const uint8_t *row, int64_t u, int g) {
 
 /* ---------------------------------------------------------------- instantiation */
 
-#define KILN_DEFINE(NAME, UNIT, PLAIN)                                                             \
+#define KILN_TILE_CASE(NAME, NR, R)                                                                \
+    case R:                                                                                        \
+        NAME##_body(n, (const uint8_t *)w, rs, x, ldx, NR, R, out);                                \
+        return;
+
+/* tiles of MR rows (or 1, for the last rows of a range) x 1..6 tokens */
+#define KILN_DEFINE(NAME, UNIT, PLAIN, MR)                                                         \
     KILN_TILE_BODY(NAME, UNIT, PLAIN)                                                              \
     static void NAME##_tile(int64_t n, const void *w, size_t rs, int nrows, const float *x,        \
                             int64_t ldx, int ntok, float *out) {                                   \
-        if (nrows >= 2) {                                                                          \
+        if (nrows >= MR) {                                                                         \
             switch (ntok) {                                                                        \
-                KILN_TILE_CASE_R(NAME, 2, 1)                                                       \
-                KILN_TILE_CASE_R(NAME, 2, 2)                                                       \
-                KILN_TILE_CASE_R(NAME, 2, 3)                                                       \
-                KILN_TILE_CASE_R(NAME, 2, 4)                                                       \
-                KILN_TILE_CASE_R(NAME, 2, 5)                                                       \
+                KILN_TILE_CASE(NAME, MR, 1)                                                        \
+                KILN_TILE_CASE(NAME, MR, 2)                                                        \
+                KILN_TILE_CASE(NAME, MR, 3)                                                        \
+                KILN_TILE_CASE(NAME, MR, 4)                                                        \
+                KILN_TILE_CASE(NAME, MR, 5)                                                        \
             default:                                                                               \
-                NAME##_body(n, (const uint8_t *)w, rs, x, ldx, 2, 6, out);                         \
+                NAME##_body(n, (const uint8_t *)w, rs, x, ldx, MR, 6, out);                        \
                 return;                                                                            \
             }                                                                                      \
         }                                                                                          \
-        switch (ntok) {                                                                            \
-            KILN_TILE_CASE_R(NAME, 1, 1)                                                           \
-            KILN_TILE_CASE_R(NAME, 1, 2)                                                           \
-            KILN_TILE_CASE_R(NAME, 1, 3)                                                           \
-            KILN_TILE_CASE_R(NAME, 1, 4)                                                           \
-            KILN_TILE_CASE_R(NAME, 1, 5)                                                           \
-        default:                                                                                   \
-            NAME##_body(n, (const uint8_t *)w, rs, x, ldx, 1, 6, out);                             \
-            return;                                                                                \
+        for (int k = 0; k < nrows; k++) { /* the same per-pair operations, one row at a time */   \
+            const uint8_t *wk = (const uint8_t *)w + (size_t)k * rs;                               \
+            float *ok = out + k * ntok;                                                            \
+            switch (ntok) {                                                                        \
+            case 1:                                                                                \
+                NAME##_body(n, wk, rs, x, ldx, 1, 1, ok);                                          \
+                break;                                                                             \
+            case 2:                                                                                \
+                NAME##_body(n, wk, rs, x, ldx, 1, 2, ok);                                          \
+                break;                                                                             \
+            case 3:                                                                                \
+                NAME##_body(n, wk, rs, x, ldx, 1, 3, ok);                                          \
+                break;                                                                             \
+            case 4:                                                                                \
+                NAME##_body(n, wk, rs, x, ldx, 1, 4, ok);                                          \
+                break;                                                                             \
+            case 5:                                                                                \
+                NAME##_body(n, wk, rs, x, ldx, 1, 5, ok);                                          \
+                break;                                                                             \
+            default:                                                                               \
+                NAME##_body(n, wk, rs, x, ldx, 1, 6, ok);                                          \
+                break;                                                                             \
+            }                                                                                      \
         }                                                                                          \
     }                                                                                              \
-    static const kiln_cpu_kernel NAME##_kernel = {NAME##_dot, NAME##_tile, MAX_ROWS, MAX_TOK};
+    static const kiln_cpu_kernel NAME##_kernel = {NAME##_dot, NAME##_tile, MR, 6};
 
 /* block types never have a partial tail; these keep the skeleton well-formed */
-#define q8_0_part(row, first, m) V_ZERO()
-#define q4_0_part(row, first, m) V_ZERO()
-#define q4_k_part(row, first, m) V_ZERO()
-#define q6_k_part(row, first, m) V_ZERO()
+#define q8_0_part(row, first, m) _mm512_setzero_ps()
+#define q4_0_part(row, first, m) _mm512_setzero_ps()
+#define q4_k_part(row, first, m) _mm512_setzero_ps()
+#define q6_k_part(row, first, m) _mm512_setzero_ps()
 
-KILN_DEFINE(f32, 32, 1)
-KILN_DEFINE(f16, 32, 1)
-KILN_DEFINE(bf16, 32, 1)
-KILN_DEFINE(q8_0, 32, 0)
-KILN_DEFINE(q4_0, 32, 0)
-KILN_DEFINE(q4_k, 256, 0)
-KILN_DEFINE(q6_k, 256, 0)
+KILN_DEFINE(f32, 16, 1, 4)
+KILN_DEFINE(f16, 16, 1, 4)
+KILN_DEFINE(bf16, 16, 1, 4)
+KILN_DEFINE(q8_0, 32, 0, 4)
+KILN_DEFINE(q4_0, 32, 0, 4)
+KILN_DEFINE(q4_k, 256, 0, 2)
+KILN_DEFINE(q6_k, 256, 0, 2)
 
 const kiln_cpu_kernel *kiln_cpu_kernel_avx512(kiln_dtype t) {
     switch (t) {
