@@ -63,7 +63,11 @@ int main(int argc, char **argv) {
     int threads = argc > 3 ? atoi(argv[3]) : kiln_physical_cores();
     const kiln_dtype types[] = {KILN_DTYPE_F32,  KILN_DTYPE_F16,  KILN_DTYPE_BF16, KILN_DTYPE_Q8_0,
                                 KILN_DTYPE_Q4_0, KILN_DTYPE_Q4_K, KILN_DTYPE_Q6_K};
-    enum { PREFILL = 64 };
+    /* env MB_TYPES=f16,q4_0 limits the dtypes, MB_PREFILL=N the prefill tokens (default 64),
+     * MB_PATH=avx512 the paths */
+    const char *only = getenv("MB_TYPES"), *only_path = getenv("MB_PATH");
+    const int PREFILL = getenv("MB_PREFILL") ? atoi(getenv("MB_PREFILL")) : 64;
+    if (PREFILL < 1) return 1;
     float *x = malloc(sizeof(float) * PREFILL * (size_t)n_in);
     float *y = malloc(sizeof(float) * PREFILL * (size_t)n_out);
     float *wf = malloc(sizeof(float) * (size_t)n_in);
@@ -90,6 +94,7 @@ int main(int argc, char **argv) {
         const kiln_dtype_traits *tr = kiln_dtype_traits_of(t);
         size_t rs = kiln_dtype_row_size(t, n_in);
         if (!rs) continue;
+        if (only && !strstr(only, tr->name)) continue;
         uint8_t *w = malloc(rs * (size_t)n_out);
         if (!w) return 1;
         for (int64_t o = 0; o < n_out; o++) {
@@ -99,6 +104,7 @@ int main(int argc, char **argv) {
         double bytes = (double)rs * (double)n_out;
         for (kiln_simd p = KILN_SIMD_SCALAR; p <= KILN_SIMD_AVX512; p++) {
             if (!kiln_simd_supported(p)) continue;
+            if (only_path && strcmp(only_path, kiln_simd_name(p)) != 0) continue;
             for (int q8 = 0; q8 <= (kiln_cpu_q8_supported(t) ? 1 : 0); q8++) {
                 kiln_act_mode act = q8 ? KILN_ACT_Q8 : KILN_ACT_F32;
                 double r[4];
