@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "server/openai.h"
+#include "server/prompt.h"
 #include "server/srv_util.h"
 #include "test.h"
 
@@ -390,6 +391,62 @@ static void test_utf8(void) {
     CHECK(strlen(id1) == 5 + 24 && !strncmp(id1, "cmpl-", 5) && strcmp(id1, id2) != 0);
 }
 
+/* Chat templates through the server's context (transformers' apply_chat_template variables). */
+static void render_case(const char *src, const char *bos, const char *body, bool expect_ok,
+                        const char *want) {
+    srv_chat c = {.bos_id = -1, .bos_text = bos, .eos_text = "</s>"};
+    REQUIRE(kiln_template_parse(src, strlen(src), &c.tpl, NULL) == KILN_OK);
+    srv_gen g;
+    srv_error e;
+    REQUIRE(parse(SRV_CHAT, body, &g, &e));
+    char *out = NULL;
+    size_t len = 0;
+    memset(&e, 0, sizeof e);
+    bool ok = srv_chat_render(&c, &g, &out, &len, &e);
+    CHECKF(ok == expect_ok, "render of %s: %s", body, ok ? out : e.message);
+    if (ok && expect_ok) CHECKF(!strcmp(out, want), "rendered '%s'\n want '%s'", out, want);
+    if (!ok && !expect_ok) {
+        CHECK(e.http_status == 400);
+        CHECKF(!strcmp(e.message, want), "template error '%s', want '%s'", e.message, want);
+        CHECK(e.code && !strcmp(e.code, "chat_template_error"));
+    }
+    free(out);
+    srv_gen_free(&g);
+    srv_chat_free(&c);
+}
+
+static void test_templates(void) {
+    /* ChatML as template.h specifies it. */
+    render_case(kiln_template_chatml, NULL,
+                "{\"messages\":[{\"role\":\"system\",\"content\":\"S\"},{\"role\":\"user\","
+                "\"content\":[{\"type\":\"text\",\"text\":\"U1\"},{\"type\":\"text\","
+                "\"text\":\"U2\"}]}]}",
+                true,
+                "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nU1\nU2<|im_end|>\n"
+                "<|im_start|>assistant\n");
+    render_case(kiln_template_chatml, NULL,
+                "{\"messages\":[{\"role\":\"user\",\"content\":\"U\"}],"
+                "\"add_generation_prompt\":false}",
+                true, "<|im_start|>user\nU<|im_end|>\n");
+    /* raise_exception: a 400 carrying the template's own text. */
+    render_case("{% if messages[0]['role'] == 'system' %}{{ raise_exception('System role not "
+                "supported') }}{% endif %}ok",
+                NULL, "{\"messages\":[{\"role\":\"system\",\"content\":\"x\"}]}", false,
+                "System role not supported");
+    /* The variables: bos/eos tokens, add_generation_prompt, tools (None when absent),
+     * chat_template_kwargs; "developer" arrives as "system". */
+    render_case("{{ bos_token }}|{{ eos_token }}|{{ add_generation_prompt }}|{{ tools is none }}|"
+                "{{ messages|length }}|{{ messages[0].role }}|{{ enable_thinking }}",
+                "<s>",
+                "{\"messages\":[{\"role\":\"developer\",\"content\":\"d\"},{\"role\":\"user\","
+                "\"content\":\"u\"}],\"chat_template_kwargs\":{\"enable_thinking\":false}}",
+                true, "<s>|</s>|True|True|2|system|False");
+    render_case("{{ tools[0].function.name }}", NULL,
+                "{\"messages\":[{\"role\":\"user\",\"content\":\"u\"}],\"tools\":[{\"type\":"
+                "\"function\",\"function\":{\"name\":\"get_weather\"}}]}",
+                true, "get_weather");
+}
+
 int main(void) {
     test_completion_fields();
     test_defaults();
@@ -399,5 +456,6 @@ int main(void) {
     test_responses();
     test_sse();
     test_utf8();
+    test_templates();
     return kiln_test_finish("test_server_openai");
 }
