@@ -738,6 +738,11 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
     if (!r) return;
     *con_cls = NULL;
     bool gone = r->client_gone;
+    /* A generation whose FINISH event was never read (the connection failed first) still
+     * counts, as cancelled, with the tokens seen so far. */
+    if (r->stream && !r->finished)
+        srv_metrics_generation(&s->metrics, r->n_prompt, r->n_tokens, KILN_FINISH_CANCELLED,
+                               (srv_now_ms() - r->t_start) / 1e3);
     if (r->stream) {
         if (srv_watch_remove(s->watch, r->watch_h)) gone = true;
         kiln_stream_destroy(r->stream); /* cancels it if still running */

@@ -3,10 +3,12 @@
 // class, an aborted stream, /v1/models, and the graceful shutdown. Greedy expectations come
 // from llama2.c's run.c (../shared/golden/llama2c-greedy.json).
 import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
 import { after, before, describe, test } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 import OpenAI from 'openai';
 import {
+  KILN_BIN,
   SLOW,
   goldenCases,
   metrics,
@@ -435,5 +437,22 @@ describe('shutdown', () => {
     const res = await streamThenSignal(['--shutdown-timeout', '0']);
     assert.equal(res.finish, 'abort');
     assert.ok(res.usage.completion_tokens < 1500);
+  });
+});
+
+describe('command line', () => {
+  test('usage errors exit 2, a model that does not load exits 1', () => {
+    const run = (...a) => spawnSync(KILN_BIN, ['serve', ...a], { encoding: 'utf8', timeout: 60000 * SLOW });
+    assert.equal(run('--port', '99999', '-m', 'x').status, 2);
+    assert.equal(run('--port', '0').status, 2); // no -m
+    assert.equal(run('-m', 'x', '--bogus').status, 2);
+    const r = run('-m', '/nonexistent/model.gguf', '--port', '0');
+    assert.equal(r.status, 1);
+    assert.match(r.stderr, /listening on http:\/\/127\.0\.0\.1:\d+/);
+    assert.match(r.stderr, /nonexistent/);
+    assert.equal(sanitizerReports(r.stderr), '');
+    const h = run('--help');
+    assert.equal(h.status, 0);
+    assert.match(h.stdout, /--max-body/);
   });
 });
