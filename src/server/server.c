@@ -492,7 +492,9 @@ static enum MHD_Result route_generate(srv_req *r) {
     if (max_tokens < 1 || need > s->n_ctx) {
         free(ids);
         return fail(r, 400, "invalid_request_error", "context_over_budget",
-                    g->max_tokens_set ? "max_tokens" : (kind == SRV_CHAT ? "messages" : "prompt"),
+                    g->max_tokens_set && n <= s->n_ctx ? "max_tokens"
+                    : kind == SRV_CHAT                 ? "messages"
+                                                       : "prompt",
                     "This model's maximum context length is %d tokens. However, you requested "
                     "%lld tokens (%d in the prompt, %lld for the completion).",
                     s->n_ctx, (long long)(n + (max_tokens > 0 ? max_tokens : 0)), n,
