@@ -368,31 +368,41 @@ describe('errors', () => {
 
 describe('cancellation', () => {
   test('an aborted stream cancels its sequence and frees its KV blocks', async () => {
-    const before = await metrics(srv.url);
-    const stream = await client.chat.completions.create({
-      model: MODEL, messages: [{ role: 'user', content: 'Tell me a very long story.' }], max_tokens: 400, ignore_eos: true, stream: true,
-    });
-    let n = 0;
-    let finished = false;
-    try {
-      for await (const chunk of stream) {
-        if (chunk.choices[0]?.finish_reason) finished = true;
-        if (++n === 3) stream.controller.abort(); // the client closes its connection
-      }
-    } catch (e) {
-      assert.ok(e instanceof OpenAI.APIUserAbortError || e.name === 'AbortError', String(e));
-    }
-    assert.equal(finished, false, 'the stream was aborted before its end');
+    // stories260K writes 400 tokens in tens of milliseconds, so on a loaded machine the
+    // generation can end before the server sees the client go: then the attempt counts as
+    // "length", not "cancelled". Retry a bounded number of times; a server that never
+    // cancels fails every attempt. KV blocks must return to the pool after every attempt.
     const key = 'kiln_generations_total{finish_reason="cancelled"}';
-    const m = await waitMetrics(
-      srv.url,
-      (x) => x.kiln_kv_blocks_used === 0 && x.kiln_num_requests_running === 0 && x[key] === before[key] + 1,
-    );
-    assert.equal(m.kiln_kv_blocks_used, 0, 'KV blocks back in the pool');
-    assert.equal(m.kiln_num_requests_running, 0);
-    assert.equal(m[key], before[key] + 1);
-    // Cancelled well before its 400 tokens.
-    assert.ok(m.kiln_generation_tokens_total - before.kiln_generation_tokens_total < 300);
+    let cancelled = false;
+    for (let attempt = 0; attempt < 8 && !cancelled; attempt++) {
+      const before = await metrics(srv.url);
+      const stream = await client.chat.completions.create({
+        model: MODEL, messages: [{ role: 'user', content: 'Tell me a very long story.' }], max_tokens: 400, ignore_eos: true, stream: true,
+      });
+      let n = 0;
+      let finished = false;
+      try {
+        for await (const chunk of stream) {
+          if (chunk.choices[0]?.finish_reason) finished = true;
+          if (++n === 3) stream.controller.abort(); // the client closes its connection
+        }
+      } catch (e) {
+        assert.ok(e instanceof OpenAI.APIUserAbortError || e.name === 'AbortError', String(e));
+      }
+      assert.equal(finished, false, 'the stream was aborted before its end');
+      const m = await waitMetrics(
+        srv.url,
+        (x) => x.kiln_kv_blocks_used === 0 && x.kiln_num_requests_running === 0 && x[key] >= before[key],
+      );
+      assert.equal(m.kiln_kv_blocks_used, 0, 'KV blocks back in the pool');
+      assert.equal(m.kiln_num_requests_running, 0);
+      if (m[key] === before[key] + 1) {
+        cancelled = true;
+        // Cancelled well before its 400 tokens.
+        assert.ok(m.kiln_generation_tokens_total - before.kiln_generation_tokens_total < 300);
+      }
+    }
+    assert.ok(cancelled, 'no attempt was cancelled by the client disconnect');
     for (let i = 0; i < 50 && !/\(client disconnected\)/.test(srv.stderr); i++) await sleep(20);
     assert.match(srv.stderr, /finish=cancelled \(client disconnected\)/);
     const ok = await client.completions.create({ model: MODEL, prompt: 'x', max_tokens: 1 });
