@@ -39,6 +39,16 @@ int cli_threadpool(int n, kiln_threadpool **tp);
 
 double cli_now_ms(void);
 
+/** A seed from getrandom(2) (clock ^ pid if that fails), in [0, 2^63) so --seed can repeat it. */
+uint64_t cli_random_seed(void);
+
+/** Flush stdout; on a write error (full disk, closed pipe) print why and return
+ *  KILN_EXIT_ERROR, else 0. Commands call it before exiting successfully. */
+int cli_check_stdout(void);
+
+/** True when both paths exist and name the same file (device and inode). */
+bool cli_same_file(const char *a, const char *b);
+
 /** "f32" -> KILN_DTYPE_F32, "f16" -> KILN_DTYPE_F16; false for anything else. */
 bool cli_parse_kv_type(const char *s, kiln_dtype *out);
 

@@ -264,5 +264,5 @@ int kiln_cmd_inspect(int argc, char **argv) {
     if (kiln_model_open(path, &lp, &m, &err) != KILN_OK) return cli_fail(&err);
     print_config(m);
     kiln_model_close(m);
-    return 0;
+    return cli_check_stdout();
 }

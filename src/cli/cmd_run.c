@@ -22,7 +22,7 @@ static void run_usage(FILE *f) {
             "      --top-k K           keep the K most likely tokens; 0 = off (default 40)\n"
             "      --top-p P           nucleus sampling, (0, 1] (default 0.95)\n"
             "      --min-p P           min-p filter, [0, 1] (default 0.05)\n"
-            "      --seed S            random seed (default: from the clock, printed)\n"
+            "      --seed S            random seed (default: random, printed)\n"
             "  -t, --threads N         threads (default: physical cores)\n"
             "      --ctx N             context length (default: the model's)\n"
             "      --kv-type T         KV cache storage, f32 (default) or f16\n"
@@ -185,7 +185,7 @@ int kiln_cmd_run(int argc, char **argv) {
     if (optind < argc) return cli_usage_error("run", "unexpected argument '%s'", argv[optind]);
     if (!model_path) return cli_usage_error("run", "-m MODEL is required");
     if (!prompt) return cli_usage_error("run", "-p PROMPT is required");
-    if (!seed_set) rq.seed = (uint64_t)time(NULL);
+    if (!seed_set) rq.seed = cli_random_seed();
 
     char *stdin_buf = NULL;
     size_t prompt_len = strlen(prompt);
@@ -275,8 +275,12 @@ int kiln_cmd_run(int argc, char **argv) {
             rc = cli_fail(&err);
             goto done;
         }
-        if (t_first == 0 && ev.type != KILN_EVENT_NONE) t_first = cli_now_ms();
+        /* Timings use the engine's event times (CLOCK_MONOTONIC, as cli_now_ms), not the
+         * moment this thread woke up to read them. */
         if (ev.type == KILN_EVENT_TOKEN) {
+            double t = (double)ev.time_ns / 1e6;
+            if (t_first == 0) t_first = t;
+            t_end = t;
             if (kiln_ivec_push(&gen, ev.token) != KILN_OK) goto oom;
         } else if (ev.type == KILN_EVENT_TEXT) {
             if (!text_append(&text, ev.text, ev.text_len)) goto oom;
@@ -285,7 +289,7 @@ int kiln_cmd_run(int argc, char **argv) {
                 fflush(stdout);
             }
         } else if (ev.type == KILN_EVENT_FINISH) {
-            t_end = cli_now_ms();
+            if (t_first == 0) t_first = t_end = (double)ev.time_ns / 1e6;
             finish = ev.finish_reason;
             if (finish == KILN_FINISH_ERROR) {
                 kiln_error_set(&err, ev.status, "%s", ev.message);
@@ -324,6 +328,7 @@ int kiln_cmd_run(int argc, char **argv) {
             "tok/s | finish %s | seed %llu\n",
             load_ms, ids.n, pp_tps, gen.n, tg_tps, kiln_finish_reason_name(finish),
             (unsigned long long)rq.seed);
+    if (rc == 0) rc = cli_check_stdout();
     goto done;
 oom:
     kiln_error_set(&err, KILN_ERR_OUT_OF_MEMORY, "out of memory");

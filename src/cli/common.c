@@ -1,4 +1,7 @@
 #include <errno.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -9,7 +12,8 @@
 #include "cli/cli.h"
 
 int cli_fail(const kiln_error *err) {
-    fprintf(stderr, "kiln: error: %s\n", err->message[0] ? err->message : kiln_status_name(err->status));
+    fprintf(stderr, "kiln: error: %s\n",
+            err->message[0] ? err->message : kiln_status_name(err->status));
     return KILN_EXIT_ERROR;
 }
 
@@ -82,8 +86,37 @@ double cli_now_ms(void) {
 }
 
 bool cli_parse_kv_type(const char *s, kiln_dtype *out) {
-    if (!strcmp(s, "f32")) *out = KILN_DTYPE_F32;
-    else if (!strcmp(s, "f16")) *out = KILN_DTYPE_F16;
-    else return false;
+    if (!strcmp(s, "f32"))
+        *out = KILN_DTYPE_F32;
+    else if (!strcmp(s, "f16"))
+        *out = KILN_DTYPE_F16;
+    else
+        return false;
     return true;
+}
+
+uint64_t cli_random_seed(void) {
+    uint64_t seed = 0;
+    if (getrandom(&seed, sizeof seed, 0) != (ssize_t)sizeof seed) {
+        /* no entropy source: mix the clock's nanoseconds and the pid */
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        seed = ((uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec) ^
+               ((uint64_t)getpid() << 32);
+    }
+    return seed >> 1; /* keep it printable as a non-negative int64 for --seed */
+}
+
+int cli_check_stdout(void) {
+    if (fflush(stdout) != 0 || ferror(stdout)) {
+        fprintf(stderr, "kiln: error: writing to standard output failed: %s\n", strerror(errno));
+        return KILN_EXIT_ERROR;
+    }
+    return 0;
+}
+
+bool cli_same_file(const char *a, const char *b) {
+    struct stat sa, sb;
+    return stat(a, &sa) == 0 && stat(b, &sb) == 0 && sa.st_dev == sb.st_dev &&
+           sa.st_ino == sb.st_ino;
 }

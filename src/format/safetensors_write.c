@@ -1,20 +1,27 @@
 #include "format/safetensors_write.h"
 
 #include <errno.h>
+#include <stdbool.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "util/error.h"
 
 static const char *st_dtype_name(kiln_dtype t) {
     switch (t) {
-    case KILN_DTYPE_F32: return "F32";
-    case KILN_DTYPE_F16: return "F16";
-    case KILN_DTYPE_BF16: return "BF16";
-    case KILN_DTYPE_I32: return "I32";
-    default: return NULL;
+    case KILN_DTYPE_F32:
+        return "F32";
+    case KILN_DTYPE_F16:
+        return "F16";
+    case KILN_DTYPE_BF16:
+        return "BF16";
+    case KILN_DTYPE_I32:
+        return "I32";
+    default:
+        return NULL;
     }
 }
 
@@ -64,11 +71,20 @@ kiln_status kiln_safetensors_write(const char *path, const kiln_st_out_tensor *t
         return st;
     }
     size_t jl = strlen(js), padded = (jl + 7) & ~(size_t)7;
+    /* A regular file (or a new path) is written to path.tmp and renamed, so a failed write
+     * never leaves a truncated file. Anything else that exists (a device such as /dev/null,
+     * a FIFO, a symlink's target) is written in place: renaming over it would replace the
+     * node itself, which as root would destroy /dev/full or the link. */
+    struct stat sb;
+    bool in_place = stat(path, &sb) == 0 && !S_ISREG(sb.st_mode);
+    bool is_link = lstat(path, &sb) == 0 && S_ISLNK(sb.st_mode);
+    if (is_link) in_place = true;
     char tmp[4200];
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    FILE *f = fopen(tmp, "wb");
+    const char *target = in_place ? path : tmp;
+    FILE *f = fopen(target, "wb");
     if (!f) {
-        st = kiln_error_set(err, KILN_ERR_IO, "%s: cannot create: %s", tmp, strerror(errno));
+        st = kiln_error_set(err, KILN_ERR_IO, "%s: cannot create: %s", target, strerror(errno));
     } else {
         uint8_t len8[8];
         for (int b = 0; b < 8; b++) len8[b] = (uint8_t)((uint64_t)padded >> (8 * b));
@@ -76,15 +92,16 @@ kiln_status kiln_safetensors_write(const char *path, const kiln_st_out_tensor *t
         for (size_t p = jl; ok && p < padded; p++) ok = fputc(' ', f) != EOF;
         for (size_t i = 0; ok && i < n; i++)
             ok = sizes[i] == 0 || fwrite(tensors[i].data, 1, sizes[i], f) == sizes[i];
+        if (ok && fflush(f) != 0) ok = false;
         int e = errno;
         if (fclose(f) != 0 && ok) {
             ok = false;
             e = errno;
         }
         if (!ok) {
-            remove(tmp);
+            if (!in_place) remove(tmp);
             st = kiln_error_set(err, KILN_ERR_IO, "%s: write failed: %s", path, strerror(e));
-        } else if (rename(tmp, path) != 0) {
+        } else if (!in_place && rename(tmp, path) != 0) {
             e = errno;
             remove(tmp);
             st = kiln_error_set(err, KILN_ERR_IO, "%s: cannot rename into place: %s", path,
