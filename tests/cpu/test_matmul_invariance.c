@@ -14,6 +14,9 @@
  * the heap scratch is used too), each output equals kiln_cpu_vec_dot_q8 of the quantized
  * row, and every path gives the SAME bits as the scalar path (cpu.h fixes one order for all).
  * The default mode is q8 unless KILN_Q8_ACT=0.
+ *
+ * kiln_cpu_matmul_multi (several weights sharing one input in one call) gives each weight
+ * exactly the bits of its own kiln_cpu_matmul.
  */
 #include <math.h>
 #include <stdio.h>
@@ -136,9 +139,9 @@ static void check_q8(kiln_dtype t, kiln_simd p, kiln_threadpool *pools[4], const
 
 static void check_q8_all(kiln_threadpool *pools[4]) {
     const kiln_dtype q8t[] = {KILN_DTYPE_Q8_0, KILN_DTYPE_Q4_0};
-    const int64_t lens[] = {544, 64, 1056};
+    const int64_t lens[] = {544, 64, 1056, 1024}; /* 1024: full 16-block groups only */
     for (int ti = 0; ti < 2; ti++) {
-        for (int li = 0; li < 3; li++) {
+        for (int li = 0; li < (int)(sizeof lens / sizeof lens[0]); li++) {
             kiln_dtype t = q8t[ti];
             int64_t n_in = lens[li];
             uint8_t *w = ct_random_rows(t, N_OUT, n_in, (int)(ct_u32() & 1));
@@ -157,6 +160,49 @@ static void check_q8_all(kiln_threadpool *pools[4]) {
             free(ref);
         }
     }
+}
+
+/* kiln_cpu_matmul_multi: each output bit-identical to its own kiln_cpu_matmul, for mixed
+ * dtypes (q8-mode and f32-mode weights in one call), several thread counts and token counts
+ * on both sides of the packed-path threshold, and more weights than one fused call takes */
+static void check_multi(kiln_threadpool *pools[4]) {
+    const kiln_dtype ts[] = {KILN_DTYPE_Q8_0, KILN_DTYPE_Q4_0, KILN_DTYPE_F16, KILN_DTYPE_Q4_0,
+                             KILN_DTYPE_Q8_0};
+    const int64_t n_outs[] = {37, 64, 9, 130, 5};
+    enum { NW = 5, MAXT = 40 };
+    const int64_t n_in = 1024;
+    uint8_t *w[NW];
+    float *y[NW], *ref[NW];
+    float *x = malloc(sizeof(float) * MAXT * n_in);
+    REQUIRE(x);
+    for (int64_t i = 0; i < MAXT * n_in; i++) x[i] = ct_uniform();
+    for (int i = 0; i < NW; i++) {
+        w[i] = ct_random_rows(ts[i], n_outs[i], n_in, 0);
+        y[i] = malloc(sizeof(float) * MAXT * (size_t)n_outs[i]);
+        ref[i] = malloc(sizeof(float) * MAXT * (size_t)n_outs[i]);
+        REQUIRE(y[i] && ref[i]);
+    }
+    const int ntoks[] = {1, 5, 40};
+    int bad = 0;
+    for (int ni = 0; ni < 3; ni++)
+        for (int th = 1; th <= 3; th++) {
+            int nt = ntoks[ni];
+            kiln_cpu_mm_out outs[NW];
+            for (int i = 0; i < NW; i++) {
+                kiln_cpu_matmul(NULL, w[i], ts[i], n_outs[i], n_in, x, nt, ref[i]);
+                for (int64_t j = 0; j < nt * n_outs[i]; j++) y[i][j] = NAN;
+                outs[i] = (kiln_cpu_mm_out){w[i], ts[i], n_outs[i], y[i]};
+            }
+            kiln_cpu_matmul_multi(pools[th], outs, NW, n_in, x, nt);
+            for (int i = 0; i < NW; i++)
+                if (memcmp(y[i], ref[i], sizeof(float) * (size_t)(nt * n_outs[i])) != 0 &&
+                    bad++ < 3)
+                    fprintf(stderr, "multi: weight %d (%s) n_tok %d threads %d differs\n", i,
+                            kiln_dtype_name(ts[i]), nt, th);
+        }
+    CHECKF(bad == 0, "kiln_cpu_matmul_multi: %d outputs differ from kiln_cpu_matmul", bad);
+    for (int i = 0; i < NW; i++) free(w[i]), free(y[i]), free(ref[i]);
+    free(x);
 }
 
 int main(void) {
@@ -178,6 +224,7 @@ int main(void) {
     printf("checked %d paths x %d dtypes (f32 activations)\n", n_paths, CT_N_TYPES);
     check_q8_all(pools);
     printf("q8 activations: Q8_0 and Q4_0, %d paths, bit-identical across paths\n", n_paths);
+    check_multi(pools);
 
     /* kiln_cpu_matmul uses the active path */
     {

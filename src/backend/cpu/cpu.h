@@ -56,8 +56,10 @@ bool kiln_cpu_use_vnni(void);
  *   scalar: left to right in f32; block types sum q*x per block (per sub-block for the K
  *           types) and add scale * partial to the total block after block (see
  *           vec_dot_scalar.c);
- *   avx2 / avx512: exact dequantization into 8 / 16-lane vectors, FMA into two
- *           accumulators alternating by lane-group index, then a fixed horizontal sum.
+ *   avx2: exact dequantization into 8-lane vectors, FMA into two accumulators
+ *           alternating by lane-group index, then a fixed horizontal sum;
+ *   avx512: exact dequantization into 16-lane groups, FMA into one accumulator group after
+ *           group (a plain row's last group zero padded), then a fixed horizontal sum.
  * Paths agree to float rounding (tests/cpu/test_vec_dot_paths.c states the tolerance).
  */
 typedef float (*kiln_vec_dot_fn)(int64_t n, const void *w, const float *x);
@@ -149,9 +151,11 @@ kiln_act_mode kiln_cpu_act_default(void);
  * n_in must be a multiple of wt's block size (callers check at load time). Block-type rows
  * must be 2-byte aligned (GGUF data is 32-aligned); plain types may be at any address.
  * Bit-exact per (t, o) for a given path whatever n_tok, the thread count or the tiling
- * (f32 mode: SIMD paths compute tiles of up to 2 rows x 3 (AVX2) / 6 (AVX-512) tokens that
- * share weight decodes and activation loads; q8 mode: 1 row x 4 (AVX2) / 8 (AVX-512)
- * tokens, or 8 rows x 1 token for rows under 512 elements; each (t, o) is reduced exactly
+ * (f32 mode: SIMD paths compute tiles of up to 2 rows x 3 (AVX2) / 4 rows (2 for the
+ * K-quants) x 6 tokens (AVX-512) that share weight decodes and activation loads; q8 mode:
+ * 1 row x 4 (AVX2) / 8 (AVX-512) tokens, or 8 rows x 1 token for rows under 512 elements,
+ * or, from 32 tokens on with AVX-512 VNNI, panels of rows packed once into the kernel's
+ * transposed form and tiles of 3 rows x 4 tokens over them; each (t, o) is reduced exactly
  * as alone). In q8 mode the bits are moreover the same on every path.
  * When wt has no kernel on the path (I32, unknown ids) or n_in is not a multiple of its
  * block size, y is filled with NaN.
@@ -179,5 +183,26 @@ void kiln_cpu_matmul_path(kiln_threadpool *tp, kiln_simd path, const void *w, ki
 void kiln_cpu_matmul_ex(kiln_threadpool *tp, kiln_simd path, kiln_act_mode act, const void *w,
                         kiln_dtype wt, int64_t n_out, int64_t n_in, const float *x, int64_t n_tok,
                         float *y);
+
+/** One weight of kiln_cpu_matmul_multi: y[t * n_out + o] = dot(row o of w, x row t). */
+typedef struct kiln_cpu_mm_out {
+    const void *w;
+    kiln_dtype wt;
+    int64_t n_out;
+    float *y;
+} kiln_cpu_mm_out;
+
+/* weights per fused call (more are done in further calls) */
+#define KILN_CPU_MM_MAX_OUTS 4
+
+/**
+ * kiln_cpu_matmul for n weights that read the same activations x ([n_tok, n_in]), e.g. the
+ * q, k and v projections: in q8 mode x is quantized once for all of them, and all their rows
+ * are split over tp's threads in one fork/join. Each outs[i].y is bit-identical to
+ * kiln_cpu_matmul(tp, outs[i].w, outs[i].wt, outs[i].n_out, n_in, x, n_tok, outs[i].y).
+ * The y buffers must not overlap x or each other.
+ */
+void kiln_cpu_matmul_multi(kiln_threadpool *tp, const kiln_cpu_mm_out *outs, int n, int64_t n_in,
+                           const float *x, int64_t n_tok);
 
 #endif

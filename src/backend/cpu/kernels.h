@@ -60,11 +60,32 @@ typedef void (*kiln_q8_tile_fn)(int64_t n, const void *w, size_t row_stride, int
 typedef void (*kiln_q8_small_fn)(int64_t n, const void *w, size_t row_stride, int nrows,
                                  const uint8_t *xq, float *out);
 
+/*
+ * Packed weights (prefill): pack rewrites nrows weight rows (w + k * row_stride) into dst,
+ * packed row k at dst + k * packed_row_bytes(n), in the kernel's own register-ready form
+ * (the AVX-512 kernels: the full 16-block groups transposed, 576 bytes each); ptile then
+ * computes out[k * ntok + r] for k < nrows (1..pmax_rows), r < ntok (1..pmax_tok) from the
+ * packed rows (stride packed_row_bytes) and, for any blocks the packed form leaves out, the
+ * original rows. Packing is done once per panel of rows and reused by every token tile,
+ * and each (row, token) is still bit-identical to the one-token dot.
+ */
+typedef size_t (*kiln_q8_packed_bytes_fn)(int64_t n);
+typedef void (*kiln_q8_pack_fn)(int64_t n, const void *w, size_t row_stride, int nrows,
+                                uint8_t *dst);
+typedef void (*kiln_q8_ptile_fn)(int64_t n, const uint8_t *pk, size_t pk_stride, const void *w,
+                                 size_t row_stride, int nrows, const uint8_t *xq, size_t xq_stride,
+                                 int ntok, float *out);
+
 typedef struct kiln_cpu_q8_kernel {
     kiln_vec_dot_q8_fn dot;
     kiln_q8_tile_fn tile; /* NULL: one dot per (row, token) */
     int max_rows, max_tok;
     kiln_q8_small_fn small; /* NULL: short rows use tile / dot too */
+    /* NULL: no packed path */
+    kiln_q8_packed_bytes_fn packed_row_bytes;
+    kiln_q8_pack_fn pack;
+    kiln_q8_ptile_fn ptile;
+    int pmax_rows, pmax_tok;
 } kiln_cpu_q8_kernel;
 
 /* Per path: q8 kernel of weight dtype t (NULL if none) and the row quantizer of the path's

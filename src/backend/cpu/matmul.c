@@ -2,11 +2,15 @@
  * matmul.c - y = x W^T for weight rows of any supported dtype against f32 activations, or,
  * for Q8_0/Q4_0 weights in q8 mode, against activations quantized to Q8_0 once per call.
  *
- * Work is split over the pool's threads by contiguous ranges of output rows. Within a
- * thread, rows are visited in cache-sized panels; for each panel, tokens are taken in
- * groups of the kernel's max_tok and each row is decoded once per group. The reduction of
- * each (t, o) is the kernel's own fixed order, so none of this changes any output bit.
- * In q8 mode each activation row is quantized on its own (same bits whatever the batch).
+ * One call may carry several weights that read the same x (kiln_cpu_matmul_multi: q/k/v,
+ * gate/up): "segments". The activations are quantized once, and the rows of all segments,
+ * end to end, are split over the pool's threads by contiguous ranges in one fork/join.
+ * Within a thread, rows are visited in cache-sized panels; for each panel, tokens are taken
+ * in groups of the kernel's max_tok and each row is decoded once per group (or, for many
+ * tokens, the panel is packed once by the q8 kernel and reused by every token tile). The
+ * reduction of each (t, o) is the kernel's own fixed order, so none of this changes any
+ * output bit. In q8 mode each activation row is quantized on its own (same bits whatever
+ * the batch).
  */
 #include <math.h>
 #include <pthread.h>
@@ -16,20 +20,34 @@
 
 #include "backend/cpu/kernels.h"
 
-typedef struct mm_ctx {
-    const kiln_cpu_kernel *k;
+enum { PANEL_BYTES = 64 * 1024, MAX_TILE = 64, MAX_SEG = KILN_CPU_MM_MAX_OUTS };
+
+/* one weight of a call: rows [0, n_out) of w into y[t * n_out + o] */
+typedef struct mm_seg {
+    const kiln_cpu_kernel *k;     /* f32 mode */
+    const kiln_cpu_q8_kernel *k8; /* q8 mode */
     const uint8_t *w;
     size_t row_bytes;
-    int64_t n_out, n_in, n_tok;
-    const float *x;
+    int64_t n_out;
     float *y;
+    int64_t pk_rows; /* q8: rows per packed panel, 0 = unpacked */
+} mm_seg;
+
+typedef struct mm_ctx {
+    int nseg;
+    mm_seg seg[MAX_SEG];
+    int64_t total; /* rows of all segments */
+    int64_t n_in, n_tok;
+    const float *x;    /* f32 mode */
+    const uint8_t *xq; /* q8 mode */
+    size_t xs;
+    uint8_t *pk;     /* q8: packed-panel scratch, pk_bytes per thread; NULL: no packing */
+    size_t pk_bytes; /* per thread */
 } mm_ctx;
 
-enum { PANEL_BYTES = 64 * 1024, MAX_TILE = 64 };
-
-static void mm_rows(const mm_ctx *c, int64_t o0, int64_t o1) {
-    const kiln_cpu_kernel *k = c->k;
-    int64_t panel = (int64_t)(PANEL_BYTES / (c->row_bytes ? c->row_bytes : 1));
+static void mm_rows(const mm_ctx *c, const mm_seg *s, int64_t o0, int64_t o1) {
+    const kiln_cpu_kernel *k = s->k;
+    int64_t panel = (int64_t)(PANEL_BYTES / (s->row_bytes ? s->row_bytes : 1));
     if (panel < 2) panel = 2;
     int tr = k->tile ? k->max_rows : 1, tt = k->tile ? k->max_tok : 1;
     float tmp[MAX_TILE];
@@ -41,49 +59,88 @@ static void mm_rows(const mm_ctx *c, int64_t o0, int64_t o1) {
             const float *xt = c->x + t * c->n_in;
             for (int64_t o = ob; o < oe; o += tr) {
                 int nr = (int)(oe - o < tr ? oe - o : tr);
-                const uint8_t *wr = c->w + (size_t)o * c->row_bytes;
-                float *yo = c->y + t * c->n_out + o;
+                const uint8_t *wr = s->w + (size_t)o * s->row_bytes;
+                float *yo = s->y + t * s->n_out + o;
                 if (k->tile) {
-                    k->tile(c->n_in, wr, c->row_bytes, nr, xt, c->n_in, nt, tmp);
+                    k->tile(c->n_in, wr, s->row_bytes, nr, xt, c->n_in, nt, tmp);
                     for (int q = 0; q < nr; q++)
-                        for (int r = 0; r < nt; r++) yo[r * c->n_out + q] = tmp[q * nt + r];
+                        for (int r = 0; r < nt; r++) yo[r * s->n_out + q] = tmp[q * nt + r];
                 } else {
                     for (int r = 0; r < nt; r++)
-                        yo[r * c->n_out] = k->dot(c->n_in, wr, xt + r * c->n_in);
+                        yo[r * s->n_out] = k->dot(c->n_in, wr, xt + r * c->n_in);
                 }
             }
         }
     }
 }
 
-static void mm_worker(void *p, int ith, int nth) {
-    const mm_ctx *c = p;
-    int64_t o0 = c->n_out * ith / nth, o1 = c->n_out * (ith + 1) / nth;
-    if (o0 < o1) mm_rows(c, o0, o1);
-}
-
 /* ---------------------------------------------------------------- q8 activations */
 
-typedef struct mm_q8_ctx {
-    const kiln_cpu_q8_kernel *k;
-    const uint8_t *w;
-    size_t row_bytes, xs;
-    int64_t n_out, n_in, n_tok;
-    const uint8_t *xq;
-    float *y;
-} mm_q8_ctx;
+enum { PK_PANEL_BYTES = 96 * 1024 };
 
-static void mm_q8_rows(const mm_q8_ctx *c, int64_t o0, int64_t o1) {
-    const kiln_cpu_q8_kernel *k = c->k;
+/* fewest tokens for the packed path: env KILN_PK_MIN_TOK (benchmarks; the bits are the same
+ * either way), default 32 (below it the in-register transposes of the 1 x 8 tiles cost less
+ * than packing) */
+static int g_pk_min_tok = 32;
+static pthread_once_t g_pk_once = PTHREAD_ONCE_INIT;
+static void pk_init(void) {
+    const char *e = getenv("KILN_PK_MIN_TOK");
+    if (e && atoi(e) > 0) g_pk_min_tok = atoi(e);
+}
+
+/* rows per packed panel (a multiple of the tile's rows), or 0 when packing does not apply */
+static int64_t pk_panel_rows(const kiln_cpu_q8_kernel *k, int64_t n_in, int64_t n_tok) {
+    pthread_once(&g_pk_once, pk_init);
+    if (!k->pack || n_tok < g_pk_min_tok) return 0;
+    size_t pb = k->packed_row_bytes(n_in);
+    if (pb == 0) return 0;
+    int64_t rows = (int64_t)(PK_PANEL_BYTES / pb) / k->pmax_rows * k->pmax_rows;
+    return rows < k->pmax_rows ? k->pmax_rows : rows;
+}
+
+/* rows [o0, o1) through packed panels: each panel is packed once, then every token tile
+ * runs over it (same bits per (t, o) as the unpacked kernels) */
+static void mm_q8_packed(const mm_ctx *c, const mm_seg *s, uint8_t *pk, int64_t o0, int64_t o1) {
+    const kiln_cpu_q8_kernel *k = s->k8;
+    const size_t pb = k->packed_row_bytes(c->n_in);
+    const int tr = k->pmax_rows, tt = k->pmax_tok;
+    float tmp[MAX_TILE];
+    for (int64_t ob = o0; ob < o1; ob += s->pk_rows) {
+        int64_t oe = ob + s->pk_rows < o1 ? ob + s->pk_rows : o1;
+        const uint8_t *wb = s->w + (size_t)ob * s->row_bytes;
+        k->pack(c->n_in, wb, s->row_bytes, (int)(oe - ob), pk);
+        for (int64_t t = 0; t < c->n_tok; t += tt) {
+            int nt = (int)(c->n_tok - t < tt ? c->n_tok - t : tt);
+            const uint8_t *xt = c->xq + (size_t)t * c->xs;
+            for (int64_t o = ob; o < oe; o += tr) {
+                int nr = (int)(oe - o < tr ? oe - o : tr);
+                k->ptile(c->n_in, pk + (size_t)(o - ob) * pb, pb, s->w + (size_t)o * s->row_bytes,
+                         s->row_bytes, nr, xt, c->xs, nt, tmp);
+                float *yo = s->y + t * s->n_out + o;
+                for (int q = 0; q < nr; q++)
+                    for (int r = 0; r < nt; r++) yo[r * s->n_out + q] = tmp[q * nt + r];
+            }
+        }
+    }
+}
+
+enum { PF_ROWS = 4 };
+
+static inline void prefetch_rows(const uint8_t *p, size_t bytes) {
+    for (size_t i = 0; i < bytes; i += 64) __builtin_prefetch(p + i, 0, 0);
+}
+
+static void mm_q8_rows(const mm_ctx *c, const mm_seg *s, int64_t o0, int64_t o1) {
+    const kiln_cpu_q8_kernel *k = s->k8;
     if (k->small && c->n_in < 512) { /* short rows: 8 rows per call, rows in lanes */
         for (int64_t t = 0; t < c->n_tok; t++)
             for (int64_t o = o0; o < o1; o += 8)
-                k->small(c->n_in, c->w + (size_t)o * c->row_bytes, c->row_bytes,
+                k->small(c->n_in, s->w + (size_t)o * s->row_bytes, s->row_bytes,
                          (int)(o1 - o < 8 ? o1 - o : 8), c->xq + (size_t)t * c->xs,
-                         c->y + t * c->n_out + o);
+                         s->y + t * s->n_out + o);
         return;
     }
-    int64_t panel = (int64_t)(PANEL_BYTES / (c->row_bytes ? c->row_bytes : 1));
+    int64_t panel = (int64_t)(PANEL_BYTES / (s->row_bytes ? s->row_bytes : 1));
     if (panel < 2) panel = 2;
     int tr = k->tile ? k->max_rows : 1, tt = k->tile ? k->max_tok : 1;
     float tmp[MAX_TILE];
@@ -95,25 +152,38 @@ static void mm_q8_rows(const mm_q8_ctx *c, int64_t o0, int64_t o1) {
             const uint8_t *xt = c->xq + (size_t)t * c->xs;
             for (int64_t o = ob; o < oe; o += tr) {
                 int nr = (int)(oe - o < tr ? oe - o : tr);
-                const uint8_t *wr = c->w + (size_t)o * c->row_bytes;
-                float *yo = c->y + t * c->n_out + o;
+                const uint8_t *wr = s->w + (size_t)o * s->row_bytes;
+                float *yo = s->y + t * s->n_out + o;
+                if (c->n_tok == 1 && o + PF_ROWS < o1) /* decode streams weights: prefetch */
+                    prefetch_rows(wr + (size_t)PF_ROWS * s->row_bytes, (size_t)nr * s->row_bytes);
                 if (k->tile) {
-                    k->tile(c->n_in, wr, c->row_bytes, nr, xt, c->xs, nt, tmp);
+                    k->tile(c->n_in, wr, s->row_bytes, nr, xt, c->xs, nt, tmp);
                     for (int q = 0; q < nr; q++)
-                        for (int r = 0; r < nt; r++) yo[r * c->n_out + q] = tmp[q * nt + r];
+                        for (int r = 0; r < nt; r++) yo[r * s->n_out + q] = tmp[q * nt + r];
                 } else {
                     for (int r = 0; r < nt; r++)
-                        yo[r * c->n_out] = k->dot(c->n_in, wr, xt + (size_t)r * c->xs);
+                        yo[r * s->n_out] = k->dot(c->n_in, wr, xt + (size_t)r * c->xs);
                 }
             }
         }
     }
 }
 
-static void mm_q8_worker(void *p, int ith, int nth) {
-    const mm_q8_ctx *c = p;
-    int64_t o0 = c->n_out * ith / nth, o1 = c->n_out * (ith + 1) / nth;
-    if (o0 < o1) mm_q8_rows(c, o0, o1);
+/* thread ith's contiguous share of all segments' rows, end to end */
+static void mm_worker(void *p, int ith, int nth) {
+    const mm_ctx *c = p;
+    int64_t g0 = c->total * ith / nth, g1 = c->total * (ith + 1) / nth, off = 0;
+    for (int i = 0; i < c->nseg && off < g1; off += c->seg[i].n_out, i++) {
+        const mm_seg *s = &c->seg[i];
+        int64_t o0 = g0 - off > 0 ? g0 - off : 0, o1 = g1 - off < s->n_out ? g1 - off : s->n_out;
+        if (o0 >= o1) continue;
+        if (!c->xq)
+            mm_rows(c, s, o0, o1);
+        else if (c->pk && s->pk_rows > 0)
+            mm_q8_packed(c, s, c->pk + (size_t)ith * c->pk_bytes, o0, o1);
+        else
+            mm_q8_rows(c, s, o0, o1);
+    }
 }
 
 typedef struct q8_quant_ctx {
@@ -136,37 +206,70 @@ static bool use_pool(kiln_threadpool *tp, double work, int64_t n_items) {
     return tp != NULL && kiln_threadpool_size(tp) > 1 && work >= 32768.0 && n_items >= 2;
 }
 
-/* quantize tokens [0, n_tok) into xq, then y rows for those tokens */
-static void q8_run(kiln_threadpool *tp, kiln_simd path, const kiln_cpu_q8_kernel *k, const void *w,
-                   size_t row_bytes, int64_t n_out, int64_t n_in, const float *x, int64_t n_tok,
-                   float *y, uint8_t *xq, size_t xs) {
-    q8_quant_ctx qc = {path, n_in, n_tok, x, xq, xs};
+/* run the segments of c (x or xq set) over the pool */
+static void mm_run(kiln_threadpool *tp, mm_ctx *c) {
+    c->total = 0;
+    for (int i = 0; i < c->nseg; i++) c->total += c->seg[i].n_out;
+    /* small products are not worth waking the workers for (results are the same) */
+    bool pool = use_pool(tp, (double)c->total * (double)c->n_in * (double)c->n_tok, c->total);
+    uint8_t *pk = NULL;
+    if (c->xq) {
+        size_t per = 0;
+        for (int i = 0; i < c->nseg; i++) {
+            mm_seg *s = &c->seg[i];
+            s->pk_rows = pk_panel_rows(s->k8, c->n_in, c->n_tok);
+            size_t b = s->pk_rows ? s->k8->packed_row_bytes(c->n_in) * (size_t)s->pk_rows : 0;
+            if (b > per) per = b;
+        }
+        if (per > 0) { /* without the scratch, the unpacked kernels give the same bits */
+            per = (per + 63) & ~(size_t)63;
+            int nth = pool ? kiln_threadpool_size(tp) : 1;
+            pk = aligned_alloc(64, per * (size_t)nth);
+            if (pk) c->pk = pk, c->pk_bytes = per;
+        }
+    }
+    if (pool)
+        kiln_threadpool_run(tp, mm_worker, c);
+    else
+        mm_worker(c, 0, 1);
+    free(pk);
+    c->pk = NULL;
+}
+
+/* quantize tokens [0, n_tok) of x into xq, then the segments' rows for those tokens */
+static void q8_run(kiln_threadpool *tp, kiln_simd path, mm_ctx *c, const float *x, int64_t n_tok,
+                   uint8_t *xq) {
+    q8_quant_ctx qc = {path, c->n_in, n_tok, x, xq, c->xs};
     /* quantizing is ~n_in work per token: only large batches are worth a fork/join */
-    if (use_pool(tp, (double)n_in * (double)n_tok / 4.0, n_tok))
+    if (use_pool(tp, (double)c->n_in * (double)n_tok / 4.0, n_tok))
         kiln_threadpool_run(tp, q8_quant_worker, &qc);
     else
         q8_quant_worker(&qc, 0, 1);
-    mm_q8_ctx c = {k, w, row_bytes, xs, n_out, n_in, n_tok, xq, y};
-    if (use_pool(tp, (double)n_out * (double)n_in * (double)n_tok, n_out))
-        kiln_threadpool_run(tp, mm_q8_worker, &c);
-    else
-        mm_q8_worker(&c, 0, 1);
+    c->n_tok = n_tok;
+    c->xq = xq;
+    mm_run(tp, c);
 }
 
 enum { Q8_STACK_BYTES = 16 * 1024 };
 
-static void matmul_q8(kiln_threadpool *tp, kiln_simd path, const kiln_cpu_q8_kernel *k,
-                      const void *w, size_t row_bytes, int64_t n_out, int64_t n_in, const float *x,
-                      int64_t n_tok, float *y) {
-    size_t xs = kiln_cpu_q8_row_size(n_in);
+static void fill(mm_ctx *c, int64_t n_tok, float v) {
+    for (int i = 0; i < c->nseg; i++)
+        for (int64_t j = 0; j < n_tok * c->seg[i].n_out; j++) c->seg[i].y[j] = v;
+}
+
+/* c: segments, n_in and xs set */
+static void matmul_q8(kiln_threadpool *tp, kiln_simd path, mm_ctx *c, const float *x,
+                      int64_t n_tok) {
+    const size_t xs = c->xs;
+    const int64_t n_in = c->n_in;
     _Alignas(64) uint8_t stack[Q8_STACK_BYTES];
     if (xs == 0) { /* n_in == 0: every dot is the empty sum */
-        for (int64_t i = 0; i < n_tok * n_out; i++) y[i] = 0.0f;
+        fill(c, n_tok, 0.0f);
         return;
     }
     int64_t per_stack = (int64_t)(Q8_STACK_BYTES / xs);
     if (n_tok <= per_stack) {
-        q8_run(tp, path, k, w, row_bytes, n_out, n_in, x, n_tok, y, stack, xs);
+        q8_run(tp, path, c, x, n_tok, stack);
         return;
     }
     uint8_t *buf = NULL;
@@ -175,19 +278,23 @@ static void matmul_q8(kiln_threadpool *tp, kiln_simd path, const kiln_cpu_q8_ker
         buf = aligned_alloc(64, bytes);
     }
     if (buf) {
-        q8_run(tp, path, k, w, row_bytes, n_out, n_in, x, n_tok, y, buf, xs);
+        q8_run(tp, path, c, x, n_tok, buf);
         free(buf);
         return;
     }
     if (per_stack == 0) { /* one quantized row does not fit the stack buffer */
-        for (int64_t i = 0; i < n_tok * n_out; i++) y[i] = NAN;
+        fill(c, n_tok, NAN);
         return;
     }
     /* out of memory: token chunks through the stack buffer (same bits per (t, o)) */
+    float *y0[MAX_SEG];
+    for (int i = 0; i < c->nseg; i++) y0[i] = c->seg[i].y;
     for (int64_t t = 0; t < n_tok; t += per_stack) {
         int64_t nt = n_tok - t < per_stack ? n_tok - t : per_stack;
-        q8_run(tp, path, k, w, row_bytes, n_out, n_in, x + t * n_in, nt, y + t * n_out, stack, xs);
+        for (int i = 0; i < c->nseg; i++) c->seg[i].y = y0[i] + t * c->seg[i].n_out;
+        q8_run(tp, path, c, x + t * n_in, nt, stack);
     }
+    for (int i = 0; i < c->nseg; i++) c->seg[i].y = y0[i];
 }
 
 /* ---------------------------------------------------------------- entry points */
@@ -205,32 +312,57 @@ kiln_act_mode kiln_cpu_act_default(void) {
     return g_act_default;
 }
 
+/* Segment for out: true when its kernel exists (else its y is NaN-filled); *q8 says which
+ * mode it runs in. */
+static bool make_seg(kiln_simd path, kiln_act_mode act, const kiln_cpu_mm_out *out, int64_t n_in,
+                     int64_t n_tok, mm_seg *s, bool *q8) {
+    memset(s, 0, sizeof *s);
+    s->w = out->w;
+    s->n_out = out->n_out;
+    s->y = out->y;
+    s->row_bytes = kiln_dtype_row_size(out->wt, n_in);
+    *q8 = act == KILN_ACT_Q8 && kiln_cpu_q8_supported(out->wt);
+    bool ok = n_in >= 0 && (s->row_bytes != 0 || n_in == 0);
+    if (*q8)
+        ok = ok && (s->k8 = kiln_cpu_q8_kernel_get(out->wt, path)) != NULL;
+    else
+        ok = ok && (s->k = kiln_cpu_kernel_get(out->wt, path)) != NULL;
+    if (!ok)
+        for (int64_t i = 0; i < n_tok * out->n_out; i++) out->y[i] = NAN;
+    return ok;
+}
+
+static void matmul_outs(kiln_threadpool *tp, kiln_simd path, kiln_act_mode act,
+                        const kiln_cpu_mm_out *outs, int n, int64_t n_in, const float *x,
+                        int64_t n_tok) {
+    if (n_tok <= 0) return;
+    if (act == KILN_ACT_AUTO) act = kiln_cpu_act_default();
+    /* one call per mode: the q8 segments share one quantization, the f32 ones one run */
+    mm_ctx c8 = {0}, cf = {0};
+    c8.n_in = cf.n_in = n_in;
+    cf.n_tok = n_tok;
+    cf.x = x;
+    for (int i = 0; i < n && i < MAX_SEG; i++) {
+        mm_seg s;
+        bool q8;
+        if (outs[i].n_out <= 0 || !make_seg(path, act, &outs[i], n_in, n_tok, &s, &q8)) continue;
+        if (q8)
+            c8.seg[c8.nseg++] = s;
+        else
+            cf.seg[cf.nseg++] = s;
+    }
+    if (c8.nseg > 0) {
+        c8.xs = kiln_cpu_q8_row_size(n_in);
+        matmul_q8(tp, path, &c8, x, n_tok);
+    }
+    if (cf.nseg > 0) mm_run(tp, &cf);
+}
+
 void kiln_cpu_matmul_ex(kiln_threadpool *tp, kiln_simd path, kiln_act_mode act, const void *w,
                         kiln_dtype wt, int64_t n_out, int64_t n_in, const float *x, int64_t n_tok,
                         float *y) {
-    if (n_out <= 0 || n_tok <= 0) return;
-    if (act == KILN_ACT_AUTO) act = kiln_cpu_act_default();
-    size_t row_bytes = kiln_dtype_row_size(wt, n_in);
-    if (act == KILN_ACT_Q8 && kiln_cpu_q8_supported(wt)) {
-        const kiln_cpu_q8_kernel *k = kiln_cpu_q8_kernel_get(wt, path);
-        if (!k || n_in < 0 || (row_bytes == 0 && n_in != 0)) {
-            for (int64_t i = 0; i < n_tok * n_out; i++) y[i] = NAN;
-            return;
-        }
-        matmul_q8(tp, path, k, w, row_bytes, n_out, n_in, x, n_tok, y);
-        return;
-    }
-    const kiln_cpu_kernel *k = kiln_cpu_kernel_get(wt, path);
-    if (!k || n_in < 0 || (row_bytes == 0 && n_in != 0)) {
-        for (int64_t i = 0; i < n_tok * n_out; i++) y[i] = NAN;
-        return;
-    }
-    mm_ctx c = {k, w, row_bytes, n_out, n_in, n_tok, x, y};
-    /* small products are not worth waking the workers for (results are the same) */
-    if (use_pool(tp, (double)n_out * (double)n_in * (double)n_tok, n_out))
-        kiln_threadpool_run(tp, mm_worker, &c);
-    else
-        mm_worker(&c, 0, 1);
+    const kiln_cpu_mm_out out = {w, wt, n_out, y};
+    matmul_outs(tp, path, act, &out, 1, n_in, x, n_tok);
 }
 
 void kiln_cpu_matmul_path(kiln_threadpool *tp, kiln_simd path, const void *w, kiln_dtype wt,
@@ -241,4 +373,11 @@ void kiln_cpu_matmul_path(kiln_threadpool *tp, kiln_simd path, const void *w, ki
 void kiln_cpu_matmul(kiln_threadpool *tp, const void *w, kiln_dtype wt, int64_t n_out, int64_t n_in,
                      const float *x, int64_t n_tok, float *y) {
     kiln_cpu_matmul_ex(tp, kiln_simd_active(), KILN_ACT_AUTO, w, wt, n_out, n_in, x, n_tok, y);
+}
+
+void kiln_cpu_matmul_multi(kiln_threadpool *tp, const kiln_cpu_mm_out *outs, int n, int64_t n_in,
+                           const float *x, int64_t n_tok) {
+    for (int i = 0; i < n; i += MAX_SEG)
+        matmul_outs(tp, kiln_simd_active(), KILN_ACT_AUTO, outs + i,
+                    n - i < MAX_SEG ? n - i : MAX_SEG, n_in, x, n_tok);
 }

@@ -118,8 +118,8 @@ static float q8dot_q4_0(int64_t n, const void *w, const void *xq) {
     return reduce16(a);
 }
 
-static const kiln_cpu_q8_kernel k_q8_0 = {q8dot_q8_0, NULL, 1, 1, NULL};
-static const kiln_cpu_q8_kernel k_q4_0 = {q8dot_q4_0, NULL, 1, 1, NULL};
+static const kiln_cpu_q8_kernel k_q8_0 = {.dot = q8dot_q8_0, .max_rows = 1, .max_tok = 1};
+static const kiln_cpu_q8_kernel k_q4_0 = {.dot = q8dot_q4_0, .max_rows = 1, .max_tok = 1};
 
 const kiln_cpu_q8_kernel *kiln_cpu_q8_kernel_scalar(kiln_dtype t) {
     switch (t) {

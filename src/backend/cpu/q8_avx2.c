@@ -164,8 +164,11 @@ KA void q8_body(const int Q4, int64_t n, const uint8_t *w, const uint8_t *xq, si
                              float *out) {                                                         \
         q8_small_body(Q4, 0, n, (const uint8_t *)w, rs, nrows, xq, out);                           \
     }                                                                                              \
-    static const kiln_cpu_q8_kernel NAME##_kernel = {NAME##_dot, NAME##_tile, 1, MAX_TOK,          \
-                                                     NAME##_small};
+    static const kiln_cpu_q8_kernel NAME##_kernel = {.dot = NAME##_dot,                            \
+                                                     .tile = NAME##_tile,                          \
+                                                     .max_rows = 1,                                \
+                                                     .max_tok = MAX_TOK,                           \
+                                                     .small = NAME##_small};
 
 KILN_Q8_DEFINE(q8_0, 0)
 KILN_Q8_DEFINE(q4_0, 1)

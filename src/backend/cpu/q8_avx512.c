@@ -242,6 +242,150 @@ KA void q8_body(const int Q4, const int VNNI, int64_t n, const uint8_t *w, const
     _Pragma("GCC unroll 8") for (int r = 0; r < R; r++) out[r] = hsum16(acc[r]);
 }
 
+/* ---------------------------------------------------------------- packed (prefill) */
+
+/*
+ * A packed row holds its full 16-block groups, 576 bytes each: the 8 transposed vectors of
+ * q8_group (VNNI form: Q8_0 as w ^ 0x80, Q4_0 as the nibbles, both u8) then the 16 block
+ * scales as f32. A tile of PR rows x up to PC tokens then runs, per group, PR x PC chains
+ * of 8 vpdpbusd from registers (each weight vector loaded once per tile, each activation
+ * vector once per row tile) and the same D * isum FMA per lane as q8_group; the partial last
+ * group comes from the original row through q8_tail. Same operations per (row, token) as
+ * q8_body, so the same bits.
+ */
+#ifndef KILN_PR
+#define KILN_PR 3
+#define KILN_PC 4
+#endif
+enum { PK_GROUP = 576, PR = KILN_PR, PC = KILN_PC };
+
+static size_t pk_row_bytes(int64_t n) {
+    return (size_t)(n / 32 / 16) * PK_GROUP;
+}
+
+KA void pk_pack(const int Q4, int64_t n, const uint8_t *w, size_t rs, int nrows, uint8_t *dst) {
+    const int BSZ = Q4 ? (int)sizeof(kiln_block_q4_0) : (int)sizeof(kiln_block_q8_0);
+    const int64_t ng = n / 32 / 16;
+    const size_t pb = pk_row_bytes(n);
+    const __m512i low4 = _mm512_set1_epi8(15);
+    for (int k = 0; k < nrows; k++) {
+        const uint8_t *wr = w + (size_t)k * rs;
+        uint8_t *d = dst + (size_t)k * pb;
+        for (int64_t g = 0; g < ng; g++, d += PK_GROUP) {
+            const uint8_t *wg = wr + (size_t)(16 * g) * (size_t)BSZ;
+            __m512i T[8];
+            if (Q4) {
+                __m512i y[4], p[4];
+                for (int v = 0; v < 4; v++)
+                    y[v] = load4x128(wg + v * BSZ + 2, wg + (4 + v) * BSZ + 2,
+                                     wg + (8 + v) * BSZ + 2, wg + (12 + v) * BSZ + 2);
+                transpose4x16(y, p);
+                for (int c = 0; c < 4; c++) {
+                    T[c] = _mm512_and_si512(p[c], low4);
+                    T[4 + c] = _mm512_and_si512(_mm512_srli_epi32(p[c], 4), low4);
+                }
+            } else {
+                __m512i z[8];
+                for (int m = 0; m < 8; m++)
+                    z[m] = load2x256(wg + m * BSZ + 2, wg + (m + 8) * BSZ + 2);
+                transpose8x16(z, T);
+                for (int i = 0; i < 8; i++)
+                    T[i] = _mm512_xor_si512(T[i], _mm512_set1_epi8((char)0x80));
+            }
+            for (int i = 0; i < 8; i++) _mm512_storeu_si512(d + 64 * i, T[i]);
+            _mm512_storeu_ps(d + 512, load_d16(wg, BSZ, 16));
+        }
+    }
+}
+
+KA void pk_body(const int Q4, int64_t n, const uint8_t *pk, size_t ps, const uint8_t *w, size_t rs,
+                const uint8_t *xq, size_t xs, const int R, const int C, float *out) {
+    const int64_t nb = n / 32, nbp = kiln_q8_nbp(n), ng = nb / 16;
+    __m512 facc[PR][PC];
+    _Pragma("GCC unroll 4") for (int r = 0; r < R; r++)
+        _Pragma("GCC unroll 4") for (int c = 0; c < C; c++) facc[r][c] = _mm512_setzero_ps();
+    for (int64_t g = 0; g < ng; g++) {
+        const int64_t b0 = 16 * g;
+        __m512i is[PR][PC];
+        _Pragma("GCC unroll 4") for (int c = 0; c < C; c++) {
+            const __m512i corr = isum_init(Q4, 1, xq + (size_t)c * xs, nbp, b0);
+            _Pragma("GCC unroll 4") for (int r = 0; r < R; r++) is[r][c] = corr;
+        }
+        const uint8_t *pg = pk + (size_t)g * PK_GROUP;
+        /* the empty asm statements pin each weight and activation vector in a register (GCC
+         * would otherwise fold the activation loads into every vpdpbusd: R x more loads) */
+        _Pragma("GCC unroll 8") for (int i = 0; i < 8; i++) {
+            __m512i W[PR];
+            _Pragma("GCC unroll 4") for (int r = 0; r < R; r++) {
+                W[r] = _mm512_load_si512(pg + (size_t)r * ps + 64 * i);
+                __asm__("" : "+v"(W[r]));
+            }
+            _Pragma("GCC unroll 4") for (int c = 0; c < C; c++) {
+                __m512i xv = _mm512_loadu_si512(xq + (size_t)c * xs + 32 * b0 + 64 * i);
+                __asm__("" : "+v"(xv));
+                _Pragma("GCC unroll 4") for (int r = 0; r < R; r++) is[r][c] =
+                    _mm512_dpbusd_epi32(is[r][c], W[r], xv);
+            }
+        }
+        _Pragma("GCC unroll 4") for (int r = 0; r < R; r++) {
+            __m512 dw = _mm512_load_ps((const float *)(pg + (size_t)r * ps + 512));
+            _Pragma("GCC unroll 4") for (int c = 0; c < C; c++) {
+                const __m512 dx =
+                    _mm512_loadu_ps((const float *)(xq + (size_t)c * xs + KILN_Q8_D_OFF(nbp)) + b0);
+                facc[r][c] = _mm512_fmadd_ps(_mm512_mul_ps(dw, dx), _mm512_cvtepi32_ps(is[r][c]),
+                                             facc[r][c]);
+            }
+        }
+    }
+    if (ng * 16 < nb) {
+        _Pragma("GCC unroll 4") for (int r = 0; r < R; r++)
+            q8_tail(Q4, 1, w + (size_t)r * rs, ng * 16, (int)(nb - ng * 16), nbp, xq, xs, C,
+                    facc[r], out + r * C);
+        return;
+    }
+    _Pragma("GCC unroll 4") for (int r = 0; r < R; r++)
+        _Pragma("GCC unroll 4") for (int c = 0; c < C; c++) out[r * C + c] = hsum16(facc[r][c]);
+}
+
+#define KILN_PK_CASE(Q4, NR, C)                                                                    \
+    case C:                                                                                        \
+        pk_body(Q4, n, pk, ps, (const uint8_t *)w, rs, xq, xs, NR, C, out);                        \
+        return;
+
+#define KILN_PK_DEFINE(NAME, Q4)                                                                   \
+    static void NAME##_pack(int64_t n, const void *w, size_t rs, int nrows, uint8_t *dst) {        \
+        pk_pack(Q4, n, (const uint8_t *)w, rs, nrows, dst);                                        \
+    }                                                                                              \
+    static void NAME##_ptile(int64_t n, const uint8_t *pk, size_t ps, const void *w, size_t rs,    \
+                             int nrows, const uint8_t *xq, size_t xs, int ntok, float *out) {      \
+        if (nrows >= PR) {                                                                         \
+            switch (ntok) {                                                                        \
+                KILN_PK_CASE(Q4, PR, 1)                                                            \
+                KILN_PK_CASE(Q4, PR, 2)                                                            \
+                KILN_PK_CASE(Q4, PR, 3)                                                            \
+            default:                                                                               \
+                pk_body(Q4, n, pk, ps, (const uint8_t *)w, rs, xq, xs, PR, PC, out);               \
+                return;                                                                            \
+            }                                                                                      \
+        }                                                                                          \
+        for (int k = 0; k < nrows; k++) {                                                          \
+            const uint8_t *pkk = pk + (size_t)k * ps;                                              \
+            const uint8_t *wk = (const uint8_t *)w + (size_t)k * rs;                               \
+            float *ok = out + k * ntok;                                                            \
+            if (ntok == 1)                                                                         \
+                pk_body(Q4, n, pkk, ps, wk, rs, xq, xs, 1, 1, ok);                                 \
+            else if (ntok == 2)                                                                    \
+                pk_body(Q4, n, pkk, ps, wk, rs, xq, xs, 1, 2, ok);                                 \
+            else if (ntok == 3)                                                                    \
+                pk_body(Q4, n, pkk, ps, wk, rs, xq, xs, 1, 3, ok);                                 \
+            else                                                                                   \
+                pk_body(Q4, n, pkk, ps, wk, rs, xq, xs, 1, PC, ok);                                \
+        }                                                                                          \
+    }
+
+KILN_PK_DEFINE(q8_0_pk, 0)
+KILN_PK_DEFINE(q4_0_pk, 1)
+
 #define KILN_Q8_CASE(Q4, VNNI, R)                                                                  \
     case R:                                                                                        \
         q8_body(Q4, VNNI, n, (const uint8_t *)w, xq, xs, R, out);                                  \
@@ -273,13 +417,30 @@ KA void q8_body(const int Q4, const int VNNI, int64_t n, const uint8_t *w, const
                              float *out) {                                                         \
         q8_small_body(Q4, VNNI, n, (const uint8_t *)w, rs, nrows, xq, out);                        \
     }                                                                                              \
-    static const kiln_cpu_q8_kernel NAME##_kernel = {NAME##_dot, NAME##_tile, 1, MAX_TOK,          \
-                                                     NAME##_small};
+    static const kiln_cpu_q8_kernel NAME##_kernel = {                                              \
+        NAME##_dot, NAME##_tile, 1, MAX_TOK, NAME##_small, PKB, PKP, PKT, PR, PC};
 
-KILN_Q8_DEFINE(q8_0_vnni, 0, 1)
-KILN_Q8_DEFINE(q4_0_vnni, 1, 1)
+/* the packed kernels are VNNI only */
+#define PKB NULL
+#define PKP NULL
+#define PKT NULL
 KILN_Q8_DEFINE(q8_0_bw, 0, 0)
 KILN_Q8_DEFINE(q4_0_bw, 1, 0)
+#undef PKB
+#undef PKP
+#undef PKT
+#define PKB pk_row_bytes
+#define PKP q8_0_pk_pack
+#define PKT q8_0_pk_ptile
+KILN_Q8_DEFINE(q8_0_vnni, 0, 1)
+#undef PKP
+#undef PKT
+#define PKP q4_0_pk_pack
+#define PKT q4_0_pk_ptile
+KILN_Q8_DEFINE(q4_0_vnni, 1, 1)
+#undef PKB
+#undef PKP
+#undef PKT
 
 const kiln_cpu_q8_kernel *kiln_cpu_q8_kernel_avx512(kiln_dtype t, bool vnni) {
     switch (t) {

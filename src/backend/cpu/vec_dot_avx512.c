@@ -68,13 +68,15 @@ KA float hsum16(__m512 v) { /* lanes j + j+8, j + j+4, j + j+2, 0 + 1 */
             _Pragma("GCC unroll 4") for (int k = 0; k < NR; k++) wv[k] =                           \
                 NAME##_part(w + (size_t)k * rs, first, m);                                         \
             _Pragma("GCC unroll 8") for (int r = 0; r < R; r++) {                                  \
-                __m512 xv = _mm512_maskz_loadu_ps((__mmask16)((1u << m) - 1u), x + first + r * ldx); \
+                __m512 xv =                                                                        \
+                    _mm512_maskz_loadu_ps((__mmask16)((1u << m) - 1u), x + first + r * ldx);       \
                 _Pragma("GCC unroll 4") for (int k = 0; k < NR; k++) acc[k][r] =                   \
                     _mm512_fmadd_ps(wv[k], xv, acc[k][r]);                                         \
             }                                                                                      \
         }                                                                                          \
         _Pragma("GCC unroll 4") for (int k = 0; k < NR; k++)                                       \
-            _Pragma("GCC unroll 8") for (int r = 0; r < R; r++) out[k * R + r] = hsum16(acc[k][r]); \
+            _Pragma("GCC unroll 8") for (int r = 0; r < R; r++) out[k * R + r] =                   \
+                hsum16(acc[k][r]);                                                                 \
     }                                                                                              \
     static float NAME##_dot(int64_t n, const void *w, const float *x) {                            \
         float o;                                                                                   \
@@ -198,7 +200,7 @@ KA __m512 q6_k_group(const uint8_t *row, int64_t u, int g) {
                 return;                                                                            \
             }                                                                                      \
         }                                                                                          \
-        for (int k = 0; k < nrows; k++) { /* the same per-pair operations, one row at a time */   \
+        for (int k = 0; k < nrows; k++) { /* the same per-pair operations, one row at a time */    \
             const uint8_t *wk = (const uint8_t *)w + (size_t)k * rs;                               \
             float *ok = out + k * ntok;                                                            \
             switch (ntok) {                                                                        \
