@@ -28,6 +28,7 @@
 #include "util/error.h"
 
 #define STATE_HEADER_FLOATS 16 /* must match model.c's KILN_STATE_HEADER_FLOATS */
+#define KILN_ATTN_MAX_TILE  16 /* query tokens per attention work item, at most */
 
 /* ---- single-sequence cache: a private pool ------------------------------------------- */
 
@@ -121,8 +122,9 @@ typedef struct fwd {
     float *rl, *rw;                /* MoE: [n, n_expert] router probs, [n, n_expert_used] weights */
     int32_t *rsel, *erow;          /* MoE: [n, n_expert_used] selections; [n] gather list */
     float *ssm_p, *ssm_ba, *ssm_c; /* delta net: [n, 2kd+2vd], [n, 2nv], [n, conv_dim] */
-    float *scores;                 /* [nth, max_keys] */
-    uint16_t *q16;                 /* [nth, head_dim] */
+    int32_t attn_tile;             /* query tokens per attention work item */
+    size_t attn_scratch_floats;    /* per thread, a multiple of 16 */
+    float *attn_scratch;           /* [nth, attn_scratch_floats] */
     float *scratch;                /* [nth, 4 * max(k_head_dim, v_head_dim)] delta-net per thread */
 } fwd;
 
@@ -134,6 +136,17 @@ static void add_bias(float *y, const float *bias, int32_t n, int64_t dim) {
 
 static void matmul(fwd *f, const kiln_mat *w, const float *x, int32_t n, float *y) {
     kiln_cpu_matmul(f->tp, w->data, w->dtype, w->n_out, w->n_in, x, n, y);
+}
+
+/* y_i = x w_i^T for two or three weights of the same input width (w3 may be NULL): one call,
+ * one quantization of x, one fork/join; the same bits as separate matmuls */
+static void matmul3(fwd *f, const kiln_mat *w1, float *y1, const kiln_mat *w2, float *y2,
+                    const kiln_mat *w3, float *y3, const float *x, int32_t n) {
+    kiln_cpu_mm_out outs[3] = {
+        {w1->data, w1->dtype, w1->n_out, y1},
+        {w2->data, w2->dtype, w2->n_out, y2},
+        {w3 ? w3->data : NULL, w3 ? w3->dtype : KILN_DTYPE_F32, w3 ? w3->n_out : 0, y3}};
+    kiln_cpu_matmul_multi(f->tp, outs, w3 ? 3 : 2, w1->n_in, x, n);
 }
 
 /* Norm of each of n rows of x into out (kind from the config; b only for LayerNorm). */
@@ -165,24 +178,39 @@ typedef struct attn_job {
     int32_t window;
 } attn_job;
 
+/* Work items: (sequence, tile of up to attn_tile consecutive new tokens, KV head); each runs
+ * kiln_attention_group for the tile's tokens and the KV head's query heads. Every (token,
+ * head) result is independent of the tiling (ops.h), so any split gives the same bits. */
 static void attn_worker(void *ctx, int ith, int nth) {
     attn_job *j = ctx;
     fwd *f = j->f;
     const kiln_model_config *c = f->c;
-    const int32_t hd = c->head_dim, group = c->n_head / c->n_head_kv;
+    const int32_t hd = c->head_dim, G = c->n_head / c->n_head_kv, M = f->attn_tile;
     const int64_t q_dim = (int64_t)c->n_head * hd, kv_dim = (int64_t)c->n_head_kv * hd;
-    float *scores = f->scores + (size_t)ith * (size_t)f->max_keys;
-    uint16_t *q16 = f->q16 + (size_t)ith * (size_t)hd;
-    const int64_t total = (int64_t)f->n * c->n_head;
-    for (int64_t w = ith; w < total; w += nth) {
-        int32_t i = (int32_t)(w / c->n_head), h = (int32_t)(w % c->n_head);
-        const int64_t po = f->ptr_off[f->tok_seq[i]];
-        const int32_t pos = f->tok_pos[i];
-        const int32_t begin = j->window > 0 && pos - j->window + 1 > 0 ? pos - j->window + 1 : 0;
-        kiln_attention_paged(f->att + i * q_dim + (int64_t)h * hd,
-                             f->q + i * q_dim + (int64_t)h * hd, f->kb + po, f->vb + po, f->bs,
-                             kv_dim, (int64_t)(h / group) * hd, begin, pos + 1, hd, j->score_div,
-                             j->softcap, f->f16, scores, q16);
+    float *scratch = f->attn_scratch + (size_t)ith * f->attn_scratch_floats;
+    int64_t w = 0;
+    for (int32_t s = 0; s < f->b->n_seqs; s++) {
+        const kiln_batch_seq *sq = &f->b->seqs[s];
+        const int32_t tiles = (sq->n_new + M - 1) / M;
+        for (int32_t tl = 0; tl < tiles; tl++) {
+            for (int32_t g = 0; g < c->n_head_kv; g++, w++) {
+                if (w % nth != ith) continue;
+                const int32_t i0 = sq->first + tl * M;
+                const int32_t nt = sq->first + sq->n_new - i0 < M ? sq->first + sq->n_new - i0 : M;
+                int32_t begin[KILN_ATTN_MAX_TILE], end[KILN_ATTN_MAX_TILE];
+                for (int32_t k = 0; k < nt; k++) {
+                    const int32_t pos = f->tok_pos[i0 + k];
+                    begin[k] = j->window > 0 && pos - j->window + 1 > 0 ? pos - j->window + 1 : 0;
+                    end[k] = pos + 1;
+                }
+                const int64_t po = f->ptr_off[s];
+                const kiln_attn_kv kv = {f->kb + po,      f->vb + po, f->bs, kv_dim,
+                                         (int64_t)g * hd, hd,         f->f16};
+                kiln_attention_group(f->att + i0 * q_dim + (int64_t)g * G * hd, q_dim,
+                                     f->q + i0 * q_dim + (int64_t)g * G * hd, q_dim, G, nt, begin,
+                                     end, &kv, j->score_div, j->softcap, scratch);
+            }
+        }
     }
 }
 
@@ -193,11 +221,9 @@ static void attention_layer(fwd *f, int l) {
     const int32_t n = f->n, hd = c->head_dim;
     const int64_t q_dim = (int64_t)c->n_head * hd, kv_dim = (int64_t)c->n_head_kv * hd,
                   q_rows = c->attn_out_gate ? 2 * q_dim : q_dim;
-    matmul(f, &L->wq, f->xb, n, f->qf);
+    matmul3(f, &L->wq, f->qf, &L->wk, f->k, &L->wv, f->v, f->xb, n);
     add_bias(f->qf, L->bq, n, q_rows);
-    matmul(f, &L->wk, f->xb, n, f->k);
     add_bias(f->k, L->bk, n, kv_dim);
-    matmul(f, &L->wv, f->xb, n, f->v);
     add_bias(f->v, L->bv, n, kv_dim);
     if (c->attn_out_gate) {
         /* per head: [q (hd) | gate (hd)] (transformers Qwen3NextAttention's chunk) */
@@ -371,8 +397,7 @@ static void delta_net_layer(fwd *f, int l) {
 /* out[i] = down(act(gate x_i) * up x_i) for n rows of xin (g, u scratch of n * ff). */
 static void glu_ffn(fwd *f, const kiln_mat *wg, const kiln_mat *wu, const kiln_mat *wd,
                     const float *xin, int32_t n, float *out) {
-    matmul(f, wg, xin, n, f->g);
-    matmul(f, wu, xin, n, f->u);
+    matmul3(f, wg, f->g, wu, f->u, NULL, NULL, xin, n);
     kiln_glu(f->g, f->u, n * wg->n_out, (int)f->c->act);
     matmul(f, wd, f->g, n, out);
 }
@@ -588,8 +613,7 @@ static void layout(fwd *f, carve *cv) {
         f->ssm_c = take(cv, n * (2 * key_dim + value_dim));
         f->scratch = take(cv, (size_t)f->nth * 4 * mx);
     }
-    f->scores = take(cv, (size_t)f->nth * (size_t)(f->max_keys > 0 ? f->max_keys : 1));
-    f->q16 = (uint16_t *)take(cv, (size_t)f->nth * hd);
+    f->attn_scratch = take(cv, (size_t)f->nth * f->attn_scratch_floats);
 }
 
 kiln_status kiln_model_forward_batch(const kiln_model *m, kiln_kv_pool *pool, kiln_threadpool *tp,
@@ -616,6 +640,15 @@ kiln_status kiln_model_forward_batch(const kiln_model *m, kiln_kv_pool *pool, ki
         int32_t end = b->seqs[s].n_past + b->seqs[s].n_new;
         if (end > f->max_keys) f->max_keys = end;
         n_ptrs += kiln_kv_blocks_for_tokens(end, f->bs);
+    }
+    if (c->n_head_kv > 0 && c->head_dim > 0) {
+        /* enough rows per work item to amortize each key chunk's transpose */
+        const int32_t G = c->n_head / c->n_head_kv;
+        f->attn_tile = G >= 4 ? 4 : 16 / (G > 0 ? G : 1);
+        if (f->attn_tile > KILN_ATTN_MAX_TILE) f->attn_tile = KILN_ATTN_MAX_TILE;
+        size_t fl = kiln_attention_group_scratch(f->attn_tile, G, c->head_dim,
+                                                 f->max_keys > 0 ? f->max_keys : 1);
+        f->attn_scratch_floats = (fl + 15) & ~(size_t)15;
     }
     carve cv = {NULL, 0};
     layout(f, &cv);

@@ -3,10 +3,11 @@
  * (ops.h *_ref), and the invariances the forward pass relies on:
  *   exp: within 3 ulp of libm's expf (double-checked against exp in double) over a range;
  *   rmsnorm / swiglu: within a few ulp-scale relative errors of the reference;
- *   attention (f32 and f16 KV, head_dim 24..256, windows, softcap): within 2e-5 relative of
- *     the reference; bit-identical whatever the KV block size (the keys' split into blocks)
- *     and whatever the scratch contents; key order tree independent of key_begin's slot is
- *     checked by comparing a window [b, n) against the same keys stored from position 0.
+ *   grouped attention (f32 and f16 KV, head_dim 24..256, G 1/3/8, causal and windowed,
+ *     softcap): within 2e-5 relative (f16 KV: + 2e-3) of the scalar kiln_attention_paged;
+ *     bit-identical whatever the token tiling of the calls, the KV block size and the
+ *     scratch contents, and for a window starting on a 16-key boundary equal to the same keys
+ *     stored from position 0.
  * Skips (77) when the CPU has no AVX-512 path.
  */
 #include <math.h>
@@ -132,63 +133,139 @@ static void free_store(kvstore *s) {
     free(s->kb), free(s->vb);
 }
 
+/* One (token, head) by the scalar reference. */
+static void ref_one(float *out, const float *q, const kvstore *st, int bs, int64_t kv_dim, int hd,
+                    int64_t head_off, int begin, int end, float div, float cap, int f16) {
+    float *scores = malloc(sizeof(float) * (size_t)end);
+    uint16_t q16[512];
+    kiln_attention_paged(out, q, (const void *const *)st->kb, (const void *const *)st->vb, bs,
+                         kv_dim, head_off, begin, end, hd, div, cap, f16, scores, q16);
+    free(scores);
+}
+
+static float *scratch_for(int n_tok, int G, int hd, int max_keys) {
+    size_t n = kiln_attention_group_scratch(n_tok, G, hd, max_keys);
+    float *p = aligned_alloc(64, ((n * sizeof(float)) + 63) & ~(size_t)63);
+    REQUIRE(p);
+    for (size_t i = 0; i < n; i++) p[i] = NAN; /* dirty: results must not depend on it */
+    return p;
+}
+
 static void test_attention(void) {
     const int hds[] = {24, 64, 80, 128, 256};
     const int nks[] = {1, 2, 15, 16, 17, 33, 100, 300};
+    const int Gs[] = {1, 3, 8};
+    int n_cases = 0;
     for (size_t hi = 0; hi < sizeof hds / sizeof hds[0]; hi++)
         for (size_t ki = 0; ki < sizeof nks / sizeof nks[0]; ki++)
             for (int f16 = 0; f16 < 2; f16++) {
-                const int hd = hds[hi], nk = nks[ki], nkv = 2;
-                const int64_t kv_dim = (int64_t)nkv * hd;
-                float *K = malloc(sizeof(float) * nk * kv_dim), *V = malloc(sizeof(float) * nk * kv_dim);
-                float q[256], ref[256], got[256], alt[256];
-                float *scores = malloc(sizeof(float) * nk);
-                uint16_t q16[256];
-                for (int64_t i = 0; i < nk * kv_dim; i++) K[i] = ct_uniform() * 2, V[i] = ct_uniform();
-                for (int d = 0; d < hd; d++) q[d] = ct_uniform() * 2;
+                const int hd = hds[hi], nk = nks[ki], nkv = 2, G = Gs[(hi + ki) % 3];
+                const int64_t kv_dim = (int64_t)nkv * hd, q_stride = (int64_t)nkv * G * hd;
+                float *K = malloc(sizeof(float) * nk * kv_dim),
+                      *V = malloc(sizeof(float) * nk * kv_dim);
+                float *Q = malloc(sizeof(float) * nk * q_stride);
+                float *got = malloc(sizeof(float) * nk * q_stride);
+                float *alt = malloc(sizeof(float) * nk * q_stride);
+                float ref[512];
+                for (int64_t i = 0; i < nk * kv_dim; i++)
+                    K[i] = ct_uniform() * 2, V[i] = ct_uniform();
+                for (int64_t i = 0; i < nk * q_stride; i++) Q[i] = ct_uniform() * 2;
                 kvstore s16 = make_store(K, V, nk, kv_dim, 16, f16);
                 kvstore s5 = make_store(K, V, nk, kv_dim, 5, f16);
-                const int begins[] = {0, nk / 3, nk - 1};
-                for (int bi = 0; bi < 3; bi++)
+                const float div = sqrtf((float)hd);
+                for (int win = 0; win < 2; win++)
                     for (int sc = 0; sc < 2; sc++) {
-                        const int begin = begins[bi];
+                        /* every position 0..nk-1 as a query token of KV head 1 (causal; win:
+                         * a sliding window of nk / 3 + 1 keys) */
                         const float cap = sc ? 5.0f : 0.0f;
-                        const float div = sqrtf((float)hd);
-                        kiln_attention_paged_ref(ref, q, (const void *const *)s16.kb,
-                                                 (const void *const *)s16.vb, 16, kv_dim, hd,
-                                                 begin, nk, hd, div, cap, f16, scores, q16);
-                        REQUIRE(kiln_attention_paged_avx512(got, q, (const void *const *)s16.kb,
-                                                            (const void *const *)s16.vb, 16, kv_dim,
-                                                            hd, begin, nk, hd, div, cap, f16, scores));
-                        for (int d = 0; d < hd; d++)
-                            CHECKF(fabsf(got[d] - ref[d]) <= 2e-5f * (1.0f + fabsf(ref[d])) +
-                                                                 (f16 ? 2e-3f : 0.0f),
-                                   "attn hd %d nk %d f16 %d begin %d cap %g d %d: %g vs %g", hd, nk,
-                                   f16, begin, cap, d, got[d], ref[d]);
-                        /* another block size, dirty scratch: the same bits */
-                        for (int t = 0; t < nk; t++) scores[t] = NAN;
-                        REQUIRE(kiln_attention_paged_avx512(alt, q, (const void *const *)s5.kb,
-                                                            (const void *const *)s5.vb, 5, kv_dim, hd,
-                                                            begin, nk, hd, div, cap, f16, scores));
-                        CHECKF(memcmp(alt, got, sizeof(float) * hd) == 0,
-                               "attn differs with block size 5 (hd %d nk %d begin %d)", hd, nk, begin);
-                        /* the window's keys stored from position 0: the same bits (the key
-                         * order tree does not depend on where the range starts) */
-                        if (begin > 0) {
-                            kvstore sw = make_store(K + begin * kv_dim, V + begin * kv_dim,
-                                                    nk - begin, kv_dim, 16, f16);
-                            REQUIRE(kiln_attention_paged_avx512(
-                                alt, q, (const void *const *)sw.kb, (const void *const *)sw.vb, 16,
-                                kv_dim, hd, 0, nk - begin, hd, div, cap, f16, scores));
-                            CHECKF(memcmp(alt, got, sizeof(float) * hd) == 0,
-                                   "attn window differs from the same keys at 0 (hd %d nk %d)", hd,
-                                   nk);
+                        const int W = win ? nk / 3 + 1 : 0;
+                        int32_t *begin = malloc(sizeof(int32_t) * nk),
+                                *end = malloc(sizeof(int32_t) * nk);
+                        for (int i = 0; i < nk; i++) {
+                            begin[i] = W && i - W + 1 > 0 ? i - W + 1 : 0;
+                            end[i] = i + 1;
+                        }
+                        kiln_attn_kv kv = {(const void *const *)s16.kb,
+                                           (const void *const *)s16.vb,
+                                           16,
+                                           kv_dim,
+                                           hd,
+                                           hd,
+                                           f16};
+                        /* all tokens in one call */
+                        float *scr = scratch_for(nk, G, hd, nk);
+                        kiln_attention_group(got, q_stride, Q + hd * G, q_stride, G, nk, begin, end,
+                                             &kv, div, cap, scr);
+                        free(scr);
+                        for (int i = 0; i < nk; i++)
+                            for (int h = 0; h < G; h++) {
+                                ref_one(ref, Q + i * q_stride + (int64_t)(G + h) * hd, &s16, 16,
+                                        kv_dim, hd, hd, begin[i], end[i], div, cap, f16);
+                                const float *g = got + i * q_stride + (int64_t)h * hd;
+                                for (int d = 0; d < hd; d++)
+                                    CHECKF(
+                                        fabsf(g[d] - ref[d]) <=
+                                            2e-5f * (1.0f + fabsf(ref[d])) + (f16 ? 2e-3f : 0.0f),
+                                        "attn hd %d nk %d G %d f16 %d win %d cap %g tok %d head %d "
+                                        "d %d: %g vs %g",
+                                        hd, nk, G, f16, W, cap, i, h, d, g[d], ref[d]);
+                            }
+                        /* one token at a time, uneven tiles, and block size 5: the same bits */
+                        kiln_attn_kv kv5 = kv;
+                        kv5.k_blocks = (const void *const *)s5.kb;
+                        kv5.v_blocks = (const void *const *)s5.vb;
+                        kv5.block_size = 5;
+                        for (int i0 = 0; i0 < nk;) {
+                            int nt = 1 + (i0 * 7 + 3) % 5;
+                            if (nt > nk - i0) nt = nk - i0;
+                            float *scr2 = scratch_for(nt, G, hd, end[i0 + nt - 1]);
+                            kiln_attention_group(
+                                alt + i0 * q_stride, q_stride, Q + i0 * q_stride + hd * G, q_stride,
+                                G, nt, begin + i0, end + i0, (i0 & 1) ? &kv5 : &kv, div, cap, scr2);
+                            free(scr2);
+                            i0 += nt;
+                        }
+                        int bad = 0;
+                        for (int i = 0; i < nk; i++)
+                            bad += memcmp(alt + i * q_stride, got + i * q_stride,
+                                          sizeof(float) * (size_t)G * hd) != 0;
+                        CHECKF(bad == 0,
+                               "attn tiling changed the bits (hd %d nk %d G %d f16 %d win %d)", hd,
+                               nk, G, f16, W);
+                        /* a window's keys stored from position 0: the same bits (the order does
+                         * not depend on where the range starts within a chunk of 16) */
+                        if (W) {
+                            const int i = nk - 1, b = begin[i];
+                            kvstore sw =
+                                make_store(K + b * kv_dim, V + b * kv_dim, nk - b, kv_dim, 16, f16);
+                            kiln_attn_kv kvw = {(const void *const *)sw.kb,
+                                                (const void *const *)sw.vb,
+                                                16,
+                                                kv_dim,
+                                                hd,
+                                                hd,
+                                                f16};
+                            int32_t b0 = 0, e0 = nk - b;
+                            float *scr3 = scratch_for(1, G, hd, e0);
+                            kiln_attention_group(alt, q_stride, Q + i * q_stride + hd * G, q_stride,
+                                                 G, 1, &b0, &e0, &kvw, div, cap, scr3);
+                            free(scr3);
+                            /* the softmax sum's lanes are t % 16: the same lanes only when the
+                             * shift is a multiple of 16 */
+                            if (b % 16 == 0)
+                                CHECKF(memcmp(alt, got + i * q_stride,
+                                              sizeof(float) * (size_t)G * hd) == 0,
+                                       "attn window at a chunk boundary differs (hd %d nk %d)", hd,
+                                       nk);
                             free_store(&sw);
                         }
+                        free(begin), free(end);
+                        n_cases++;
                     }
                 free_store(&s16), free_store(&s5);
-                free(K), free(V), free(scores);
+                free(K), free(V), free(Q), free(got), free(alt);
             }
+    printf("attention: %d cases\n", n_cases);
 }
 
 int main(void) {

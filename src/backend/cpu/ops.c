@@ -136,21 +136,6 @@ void kiln_attention_paged(float *out, const float *q, const void *const *k_block
                           int64_t head_off, int32_t key_begin, int32_t n_keys, int32_t head_dim,
                           float score_div, float softcap, int kv_is_f16, float *scores,
                           uint16_t *q16) {
-    if (use_avx512() &&
-        kiln_attention_paged_avx512(out, q, k_blocks, v_blocks, block_size, row_stride, head_off,
-                                    key_begin, n_keys, head_dim, score_div, softcap, kv_is_f16,
-                                    scores))
-        return;
-    kiln_attention_paged_ref(out, q, k_blocks, v_blocks, block_size, row_stride, head_off,
-                             key_begin, n_keys, head_dim, score_div, softcap, kv_is_f16, scores,
-                             q16);
-}
-
-void kiln_attention_paged_ref(float *out, const float *q, const void *const *k_blocks,
-                              const void *const *v_blocks, int32_t block_size, int64_t row_stride,
-                              int64_t head_off, int32_t key_begin, int32_t n_keys,
-                              int32_t head_dim, float score_div, float softcap, int kv_is_f16,
-                              float *scores, uint16_t *q16) {
     const int32_t n = n_keys - key_begin;
     if (kv_is_f16) {
         for (int32_t d = 0; d < head_dim; d++) q16[d] = kiln_fp32_to_fp16(q[d]);
@@ -187,4 +172,32 @@ void kiln_attention_paged_ref(float *out, const float *q, const void *const *k_b
             for (int32_t d = 0; d < head_dim; d++) out[d] += a * vt[d];
         }
     }
+}
+
+size_t kiln_attention_group_scratch(int32_t n_tok, int32_t G, int32_t head_dim, int32_t max_keys) {
+    size_t ref = (size_t)max_keys + (size_t)head_dim + 16; /* scores + q16 of the reference */
+    if (!use_avx512()) return ref;
+    size_t v = kiln_attention_group_scratch_avx512(n_tok, G, head_dim, max_keys);
+    return v > ref ? v : ref;
+}
+
+void kiln_attention_group(float *out, int64_t out_stride, const float *q, int64_t q_stride,
+                          int32_t G, int32_t n_tok, const int32_t *begin, const int32_t *end,
+                          const kiln_attn_kv *kv, float score_div, float softcap, float *scratch) {
+    if (use_avx512() && kv->head_dim <= 512) {
+        kiln_attention_group_avx512(out, out_stride, q, q_stride, G, n_tok, begin, end, kv,
+                                    score_div, softcap, scratch);
+        return;
+    }
+    int32_t max_keys = 0;
+    for (int32_t i = 0; i < n_tok; i++)
+        if (end[i] > max_keys) max_keys = end[i];
+    uint16_t *q16 = (uint16_t *)(scratch + max_keys);
+    for (int32_t i = 0; i < n_tok; i++)
+        for (int32_t h = 0; h < G; h++)
+            kiln_attention_paged(out + i * out_stride + (int64_t)h * kv->head_dim,
+                                 q + i * q_stride + (int64_t)h * kv->head_dim, kv->k_blocks,
+                                 kv->v_blocks, kv->block_size, kv->row_stride, kv->head_off,
+                                 begin[i], end[i], kv->head_dim, score_div, softcap, kv->kv_is_f16,
+                                 scratch, q16);
 }

@@ -13,6 +13,7 @@
 #ifndef KILN_BACKEND_CPU_OPS_H
 #define KILN_BACKEND_CPU_OPS_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 /**
@@ -92,22 +93,45 @@ void kiln_softcap(float *x, int64_t n, float cap);
  * cache computes this; FlashAttention-2 likewise casts P to half before P.V).
  * scores: scratch of n_keys - key_begin floats; q16: scratch of head_dim halves (F16 only).
  * Requires 0 <= key_begin < n_keys.
- * Reduction order (AVX-512 path): q . k_t in 16-lane chunks (product, then one FMA per
- * chunk, the last chunk zero padded) and the fixed lane tree of hsum16 per key; softmax max,
- * exp, and the sum of p_t in 16 lanes by (t - key_begin) % 16, then the same tree; out[d]
- * accumulates p_t v_t[d] with one FMA per key, keys ascending. The scalar reference
- * (kiln_attention_paged_ref) sums left to right.
+ * This is the scalar reference; the forward pass uses kiln_attention_group.
  */
 void kiln_attention_paged(float *out, const float *q, const void *const *k_blocks,
                           const void *const *v_blocks, int32_t block_size, int64_t row_stride,
                           int64_t head_off, int32_t key_begin, int32_t n_keys, int32_t head_dim,
                           float score_div, float softcap, int kv_is_f16, float *scores,
                           uint16_t *q16);
-/** Scalar reference of kiln_attention_paged. */
-void kiln_attention_paged_ref(float *out, const float *q, const void *const *k_blocks,
-                              const void *const *v_blocks, int32_t block_size, int64_t row_stride,
-                              int64_t head_off, int32_t key_begin, int32_t n_keys,
-                              int32_t head_dim, float score_div, float softcap, int kv_is_f16,
-                              float *scores, uint16_t *q16);
+
+/** Paged K/V of one KV head (see kiln_attention_paged for the addressing). */
+typedef struct kiln_attn_kv {
+    const void *const *k_blocks, *const *v_blocks; /* per block of block_size positions */
+    int32_t block_size;
+    int64_t row_stride; /* elements from one position's row to the next (kv_dim) */
+    int64_t head_off;   /* elements from a row's start to this head's head_dim elements */
+    int32_t head_dim;
+    int kv_is_f16; /* rows of halves (else f32) */
+} kiln_attn_kv;
+
+/** Scratch floats kiln_attention_group needs for n_tok tokens, G heads, keys below max_keys. */
+size_t kiln_attention_group_scratch(int32_t n_tok, int32_t G, int32_t head_dim, int32_t max_keys);
+
+/**
+ * Attention of n_tok query tokens of one sequence for the G query heads that share one KV
+ * head (grouped-query attention; G = 1 for plain multi-head): token i, head h reads its query
+ * at q + i * q_stride + h * head_dim and writes out + i * out_stride + h * head_dim, attending
+ * over keys [begin[i], end[i]) (0 <= begin[i] < end[i]; begin and end non-decreasing in i, as
+ * for consecutive positions of one sequence under a causal mask and an optional window),
+ * with the semantics of kiln_attention_paged (score_div, softcap, f16 operand rounding).
+ * scratch: kiln_attention_group_scratch(n_tok, G, head_dim, max(end)) floats, 64-byte aligned.
+ *
+ * AVX-512 path (ops_avx512.c): keys in chunks of 16 at absolute positions, each chunk's K
+ * transposed once and shared by all rows; per (token, head) row the order is fixed: q . k_t
+ * as one FMA chain over d from +0, softmax max / exp / sum with lanes t % 16 then the hsum16
+ * tree, out[d] one FMA chain over t ascending. So every output is bit-identical whatever
+ * n_tok, G, the block size, or which other tokens share the call (DESIGN.md principle 3).
+ * Other paths: kiln_attention_paged per (token, head). head_dim <= 512.
+ */
+void kiln_attention_group(float *out, int64_t out_stride, const float *q, int64_t q_stride,
+                          int32_t G, int32_t n_tok, const int32_t *begin, const int32_t *end,
+                          const kiln_attn_kv *kv, float score_div, float softcap, float *scratch);
 
 #endif

@@ -119,198 +119,305 @@ void kiln_swiglu_avx512(float *g, const float *u, int64_t n) {
         _mm512_storeu_ps(g + i, swiglu16(_mm512_loadu_ps(g + i), _mm512_loadu_ps(u + i)));
     if (i < n) {
         __mmask16 m = tail_mask(n - i);
-        _mm512_mask_storeu_ps(g + i, m,
-                              swiglu16(_mm512_maskz_loadu_ps(m, g + i), _mm512_maskz_loadu_ps(m, u + i)));
+        _mm512_mask_storeu_ps(
+            g + i, m, swiglu16(_mm512_maskz_loadu_ps(m, g + i), _mm512_maskz_loadu_ps(m, u + i)));
     }
 }
 
 /* ---------------------------------------------------------------- attention */
 
 /*
- * Scores. For key t, the head vector k_t (hd elements, f32 or f16) is dotted with q in
- * 16-lane chunks c = 0, 1, ...: acc = q_0 * k_0 (exact product, then) acc = fma(q_c, k_c,
- * acc) for c >= 1, the last chunk zero padded. Keys are taken 16 at a time (key_begin +
- * 16 j ...); the 16 accumulators are folded together by fold16 into one vector whose lane
- * l is key l's dot, each summed as lanes (j + j+8), (j + j+4), (j + j+2), (0 + 1): the same
- * tree for every key whatever its slot. Then s_t = dot / score_div.
+ * Grouped attention (kiln_attention_group): the G query heads that share one KV head, for
+ * n_tok query tokens of one sequence. Keys are taken in chunks of 16 aligned to absolute
+ * positions (chunk j = keys 16j .. 16j + 15). Each chunk's K rows are converted to f32 and
+ * transposed once (lane l of Kt[d] = key 16j + l, dimension d), then shared by every
+ * (token, head) row whose key range [begin, end) meets the chunk.
+ *
+ * Order per (token, head) row, independent of the other rows, of n_tok, of the block size
+ * and of the chunk's other keys (DESIGN.md principle 3):
+ *   s_t = a_t / score_div, a_t = fma chain over d = 0 .. hd-1 from +0: a = fma(q[d], k_t[d], a)
+ *         (F16: q rounded to f16 first); softcap (if any) s = cap * tanhf(s / cap);
+ *   m = max over [begin, end); p_t = exp16(s_t - m); l = hsum16 of the lane-wise sum over
+ *         chunks ascending, lane = t % 16 (keys outside the range contribute +0);
+ *   p_t = p_t / l (F16: rounded to f16); out[d] = fma chain over t = begin .. end-1 from +0.
  */
 
-/* r lane l (l < 8) = a[l] + a[l+8] for l < 8 from a, lanes 8.. the same from b */
-KA __m512 fold_half(__m512 a, __m512 b) {
-    __m512 lo = _mm512_shuffle_f32x4(a, b, 0x44); /* a0 a1 b0 b1 (128-bit lanes) */
-    __m512 hi = _mm512_shuffle_f32x4(a, b, 0xEE); /* a2 a3 b2 b3 */
-    return _mm512_add_ps(lo, hi);
+KA __m512 perm2(__m512 a, __m512 b, const int B, const int hi) {
+    /* hi = 0: lanes c with (c & B) take b[c - B], else a[c];
+     * hi = 1: lanes c with (c & B) keep b[c], else a[c + B] */
+    int idx[16];
+    for (int c = 0; c < 16; c++)
+        idx[c] = hi ? ((c & B) ? 16 + c : c + B) : ((c & B) ? 16 + c - B : c);
+    const __m512i iv =
+        _mm512_setr_epi32(idx[0], idx[1], idx[2], idx[3], idx[4], idx[5], idx[6], idx[7], idx[8],
+                          idx[9], idx[10], idx[11], idx[12], idx[13], idx[14], idx[15]);
+    return _mm512_permutex2var_ps(a, iv, b);
 }
 
-/*
- * v[0..15] -> lane l = full sum of v[l]'s 16 lanes, as (j + j+8), (j + j+4), (j + j+2),
- * (0 + 1) per vector. Step 1 folds pairs (v[2i], v[2i+1]) to 8 lanes each; step 2 folds
- * 128-bit lanes again (j + j+4 of the original); steps 3 and 4 fold within 128-bit lanes.
- */
-KA __m512 fold16(const __m512 v[16]) {
-    __m512 a[8], b[4], c[2];
-    _Pragma("GCC unroll 8") for (int i = 0; i < 8; i++) a[i] = fold_half(v[2 * i], v[2 * i + 1]);
-    /* a[i]: 128-bit lanes [v2i: j+j8 (j 0..3) | v2i: j+j8 (j 4..7) | v2i+1 ... | ...] */
-    _Pragma("GCC unroll 4") for (int i = 0; i < 4; i++) {
-        __m512 x = a[2 * i], y = a[2 * i + 1];
-        __m512 lo = _mm512_shuffle_f32x4(x, y, 0x88); /* x0 x2 y0 y2 */
-        __m512 hi = _mm512_shuffle_f32x4(x, y, 0xDD); /* x1 x3 y1 y3 */
-        b[i] = _mm512_add_ps(lo, hi); /* 128-bit lane k: vector 4i + k, 4 partial sums */
+/* in-place 16 x 16 transpose by recursive swaps of the off-diagonal blocks (8, 4, 2, 1) */
+KA void transpose16(__m512 r[16]) {
+    _Pragma("GCC unroll 4") for (int k = 3; k >= 0; k--) {
+        const int B = 1 << k;
+        _Pragma("GCC unroll 16") for (int i = 0; i < 16; i++) {
+            if (i & B) continue;
+            const __m512 a = r[i], b = r[i | B];
+            r[i] = perm2(a, b, B, 0);
+            r[i | B] = perm2(a, b, B, 1);
+        }
     }
-    /* within 128-bit lanes: 4 values per vector -> 2 (j + j+2), then 1 (0 + 1) */
-    _Pragma("GCC unroll 2") for (int i = 0; i < 2; i++) {
-        __m512 x = b[2 * i], y = b[2 * i + 1];
-        /* pairs: x lane k = [p0 p1 p2 p3] -> [p0+p2, p1+p3] */
-        __m512 lo = _mm512_shuffle_ps(x, y, 0x44); /* x0 x1 y0 y1 per 128 */
-        __m512 hi = _mm512_shuffle_ps(x, y, 0xEE); /* x2 x3 y2 y3 */
-        c[i] = _mm512_add_ps(lo, hi); /* [x: p0+p2, p1+p3, y: p0+p2, p1+p3] per 128 */
-    }
-    __m512 lo = _mm512_shuffle_ps(c[0], c[1], 0x88); /* c0 e0, c0 e2, c1 e0, c1 e2 */
-    __m512 hi = _mm512_shuffle_ps(c[0], c[1], 0xDD);
-    __m512 r = _mm512_add_ps(lo, hi);
-    /* r 128-bit lane k holds, in order: vector 4i+k of x=b[0] (i=0), y=b[1] (i=1) of c[0],
-     * then of c[1]: lanes = [b0 vec, b1 vec, b2 vec, b3 vec] for lane k; undo below */
-    const __m512i perm = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
-    return _mm512_permutexvar_ps(perm, r);
 }
 
-KA __m512 load_k(const void *p, int64_t d, __mmask16 m, const int F16) {
-    if (F16)
-        return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, (const uint16_t *)p + d));
+KA __m512 load_row16(const void *p, int64_t d, __mmask16 m, const int F16) {
+    if (F16) return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, (const uint16_t *)p + d));
     return _mm512_maskz_loadu_ps(m, (const float *)p + d);
 }
 
-/* dot of the (f32, f16-rounded when F16) query chunks qv[] with key row k */
-KA __m512 key_dot(const __m512 *qv, int nc, __mmask16 last, const void *k, const int F16) {
-    __m512 acc = _mm512_mul_ps(qv[0], load_k(k, 0, nc == 1 ? last : 0xFFFF, F16));
-    _Pragma("GCC unroll 8") for (int c = 1; c < nc; c++)
-        acc = _mm512_fmadd_ps(qv[c], load_k(k, 16 * c, c == nc - 1 ? last : 0xFFFF, F16), acc);
-    return acc;
+KA const void *kv_row(const kiln_attn_kv *kv, const void *const *blocks, int32_t t, size_t esz) {
+    return (const char *)blocks[t / kv->block_size] +
+           ((size_t)kv->head_off + (size_t)(t % kv->block_size) * (size_t)kv->row_stride) * esz;
 }
 
-enum { MAX_HD_CHUNKS = 32 }; /* head_dim <= 512 */
-
-/* walks key rows t = t0, t0 + 1, ... of paged storage without a division per key */
-typedef struct key_cursor {
-    const void *const *blocks;
-    int32_t bs, blk, row;
-    size_t stride, off; /* bytes */
-} key_cursor;
-
-KA key_cursor cursor_at(const void *const *blocks, int32_t bs, int32_t t, size_t stride,
-                        size_t off) {
-    key_cursor c = {blocks, bs, t / bs, t % bs, stride, off};
-    return c;
-}
-
-KA const void *cursor_next(key_cursor *c) {
-    const void *p = (const char *)c->blocks[c->blk] + c->off + (size_t)c->row * c->stride;
-    if (++c->row == c->bs) c->row = 0, c->blk++;
-    return p;
-}
-
-/* NC: head_dim chunks of 16 (a compile-time constant for the common head sizes, 0 =
- * runtime nc) */
-KA void attn_body(float *out, const float *q, const void *const *k_blocks,
-                  const void *const *v_blocks, int32_t block_size, int64_t row_stride,
-                  int64_t head_off, int32_t key_begin, int32_t n_keys, int32_t head_dim,
-                  float score_div, float softcap, float *scores, const int F16, const int NC) {
+/* Kt[d * 16 + l] = key (t0 + l)'s dimension d for l in [lo, hi) (absolute keys t0 + lo ..),
+ * +0 elsewhere; d < hd */
+KA void load_kt(float *Kt, const kiln_attn_kv *kv, int32_t t0, int lo, int hi, const int F16) {
     const size_t esz = F16 ? 2 : 4;
-    const int nc = NC ? NC : (head_dim + 15) / 16;
-    const __mmask16 last =
-        !NC && head_dim % 16 ? tail_mask(head_dim % 16) : (__mmask16)0xFFFF; /* NC: hd % 16 == 0 */
-    __m512 qv[MAX_HD_CHUNKS];
-    _Pragma("GCC unroll 8") for (int c = 0; c < nc; c++) {
-        __m512 v = _mm512_maskz_loadu_ps(c == nc - 1 ? last : 0xFFFF, q + 16 * c);
-        if (F16) /* q rounded to f16 (round to nearest even), as the scalar reference */
-            v = _mm512_cvtph_ps(_mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
-        qv[c] = v;
+    const int hd = kv->head_dim, nc = (hd + 15) / 16;
+    for (int c = 0; c < nc; c++) {
+        const int dn = hd - 16 * c < 16 ? hd - 16 * c : 16;
+        const __mmask16 m = tail_mask(dn);
+        __m512 r[16];
+        _Pragma("GCC unroll 16") for (int l = 0; l < 16; l++) r[l] =
+            l >= lo && l < hi ? load_row16(kv_row(kv, kv->k_blocks, t0 + l, esz), 16 * c, m, F16)
+                              : _mm512_setzero_ps();
+        transpose16(r);
+        for (int d = 0; d < dn; d++) _mm512_store_ps(Kt + (size_t)(16 * c + d) * 16, r[d]);
     }
-    const int32_t n = n_keys - key_begin;
-    const __m512 div = _mm512_set1_ps(score_div);
-    key_cursor kc = cursor_at(k_blocks, block_size, key_begin, (size_t)row_stride * esz,
-                              (size_t)head_off * esz);
-    for (int32_t t0 = key_begin; t0 < n_keys; t0 += 16) {
-        int cnt = n_keys - t0 < 16 ? n_keys - t0 : 16;
-        __m512 v[16];
-        if (cnt == 16) {
-            _Pragma("GCC unroll 16") for (int j = 0; j < 16; j++) v[j] =
-                key_dot(qv, nc, last, cursor_next(&kc), F16);
-        } else {
-            for (int j = 0; j < 16; j++)
-                v[j] = j < cnt ? key_dot(qv, nc, last, cursor_next(&kc), F16) : _mm512_setzero_ps();
-        }
-        __m512 s = _mm512_div_ps(fold16(v), div);
-        _mm512_mask_storeu_ps(scores + (t0 - key_begin), tail_mask(cnt), s);
-    }
+}
+
+enum { SROWS = 8 }; /* score rows computed together (accumulators in registers) */
+
+/* one row's scores: row buffer sc (chunks from base = begin & ~15), lanes outside
+ * [begin, end) = -inf */
+KA void attn_softmax_row(float *sc, int32_t begin, int32_t end, float softcap, const int F16) {
+    const int32_t base = begin & ~15, nch = (end - base + 15) / 16;
     if (softcap > 0.0f)
-        for (int32_t t = 0; t < n; t++) scores[t] = softcap * tanhf(scores[t] / softcap);
-    /* softmax: max, then p_t = exp(s_t - max) summed lane-wise over 16-key groups from
-     * key_begin (lane (t - key_begin) % 16), hsum16; then p_t / sum (F16: p rounded to f16) */
+        for (int32_t t = begin; t < end; t++)
+            sc[t - base] = softcap * tanhf(sc[t - base] / softcap);
     __m512 mx = _mm512_set1_ps(-INFINITY);
-    for (int32_t t = 0; t < n; t += 16) {
-        __mmask16 m = n - t >= 16 ? (__mmask16)0xFFFF : tail_mask(n - t);
-        mx = _mm512_mask_max_ps(mx, m, mx, _mm512_maskz_loadu_ps(m, scores + t));
-    }
+    for (int32_t j = 0; j < nch; j++) mx = _mm512_max_ps(mx, _mm512_load_ps(sc + 16 * j));
     const __m512 mxv = _mm512_set1_ps(_mm512_reduce_max_ps(mx));
     __m512 sum = _mm512_setzero_ps();
-    for (int32_t t = 0; t < n; t += 16) {
-        __mmask16 m = n - t >= 16 ? (__mmask16)0xFFFF : tail_mask(n - t);
-        __m512 p = exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, scores + t), mxv));
-        p = _mm512_maskz_mov_ps(m, p);
-        _mm512_mask_storeu_ps(scores + t, m, p);
+    for (int32_t j = 0; j < nch; j++) {
+        const int32_t t0 = base + 16 * j;
+        __mmask16 m = 0xFFFF;
+        if (t0 < begin) m &= (__mmask16)(0xFFFFu << (begin - t0));
+        if (t0 + 16 > end) m &= tail_mask(end - t0);
+        __m512 p = _mm512_maskz_mov_ps(m, exp16(_mm512_sub_ps(_mm512_load_ps(sc + 16 * j), mxv)));
+        _mm512_store_ps(sc + 16 * j, p);
         sum = _mm512_add_ps(sum, p);
     }
-    const __m512 sv = _mm512_set1_ps(hsum16(sum));
-    for (int32_t t = 0; t < n; t += 16) {
-        __mmask16 m = n - t >= 16 ? (__mmask16)0xFFFF : tail_mask(n - t);
-        __m512 p = _mm512_div_ps(_mm512_maskz_loadu_ps(m, scores + t), sv);
+    const __m512 lv = _mm512_set1_ps(hsum16(sum));
+    for (int32_t j = 0; j < nch; j++) {
+        __m512 p = _mm512_div_ps(_mm512_load_ps(sc + 16 * j), lv);
         if (F16)
             p = _mm512_cvtph_ps(_mm512_cvtps_ph(p, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
-        _mm512_mask_storeu_ps(scores + t, m, p);
+        _mm512_store_ps(sc + 16 * j, p);
     }
-    /* out[d] = sum_t p_t v_t[d], t ascending, one FMA per (t, d) */
-    __m512 acc[MAX_HD_CHUNKS];
-    _Pragma("GCC unroll 8") for (int c = 0; c < nc; c++) acc[c] = _mm512_setzero_ps();
-    key_cursor vc = cursor_at(v_blocks, block_size, key_begin, (size_t)row_stride * esz,
-                              (size_t)head_off * esz);
-    for (int32_t t = 0; t < n; t++) {
-        const void *vr = cursor_next(&vc);
-        const __m512 p = _mm512_set1_ps(scores[t]);
-        _Pragma("GCC unroll 8") for (int c = 0; c < nc; c++) acc[c] =
-            _mm512_fmadd_ps(p, load_k(vr, 16 * c, c == nc - 1 ? last : 0xFFFF, F16), acc[c]);
-    }
-    _Pragma("GCC unroll 8") for (int c = 0; c < nc; c++)
-        _mm512_mask_storeu_ps(out + 16 * c, c == nc - 1 ? last : 0xFFFF, acc[c]);
 }
 
-#define ATTN_CALL(F16, NC)                                                                         \
-    attn_body(out, q, k_blocks, v_blocks, block_size, row_stride, head_off, key_begin, n_keys,     \
-              head_dim, score_div, softcap, scores, F16, NC)
-
-bool kiln_attention_paged_avx512(float *out, const float *q, const void *const *k_blocks,
-                                 const void *const *v_blocks, int32_t block_size,
-                                 int64_t row_stride, int64_t head_off, int32_t key_begin,
-                                 int32_t n_keys, int32_t head_dim, float score_div, float softcap,
-                                 int kv_is_f16, float *scores) {
-    if (head_dim < 1 || head_dim > 16 * MAX_HD_CHUNKS) return false;
-    /* the same operations whatever NC: a constant only lets the compiler unroll */
-    if (kv_is_f16) {
-        if (head_dim == 64)
-            ATTN_CALL(1, 4);
-        else if (head_dim == 128)
-            ATTN_CALL(1, 8);
-        else
-            ATTN_CALL(1, 0);
-    } else {
-        if (head_dim == 64)
-            ATTN_CALL(0, 4);
-        else if (head_dim == 128)
-            ATTN_CALL(0, 8);
-        else
-            ATTN_CALL(0, 0);
+/* acc[h][c] = sum over t in [begin, end) of p_h[t] * v_t[chunk c0 + c], one FMA chain per
+ * (h, c), for NH heads x NCC chunks (constants in the fast case, so that the accumulators
+ * stay in registers) */
+KA void attn_pv_tile(float *out, int64_t head_stride, const float *sc, int64_t sc_stride,
+                     int32_t begin, int32_t end, const kiln_attn_kv *kv, int c0, int nc,
+                     __mmask16 last, const int NH, const int NCC, const int F16) {
+    const size_t esz = F16 ? 2 : 4;
+    const int32_t base = begin & ~15;
+    __m512 acc[4][4];
+    _Pragma("GCC unroll 4") for (int h = 0; h < NH; h++)
+        _Pragma("GCC unroll 4") for (int c = 0; c < NCC; c++) acc[h][c] = _mm512_setzero_ps();
+    int32_t blk = begin / kv->block_size, row = begin % kv->block_size;
+    const float *p0 = sc - base;
+    for (int32_t t = begin; t < end; t++) {
+        const char *vr = (const char *)kv->v_blocks[blk] +
+                         ((size_t)kv->head_off + (size_t)row * (size_t)kv->row_stride) * esz;
+        if (++row == kv->block_size) row = 0, blk++;
+        __m512 v[4];
+        _Pragma("GCC unroll 4") for (int c = 0; c < NCC; c++) v[c] =
+            load_row16(vr, 16 * (c0 + c), c0 + c == nc - 1 ? last : 0xFFFF, F16);
+        _Pragma("GCC unroll 4") for (int h = 0; h < NH; h++) {
+            const __m512 p = _mm512_set1_ps(p0[(size_t)h * sc_stride + t]);
+            _Pragma("GCC unroll 4") for (int c = 0; c < NCC; c++) acc[h][c] =
+                _mm512_fmadd_ps(p, v[c], acc[h][c]);
+        }
     }
-    return true;
+    _Pragma("GCC unroll 4") for (int h = 0; h < NH; h++)
+        _Pragma("GCC unroll 4") for (int c = 0; c < NCC; c++)
+            _mm512_mask_storeu_ps(out + (size_t)h * head_stride + 16 * (c0 + c),
+                                  c0 + c == nc - 1 ? last : 0xFFFF, acc[h][c]);
+}
+
+/* out rows (G heads of one token) = sum_t p_t v_t over [begin, end), in tiles of up to 4
+ * heads x 4 chunks of 16 dimensions (each (head, dimension) is one chain whatever the tile) */
+KA void attn_pv(float *out, int64_t head_stride, const float *sc, int64_t sc_stride, int G,
+                int32_t begin, int32_t end, const kiln_attn_kv *kv, const int F16, const int NC) {
+    const int hd = kv->head_dim, nc = NC ? NC : (hd + 15) / 16;
+    const __mmask16 last = !NC && hd % 16 ? tail_mask(hd % 16) : (__mmask16)0xFFFF;
+    for (int h0 = 0; h0 < G; h0 += 4) {
+        const int nh = G - h0 < 4 ? G - h0 : 4;
+        float *o = out + (size_t)h0 * head_stride;
+        const float *s = sc + (size_t)h0 * sc_stride;
+        for (int c0 = 0; c0 < nc; c0 += 4) {
+            const int ncc = nc - c0 < 4 ? nc - c0 : 4;
+#define PV(NH, NCC)                                                                                \
+    attn_pv_tile(o, head_stride, s, sc_stride, begin, end, kv, c0, nc, last, NH, NCC, F16)
+            if (nh == 4 && ncc == 4)
+                PV(4, 4);
+            else if (nh == 4)
+                switch (ncc) {
+                case 1:
+                    PV(4, 1);
+                    break;
+                case 2:
+                    PV(4, 2);
+                    break;
+                default:
+                    PV(4, 3);
+                    break;
+                }
+            else
+                for (int h = 0; h < nh; h++) { /* one head at a time */
+                    float *oh = o + (size_t)h * head_stride;
+                    const float *sh = s + (size_t)h * sc_stride;
+#undef PV
+#define PV(NCC)                                                                                    \
+    attn_pv_tile(oh, head_stride, sh, sc_stride, begin, end, kv, c0, nc, last, 1, NCC, F16)
+                    switch (ncc) {
+                    case 1:
+                        PV(1);
+                        break;
+                    case 2:
+                        PV(2);
+                        break;
+                    case 3:
+                        PV(3);
+                        break;
+                    default:
+                        PV(4);
+                        break;
+                    }
+#undef PV
+                }
+        }
+    }
+}
+
+KA void attn_group(float *out, int64_t out_stride, const float *q, int64_t q_stride, int G,
+                   int32_t n_tok, const int32_t *begin, const int32_t *end, const kiln_attn_kv *kv,
+                   float score_div, float softcap, float *scratch, const int F16, const int NC) {
+    const int hd = kv->head_dim;
+    const int32_t kb = begin[0], ke = end[n_tok - 1]; /* ranges are monotone in the token */
+    int32_t kmin = kb, kmax = ke;
+    for (int32_t i = 0; i < n_tok; i++) {
+        if (begin[i] < kmin) kmin = begin[i];
+        if (end[i] > kmax) kmax = end[i];
+    }
+    const int32_t base0 = kmin & ~15;
+    const int64_t sc_stride = ((kmax - base0 + 15) & ~15) + 16;
+    float *Kt = scratch;              /* hd x 16 */
+    float *qs = Kt + (size_t)hd * 16; /* rows x hd (f16-rounded for F16) */
+    float *sc = qs + (((size_t)n_tok * G * hd + 15) & ~(size_t)15); /* rows x sc_stride */
+    const int rows = n_tok * G;
+    for (int r = 0; r < rows; r++) {
+        const float *qr = q + (size_t)(r / G) * q_stride + (size_t)(r % G) * hd;
+        for (int d = 0; d < hd; d += 16) {
+            const __mmask16 m = hd - d >= 16 ? (__mmask16)0xFFFF : tail_mask(hd - d);
+            __m512 v = _mm512_maskz_loadu_ps(m, qr + d);
+            if (F16)
+                v = _mm512_cvtph_ps(
+                    _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+            _mm512_mask_storeu_ps(qs + (size_t)r * hd + d, m, v);
+        }
+    }
+    /* scores, chunk by chunk; row r's buffer starts at its own base (begin & ~15) */
+    const __m512 div = _mm512_set1_ps(score_div);
+    for (int32_t t0 = base0; t0 < kmax; t0 += 16) {
+        int lo = kmin > t0 ? kmin - t0 : 0, hi = kmax - t0 < 16 ? kmax - t0 : 16;
+        load_kt(Kt, kv, t0, lo, hi, F16);
+        /* active rows: tokens whose range meets the chunk (consecutive tokens) */
+        int32_t i0 = 0, i1 = n_tok;
+        while (i0 < n_tok && (end[i0] <= t0 || begin[i0] >= t0 + 16)) i0++;
+        while (i1 > i0 && (end[i1 - 1] <= t0 || begin[i1 - 1] >= t0 + 16)) i1--;
+        for (int r0 = i0 * G; r0 < i1 * G; r0 += SROWS) {
+            const int nr = i1 * G - r0 < SROWS ? i1 * G - r0 : SROWS;
+            __m512 acc[SROWS];
+            _Pragma("GCC unroll 8") for (int r = 0; r < SROWS; r++) acc[r] = _mm512_setzero_ps();
+            const float *qb = qs + (size_t)r0 * hd;
+            if (nr == SROWS) {
+                for (int d = 0; d < hd; d++) {
+                    const __m512 kt = _mm512_load_ps(Kt + (size_t)d * 16);
+                    _Pragma("GCC unroll 8") for (int r = 0; r < SROWS; r++) acc[r] =
+                        _mm512_fmadd_ps(_mm512_set1_ps(qb[(size_t)r * hd + d]), kt, acc[r]);
+                }
+            } else {
+                for (int d = 0; d < hd; d++) {
+                    const __m512 kt = _mm512_load_ps(Kt + (size_t)d * 16);
+                    for (int r = 0; r < nr; r++)
+                        acc[r] =
+                            _mm512_fmadd_ps(_mm512_set1_ps(qb[(size_t)r * hd + d]), kt, acc[r]);
+                }
+            }
+            for (int r = 0; r < nr; r++) {
+                const int32_t i = (r0 + r) / G, base = begin[i] & ~15;
+                if (end[i] <= t0 || begin[i] >= t0 + 16) continue; /* row not in this chunk */
+                __mmask16 m = 0xFFFF;
+                if (t0 < begin[i]) m &= (__mmask16)(0xFFFFu << (begin[i] - t0));
+                if (t0 + 16 > end[i]) m &= tail_mask(end[i] - t0);
+                const __m512 s = _mm512_mask_div_ps(_mm512_set1_ps(-INFINITY), m, acc[r], div);
+                _mm512_store_ps(sc + (size_t)(r0 + r) * sc_stride + (t0 - base), s);
+            }
+        }
+    }
+    for (int32_t i = 0; i < n_tok; i++) {
+        for (int h = 0; h < G; h++)
+            attn_softmax_row(sc + (size_t)(i * G + h) * sc_stride, begin[i], end[i], softcap, F16);
+        attn_pv(out + (size_t)i * out_stride, hd, sc + (size_t)i * G * sc_stride, sc_stride, G,
+                begin[i], end[i], kv, F16, NC);
+    }
+    (void)kb, (void)ke;
+}
+
+size_t kiln_attention_group_scratch_avx512(int32_t n_tok, int32_t G, int32_t head_dim,
+                                           int32_t max_keys) {
+    const size_t rows = (size_t)n_tok * (size_t)G;
+    return (size_t)head_dim * 16 + ((rows * (size_t)head_dim + 15) & ~(size_t)15) +
+           rows * (((size_t)max_keys + 15 + 15) / 16 * 16 + 16) + 16;
+}
+
+#define ATTN_G(F16, NC)                                                                            \
+    attn_group(out, out_stride, q, q_stride, G, n_tok, begin, end, kv, score_div, softcap,         \
+               scratch, F16, NC)
+
+void kiln_attention_group_avx512(float *out, int64_t out_stride, const float *q, int64_t q_stride,
+                                 int32_t G, int32_t n_tok, const int32_t *begin, const int32_t *end,
+                                 const kiln_attn_kv *kv, float score_div, float softcap,
+                                 float *scratch) {
+    /* the same operations whatever NC: a constant only lets the compiler unroll */
+    if (kv->kv_is_f16) {
+        if (kv->head_dim == 64)
+            ATTN_G(1, 4);
+        else if (kv->head_dim == 128)
+            ATTN_G(1, 8);
+        else
+            ATTN_G(1, 0);
+    } else {
+        if (kv->head_dim == 64)
+            ATTN_G(0, 4);
+        else if (kv->head_dim == 128)
+            ATTN_G(0, 8);
+        else
+            ATTN_G(0, 0);
+    }
 }
 
 #else
@@ -324,12 +431,13 @@ void kiln_rmsnorm_avx512(float *out, const float *x, const float *w, int64_t n, 
 void kiln_swiglu_avx512(float *g, const float *u, int64_t n) {
     (void)g, (void)u, (void)n;
 }
-bool kiln_attention_paged_avx512(float *out, const float *q, const void *const *k_blocks,
-                                 const void *const *v_blocks, int32_t block_size,
-                                 int64_t row_stride, int64_t head_off, int32_t key_begin,
-                                 int32_t n_keys, int32_t head_dim, float score_div, float softcap,
-                                 int kv_is_f16, float *scores) {
-    return false;
+size_t kiln_attention_group_scratch_avx512(int32_t n_tok, int32_t G, int32_t head_dim,
+                                           int32_t max_keys) {
+    return 0;
 }
+void kiln_attention_group_avx512(float *out, int64_t out_stride, const float *q, int64_t q_stride,
+                                 int32_t G, int32_t n_tok, const int32_t *begin, const int32_t *end,
+                                 const kiln_attn_kv *kv, float score_div, float softcap,
+                                 float *scratch) {}
 
 #endif

@@ -6,17 +6,20 @@
 #define KILN_BACKEND_CPU_OPS_SIMD_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
+
+#include "backend/cpu/ops.h"
 
 /* y[i] = e^x[i] (~2 ulp; y may alias x) */
 void kiln_exp_avx512(float *y, const float *x, int64_t n);
 void kiln_rmsnorm_avx512(float *out, const float *x, const float *w, int64_t n, float eps);
 void kiln_swiglu_avx512(float *g, const float *u, int64_t n);
-/* false: head_dim out of the kernel's range (> 512), nothing done */
-bool kiln_attention_paged_avx512(float *out, const float *q, const void *const *k_blocks,
-                                 const void *const *v_blocks, int32_t block_size,
-                                 int64_t row_stride, int64_t head_off, int32_t key_begin,
-                                 int32_t n_keys, int32_t head_dim, float score_div, float softcap,
-                                 int kv_is_f16, float *scores);
+size_t kiln_attention_group_scratch_avx512(int32_t n_tok, int32_t G, int32_t head_dim,
+                                           int32_t max_keys);
+void kiln_attention_group_avx512(float *out, int64_t out_stride, const float *q, int64_t q_stride,
+                                 int32_t G, int32_t n_tok, const int32_t *begin, const int32_t *end,
+                                 const kiln_attn_kv *kv, float score_div, float softcap,
+                                 float *scratch);
 
 #endif
