@@ -46,8 +46,8 @@ static void die(const char *what, const kiln_error *err) {
     exit(1);
 }
 
-static void print_tps(const char *test, const char *model, int threads, const double *tps,
-                      int reps, const char *extra) {
+static void print_tps(const char *test, const char *model, int threads, const double *tps, int reps,
+                      const char *extra) {
     printf("{\"test\": \"%s\", \"model\": \"%s\", \"threads\": %d%s%s, \"tps\": [", test, model,
            threads, extra ? ", " : "", extra ? extra : "");
     for (int i = 0; i < reps; i++) printf("%s%.3f", i ? ", " : "", tps[i]);
@@ -144,16 +144,26 @@ int main(int argc, char **argv) {
             fprintf(stderr, "kiln_pp_tg: %s needs a value\n", a);
             return 2;
         }
-        if (!strcmp(a, "-m")) path = v;
-        else if (!strcmp(a, "-t")) threads = atoi(v);
-        else if (!strcmp(a, "-p")) P = atoi(v);
-        else if (!strcmp(a, "-n")) N = atoi(v);
-        else if (!strcmp(a, "-r")) reps = atoi(v);
-        else if (!strcmp(a, "--kv")) kvt = !strcmp(v, "f16") ? KILN_DTYPE_F16 : KILN_DTYPE_F32;
-        else if (!strcmp(a, "--batched")) batched = v;
-        else if (!strcmp(a, "--batch-prompt")) BP = atoi(v);
-        else if (!strcmp(a, "--batch-gen")) BG = atoi(v);
-        else if (!strcmp(a, "--what")) what = v;
+        if (!strcmp(a, "-m"))
+            path = v;
+        else if (!strcmp(a, "-t"))
+            threads = atoi(v);
+        else if (!strcmp(a, "-p"))
+            P = atoi(v);
+        else if (!strcmp(a, "-n"))
+            N = atoi(v);
+        else if (!strcmp(a, "-r"))
+            reps = atoi(v);
+        else if (!strcmp(a, "--kv"))
+            kvt = !strcmp(v, "f16") ? KILN_DTYPE_F16 : KILN_DTYPE_F32;
+        else if (!strcmp(a, "--batched"))
+            batched = v;
+        else if (!strcmp(a, "--batch-prompt"))
+            BP = atoi(v);
+        else if (!strcmp(a, "--batch-gen"))
+            BG = atoi(v);
+        else if (!strcmp(a, "--what"))
+            what = v;
         else {
             fprintf(stderr, "kiln_pp_tg: unknown option %s\n", a);
             return 2;
@@ -197,8 +207,8 @@ int main(int argc, char **argv) {
                 run_batched(m, tp, kvt, B, BP, 2);
                 for (int r = 0; r < reps; r++) tps[r] = run_batched(m, tp, kvt, B, BP, BG);
                 char extra[96];
-                snprintf(extra, sizeof extra,
-                         "\"sequences\": %d, \"prompt\": %d, \"steps\": %d", B, BP, BG);
+                snprintf(extra, sizeof extra, "\"sequences\": %d, \"prompt\": %d, \"steps\": %d", B,
+                         BP, BG);
                 print_tps("batched", base, threads, tps, reps, extra);
             }
             p = strchr(p, ',');

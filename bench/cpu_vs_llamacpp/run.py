@@ -1,0 +1,279 @@
+#!/usr/bin/env python3
+"""kiln vs llama.cpp on the CPU, same GGUF, same machine, same thread count.
+
+Protocol: README.md in this directory. Python 3 standard library only.
+
+  python3 bench/cpu_vs_llamacpp/run.py --kiln-build build [--llama-cpp-dir DIR]
+      [--threads N] [--rounds 3] [--reps 3] [--types f16,q8_0,q4_0] [--cache DIR]
+      [--batched 1,4,8,16] [--batch-gen 32] [--engine] [--json OUT.json]
+
+LLAMA_CPP_DIR (or --llama-cpp-dir) names a llama.cpp build: its bin/llama-bench (or
+llama-bench directly inside it) is used. Without it kiln runs alone.
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+
+
+def physical_cores():
+    """Distinct (package, core) pairs among the CPUs this process may run on."""
+    try:
+        allowed = os.sched_getaffinity(0)
+    except AttributeError:
+        allowed = set(range(os.cpu_count() or 1))
+    pairs = set()
+    for cpu in allowed:
+        base = "/sys/devices/system/cpu/cpu%d/topology/" % cpu
+        try:
+            with open(base + "core_id") as f:
+                core = f.read().strip()
+            with open(base + "physical_package_id") as f:
+                pkg = f.read().strip()
+        except OSError:
+            continue
+        pairs.add((pkg, core))
+    return len(pairs) or len(allowed) or 1
+
+
+def loadavg():
+    try:
+        with open("/proc/loadavg") as f:
+            return float(f.read().split()[0])
+    except OSError:
+        return float("nan")
+
+
+def run(cmd, timeout=3600):
+    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                       timeout=timeout)
+    if p.returncode != 0:
+        sys.stderr.write("command failed (%d): %s\n%s\n" % (p.returncode, " ".join(cmd),
+                                                            p.stderr[-2000:]))
+        raise SystemExit(1)
+    return p.stdout
+
+
+def find_exe(build, names):
+    for n in names:
+        for cand in (os.path.join(build, n), os.path.join(build, "bin", n),
+                     os.path.join(build, "bench", n)):
+            if os.path.isfile(cand) and os.access(cand, os.X_OK):
+                return cand
+    return None
+
+
+def gen_models(kiln, cache, types, seed):
+    os.makedirs(cache, exist_ok=True)
+    paths = {}
+    for t in types:
+        path = os.path.join(cache, "tinyllama-1.1b-%s-seed%d.gguf" % (t, seed))
+        if not os.path.isfile(path):
+            tmp = path + ".tmp"
+            print("generating %s ..." % path, flush=True)
+            run([kiln, "gen-model", "--arch", "llama", "--preset", "tinyllama-1.1b", "--type", t,
+                 "--seed", str(seed), "-o", tmp])
+            os.replace(tmp, path)
+        paths[t] = path
+    return paths
+
+
+def llama_bench(exe, model, threads, reps, p, n):
+    cmd = [exe, "-m", model, "-p", str(p), "-n", str(n), "-t", str(threads), "-r", str(reps),
+           "-o", "json"]
+    out = json.loads(run(cmd))
+    res = {}
+    for row in out:
+        if row.get("n_prompt", 0) > 0 and row.get("n_gen", 0) == 0:
+            res["pp%d" % row["n_prompt"]] = list(row["samples_ts"])
+        elif row.get("n_gen", 0) > 0 and row.get("n_prompt", 0) == 0:
+            res["tg%d" % row["n_gen"]] = list(row["samples_ts"])
+    return res, cmd
+
+
+def kiln_pp_tg(exe, model, threads, reps, p, n, extra=()):
+    cmd = [exe, "-m", model, "-t", str(threads), "-r", str(reps), "-p", str(p), "-n", str(n)]
+    cmd += list(extra)
+    res = {}
+    for line in run(cmd).splitlines():
+        line = line.strip()
+        if not line.startswith("{"):
+            continue
+        row = json.loads(line)
+        key = row["test"]
+        if key == "batched":
+            key = "batched%d" % row["sequences"]
+        res[key] = list(row["tps"])
+    return res, cmd
+
+
+def med(xs):
+    return statistics.median(xs) if xs else float("nan")
+
+
+def spread(xs):
+    """(max - min) / median, in percent: how noisy the samples were."""
+    if len(xs) < 2:
+        return 0.0
+    m = med(xs)
+    return 100.0 * (max(xs) - min(xs)) / m if m else float("nan")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--kiln-build", default="build", help="kiln build directory")
+    ap.add_argument("--llama-cpp-dir", default=os.environ.get("LLAMA_CPP_DIR"),
+                    help="llama.cpp build directory (default: $LLAMA_CPP_DIR; none: kiln alone)")
+    ap.add_argument("--threads", type=int, default=0, help="threads (default: physical cores)")
+    ap.add_argument("--rounds", type=int, default=3, help="alternations of llama.cpp / kiln")
+    ap.add_argument("--reps", type=int, default=3, help="repetitions per run (llama-bench -r)")
+    ap.add_argument("--types", default="f16,q8_0,q4_0")
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--cache", default=os.path.join(os.environ.get("TMPDIR", "/tmp"),
+                                                    "kiln-bench-models"))
+    ap.add_argument("-p", "--n-prompt", type=int, default=512)
+    ap.add_argument("-n", "--n-gen", type=int, default=128)
+    ap.add_argument("--batched", default="1,4,8,16", help="concurrent sequences ('' = skip)")
+    ap.add_argument("--batch-prompt", type=int, default=128)
+    ap.add_argument("--batch-gen", type=int, default=32, help="decode steps timed per level")
+    ap.add_argument("--batched-types", default="q4_0", help="models for the batched rows")
+    ap.add_argument("--engine", action="store_true",
+                    help="also run `kiln bench` (the engine, continuous batching)")
+    ap.add_argument("--json", help="write every sample and the command lines here")
+    a = ap.parse_args()
+
+    kiln = find_exe(a.kiln_build, ["kiln"])
+    pptg = find_exe(a.kiln_build, ["kiln_pp_tg"])
+    if not kiln or not pptg:
+        sys.exit("kiln and bench/kiln_pp_tg not found in %s (build targets kiln kiln_pp_tg)"
+                 % a.kiln_build)
+    lb = None
+    if a.llama_cpp_dir:
+        lb = find_exe(a.llama_cpp_dir, ["llama-bench"])
+        if not lb:
+            sys.exit("no llama-bench under %s" % a.llama_cpp_dir)
+    threads = a.threads or physical_cores()
+    types = [t for t in a.types.split(",") if t]
+    models = gen_models(kiln, a.cache, types, a.seed)
+    pp, tg = "pp%d" % a.n_prompt, "tg%d" % a.n_gen
+
+    report = {"threads": threads, "rounds": a.rounds, "reps": a.reps, "rows": [],
+              "batched": [], "engine": [], "load": []}
+    if lb:
+        try:
+            info = json.loads(run([lb, "-m", models[types[0]], "-p", "1", "-n", "0", "-r", "1",
+                                   "-t", str(threads), "-o", "json"]))
+            report["llama_cpp_commit"] = info[0].get("build_commit")
+        except SystemExit:
+            report["llama_cpp_commit"] = None
+    print("threads %d, %d rounds x %d reps, load average %.2f at start" %
+          (threads, a.rounds, a.reps, loadavg()), flush=True)
+
+    for t in types:
+        m = models[t]
+        samples = {("llama.cpp", pp): [], ("llama.cpp", tg): [], ("kiln", pp): [],
+                   ("kiln", tg): []}
+        cmds = {}
+        for r in range(a.rounds):
+            # alternate which engine goes first, so that drifts in machine load hit both
+            order = ["llama.cpp", "kiln"] if r % 2 == 0 else ["kiln", "llama.cpp"]
+            for eng in order:
+                if eng == "llama.cpp" and not lb:
+                    continue
+                report["load"].append(loadavg())
+                if eng == "llama.cpp":
+                    res, cmd = llama_bench(lb, m, threads, a.reps, a.n_prompt, a.n_gen)
+                else:
+                    res, cmd = kiln_pp_tg(pptg, m, threads, a.reps, a.n_prompt, a.n_gen)
+                cmds[eng] = " ".join(cmd)
+                for test in (pp, tg):
+                    samples[(eng, test)] += res.get(test, [])
+            print("  %s round %d/%d done (load %.2f)" % (t, r + 1, a.rounds, loadavg()),
+                  flush=True)
+        for test in (pp, tg):
+            k, l = samples[("kiln", test)], samples[("llama.cpp", test)]
+            report["rows"].append({
+                "type": t, "test": test, "kiln": k, "llama_cpp": l,
+                "kiln_median": med(k), "llama_cpp_median": med(l) if l else None,
+                "ratio": med(k) / med(l) if l else None,
+                "kiln_cmd": cmds.get("kiln"), "llama_cpp_cmd": cmds.get("llama.cpp")})
+
+    levels = [x for x in a.batched.split(",") if x]
+    for t in [x for x in a.batched_types.split(",") if x]:
+        if not levels or t not in models:
+            continue
+        res, cmd = kiln_pp_tg(pptg, models[t], threads, a.reps, a.n_prompt, a.n_gen,
+                              ["--what", "batched", "--batched", ",".join(levels),
+                               "--batch-prompt", str(a.batch_prompt), "--batch-gen",
+                               str(a.batch_gen)])
+        base = med(res.get("batched%s" % levels[0], []))
+        for lv in levels:
+            s = res.get("batched%s" % lv, [])
+            report["batched"].append({"type": t, "sequences": int(lv), "tps": s,
+                                      "median": med(s), "x_single": med(s) / base,
+                                      "cmd": " ".join(cmd)})
+        if a.engine:
+            cmd = [kiln, "bench", "-m", models[t], "--concurrency", ",".join(levels),
+                   "--prompt-tokens", str(a.batch_prompt), "--gen-tokens", str(a.n_gen), "-t",
+                   str(threads), "--json"]
+            out = run(cmd)
+            try:
+                report["engine"].append({"type": t, "cmd": " ".join(cmd),
+                                         "result": json.loads(out)})
+            except ValueError:
+                report["engine"].append({"type": t, "cmd": " ".join(cmd), "raw": out})
+
+    # ---- report
+    print()
+    if lb:
+        print("llama.cpp: %s (commit %s)" % (lb, report.get("llama_cpp_commit")))
+    print("threads: %d; medians over %d rounds x %d reps; spread = (max - min) / median" %
+          (threads, a.rounds, a.reps))
+    print()
+    print("| model | test | kiln t/s | spread | llama.cpp t/s | spread | kiln / llama.cpp |")
+    print("|---|---|---:|---:|---:|---:|---:|")
+    for row in report["rows"]:
+        l = row["llama_cpp"]
+        print("| tinyllama-1.1b %s | %s | %.2f | %.0f%% | %s | %s | %s |" % (
+            row["type"].upper(), row["test"], row["kiln_median"], spread(row["kiln"]),
+            "%.2f" % row["llama_cpp_median"] if l else "-", "%.0f%%" % spread(l) if l else "-",
+            "%.2fx" % row["ratio"] if l else "-"))
+    if report["batched"]:
+        print()
+        print("kiln batched decode (forward pass, %d-token prompts, %d steps timed):" %
+              (a.batch_prompt, a.batch_gen))
+        print()
+        print("| model | sequences | aggregate t/s | spread | x single sequence |")
+        print("|---|---:|---:|---:|---:|")
+        for b in report["batched"]:
+            print("| tinyllama-1.1b %s | %d | %.2f | %.0f%% | %.2fx |" % (
+                b["type"].upper(), b["sequences"], b["median"], spread(b["tps"]),
+                b["x_single"]))
+    for e in report["engine"]:
+        print()
+        print("kiln bench (engine), %s: %s" % (e["type"], e["cmd"]))
+        print(json.dumps(e.get("result", e.get("raw")), indent=1)[:4000])
+    loads = [x for x in report["load"] if x == x]
+    if loads:
+        print()
+        print("load average before runs: min %.2f, median %.2f, max %.2f" %
+              (min(loads), med(loads), max(loads)))
+    print("commands:")
+    seen = set()
+    for row in report["rows"]:
+        for c in (row["kiln_cmd"], row["llama_cpp_cmd"]):
+            if c and c not in seen:
+                seen.add(c)
+                print("  " + c)
+    for b in report["batched"][:1]:
+        print("  " + b["cmd"])
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(report, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
