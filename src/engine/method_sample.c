@@ -9,6 +9,7 @@
  * (Models with recurrent layers cannot roll back their state: such methods must checkpoint
  * kiln_seq.rec_state first, or be refused for them.)
  */
+#include <math.h>
 #include "engine/engine_internal.h"
 #include "engine/generate.h"
 #include "util/error.h"
@@ -45,6 +46,14 @@ static kiln_status sample_consume(kiln_engine *e, kiln_seq *s, const float *logi
         return kiln_error_set(err, KILN_ERR_INTERNAL,
                               "injected failure at generated token %d (debug.fail_at_token)",
                               r->debug.fail_at_token);
+    /* NaN logits mean broken numerics (e.g. a corrupt weight): finish with an error rather
+     * than sample an arbitrary token from them. */
+    for (int32_t i = 0; i < e->n_vocab; i++)
+        if (isnan(logits[i]))
+            return kiln_error_set(err, KILN_ERR_INTERNAL,
+                                  "the model produced NaN logits (token %d of the vocabulary) at "
+                                  "generated token %d",
+                                  i, s->n_generated);
     kiln_logprobs lp;
     int32_t tok = kiln_sample_ex(&r->sampler, logits, e->n_vocab, s->tokens.data,
                                  (int32_t)s->tokens.n, (uint64_t)s->n_generated, r->top_logprobs,

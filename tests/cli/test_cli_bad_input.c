@@ -3,7 +3,8 @@
  * no sanitizer report (this test runs in the ASan+UBSan build too, where kiln is
  * instrumented). Cases: a GGUF truncated at 20 cut points; bit flips in the header, counts,
  * string lengths and type tags; a tensor offset beyond the end of the file; an unknown
- * dtype; a llama2.c checkpoint without its tokenizer; a prompt that is not valid UTF-8.
+ * dtype; a llama2.c checkpoint without its tokenizer; a prompt that is not valid UTF-8;
+ * a NaN weight (the run must fail, not sample from NaN logits).
  */
 #include <fcntl.h>
 #include <stdbool.h>
@@ -13,7 +14,10 @@
 
 #include "test.h"
 
+#include <math.h>
+
 #include "cli_test_util.h"
+#include "format/gguf.h"
 
 static bool sanitizer_report(const char *err) {
     return strstr(err, "Sanitizer") || strstr(err, "runtime error:");
@@ -172,6 +176,24 @@ int main(void) {
         expect_error("invalid UTF-8 prompt", args, "UTF-8");
         const char *const args2[] = {"tokenize", "-m", gguf, "\xc3\x28", NULL};
         expect_error("invalid UTF-8 to tokenize", args2, "UTF-8");
+    }
+
+    /* 7. NaN weights: generation stops with an error instead of sampling from NaN logits. */
+    {
+        kiln_gguf *g = NULL;
+        kiln_error e = {0};
+        REQUIRE(kiln_gguf_open(gguf, &g, &e) == KILN_OK);
+        const kiln_gguf_tensor *t = kiln_gguf_find_tensor(g, "output_norm.weight");
+        REQUIRE(t && t->dtype == KILN_DTYPE_F32);
+        size_t off = (size_t)((const uint8_t *)t->data - (const uint8_t *)g->base);
+        uint8_t *b = malloc(n);
+        memcpy(b, orig, n);
+        float nan = NAN;
+        memcpy(b + off, &nan, sizeof nan);
+        write_all(bad, b, n);
+        expect_error("NaN weight", run_args, "NaN");
+        free(b);
+        kiln_gguf_close(g);
     }
 
     /* The intact file still works (so the failures above are about the damage). */
