@@ -137,6 +137,20 @@ KA void q8_group(const int Q4, const int VNNI, const uint8_t *w, int64_t b0, int
                 U[i] = _mm512_abs_epi8(T[i]);
         }
     }
+    if (VNNI) { /* the tokens' dpbusd chains interleaved, i outer (independent chains) */
+        __m512i is[MAX_TOK];
+        _Pragma("GCC unroll 8") for (int r = 0; r < R; r++) is[r] =
+            isum_init(Q4, VNNI, xq + (size_t)r * xs, nbp, b0);
+        _Pragma("GCC unroll 8") for (int i = 0; i < 8; i++)
+            _Pragma("GCC unroll 8") for (int r = 0; r < R; r++) is[r] = _mm512_dpbusd_epi32(
+                is[r], T[i], _mm512_loadu_si512(xq + (size_t)r * xs + 32 * b0 + 64 * i));
+        _Pragma("GCC unroll 8") for (int r = 0; r < R; r++) {
+            const uint8_t *xr = xq + (size_t)r * xs;
+            __m512 dx = _mm512_loadu_ps((const float *)(xr + KILN_Q8_D_OFF(nbp)) + b0);
+            acc[r] = _mm512_fmadd_ps(_mm512_mul_ps(dw, dx), _mm512_cvtepi32_ps(is[r]), acc[r]);
+        }
+        return;
+    }
     _Pragma("GCC unroll 8") for (int r = 0; r < R; r++) {
         const uint8_t *xr = xq + (size_t)r * xs;
         const uint8_t *xg = xr + 32 * b0;
