@@ -23,8 +23,9 @@ export async function startServer(args = [], { readyMs = 60000 * SLOW } = {}) {
   });
   let stderr = '';
   let exited = null;
+  // 'close', not 'exit': 'exit' can fire before the last of stderr has been read.
   const exitP = new Promise((resolve) => {
-    child.on('exit', (code, signal) => {
+    child.on('close', (code, signal) => {
       exited = { code, signal };
       resolve(exited);
     });
