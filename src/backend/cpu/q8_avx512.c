@@ -90,14 +90,29 @@ KA uint16_t rd16(const uint8_t *p) {
     return v;
 }
 
-/* the fp16 scales of blocks p, p + bsz, ... (the first cnt; 0 for the rest) as f32 (scalar
- * loads: faster than a vpgatherdd here) */
-KA __m512 load_d16(const uint8_t *p, int bsz, const int cnt) {
-#define D_(j) (short)((j) < cnt ? rd16(p + (j)*bsz) : 0)
-    __m256i h = _mm256_setr_epi16(D_(0), D_(1), D_(2), D_(3), D_(4), D_(5), D_(6), D_(7), D_(8),
-                                  D_(9), D_(10), D_(11), D_(12), D_(13), D_(14), D_(15));
-#undef D_
-    return _mm512_cvtph_ps(h);
+/*
+ * The fp16 scales of the 16 blocks of a group (block j's at p + j * BSZ, BSZ even) as f32.
+ * A 128-byte window (two vector loads) holds the scales of 128 / BSZ consecutive blocks at
+ * word offsets j * BSZ / 2; one vpermt2w per window gathers them into their lanes. Every
+ * load stays inside the group (Q4_0: windows at bytes 0 and 144 of 288; Q8_0: 0, 136, 272,
+ * 408 of 544). 7 (Q4_0) or 15 (Q8_0) instructions instead of 16 scalar loads and inserts.
+ */
+KA __m512 load_d16(const uint8_t *p, const int BSZ) {
+    const int per = (128 - 2) / BSZ + 1; /* blocks per window: Q4_0 8, Q8_0 4 */
+    const int nw = (16 + per - 1) / per;
+    short ix[32];
+    for (int l = 0; l < 32; l++) ix[l] = (short)(l < 16 ? (l % per) * (BSZ / 2) : 0);
+    const __m512i idx = _mm512_loadu_si512(ix);
+    __m512i d = _mm512_setzero_si512();
+    _Pragma("GCC unroll 4") for (int w = 0; w < nw; w++) {
+        const uint8_t *q = p + (size_t)(w * per * BSZ);
+        __m512i t = _mm512_permutex2var_epi16(_mm512_loadu_si512(q), idx,
+                                              _mm512_loadu_si512(q + 64));
+        int lo = w * per, hi = lo + per < 16 ? lo + per : 16;
+        __mmask32 k = (__mmask32)(((1u << hi) - 1u) & ~((1u << lo) - 1u));
+        d = w == 0 ? t : _mm512_mask_mov_epi16(d, k, t);
+    }
+    return _mm512_cvtph_ps(_mm512_castsi512_si256(d));
 }
 
 /* the start of each lane's integer sum: -128 sum(q_x) (Q8_0, VNNI), -8 sum(q_x) (Q4_0), 0 */
@@ -113,7 +128,7 @@ KA void q8_group(const int Q4, const int VNNI, const uint8_t *w, int64_t b0, int
     const int BSZ = Q4 ? (int)sizeof(kiln_block_q4_0) : (int)sizeof(kiln_block_q8_0);
     const __m512i ones = _mm512_set1_epi16(1), low4 = _mm512_set1_epi8(15);
     const uint8_t *wg = w + (size_t)b0 * (size_t)BSZ;
-    const __m512 dw = load_d16(wg, BSZ, 16);
+    const __m512 dw = load_d16(wg, BSZ);
     __m512i T[8], U[8];
     if (Q4) {
         __m512i y[4], p[4];
@@ -307,7 +322,7 @@ KA void pk_pack(const int Q4, int64_t n, const uint8_t *w, size_t rs, int nrows,
                     T[i] = _mm512_xor_si512(T[i], _mm512_set1_epi8((char)0x80));
             }
             for (int i = 0; i < 8; i++) _mm512_storeu_si512(d + 64 * i, T[i]);
-            _mm512_storeu_ps(d + 512, load_d16(wg, BSZ, 16));
+            _mm512_storeu_ps(d + 512, load_d16(wg, BSZ));
         }
     }
 }
