@@ -5,7 +5,7 @@
  *    independent implementation written here from ggml's quantize_row_q8_0_ref semantics
  *    (amax, d = amax / 127 in f32, id = 1 / d, q = roundf(x * id), d stored as fp16):
  *    fp16 rounding is done here in double arithmetic, roundf by floor(|v| + 0.5) in double.
- *    Asserted bit for bit: the fp16 d, all 32 quants, the f32 scale and the quant sum in the
+ *    Asserted bit for bit: the fp16 d, all 32 quants, the f32 scale and the stored block sum in the
  *    scratch row (read at the offsets cpu.h documents, not through kiln's reader) and zero
  *    padding. Inputs: random blocks of many magnitudes, exact halfway cases, fp16 rounding
  *    ties, fp16-subnormal and zero scales, amax < 127 * FLT_MIN, fp16 overflow, Inf, NaN.
@@ -191,12 +191,13 @@ static void check_quantizer(void) {
                     float d = lay_d(row, nbp, b);
                     double wd = b < nb ? ref_fp16_val(want[b].d) : 0.0;
                     int dbad = isnan(wd) ? !isnan(d) : (double)d != wd || signbit(d) != signbit(wd);
-                    int sbad = lay_s(row, nbp, b) != s;
+                    int32_t ws = t16 ? -8 * s : s; /* t16 stores -8 sum (cpu.h) */
+                    int sbad = lay_s(row, nbp, b) != ws;
                     if ((qbad || dbad || sbad) && bad++ < 3)
                         fprintf(stderr,
                                 "%s n=%lld block %lld: quants %s, d %g vs %g, sum %d vs %d\n",
                                 kiln_simd_name(p), (long long)n, (long long)b,
-                                qbad ? "differ" : "ok", d, wd, lay_s(row, nbp, b), s);
+                                qbad ? "differ" : "ok", d, wd, lay_s(row, nbp, b), ws);
                     if (b < nb) {
                         kiln_block_q8_0 gb;
                         kiln_cpu_q8_get_block(p, n, row, b, &gb);

@@ -37,7 +37,7 @@ void kiln_cpu_q8_quantize_row_ref(int64_t n, const float *x, uint8_t *dst, bool 
             s += blk.qs[e];
         }
         dx[b] = kiln_fp16_to_fp32(blk.d);
-        sx[b] = s;
+        sx[b] = t16 ? -8 * s : s; /* t16: the Q4_0 correction, ready to add */
     }
 }
 

@@ -50,9 +50,10 @@ KA __m256i blk_dot(const int Q4, const int VNNI, const uint8_t *wb, __m256i x) {
                              _mm256_set1_epi16(1));
 }
 
-KA int blk_corr(const int Q4, const int VNNI) {
+/* what a block's raw integer sum needs added, from its stored (plain layout) quant sum */
+KA int32_t blk_corr(const int Q4, const int VNNI, int32_t sx) {
     (void)VNNI;
-    return Q4 ? 8 : 0;
+    return Q4 ? -8 * sx : 0;
 }
 
 #include "backend/cpu/q8_small.inc"

@@ -115,11 +115,12 @@ KA __m512 load_d16(const uint8_t *p, const int BSZ) {
     return _mm512_cvtph_ps(_mm512_castsi512_si256(d));
 }
 
-/* the start of each lane's integer sum: -128 sum(q_x) (Q8_0, VNNI), -8 sum(q_x) (Q4_0), 0 */
+/* the start of each lane's integer sum: -128 sum(q_x) (Q8_0, VNNI), -8 sum(q_x) (Q4_0), 0;
+ * the t16 layout stores -8 sum(q_x) */
 KA __m512i isum_init(const int Q4, const int VNNI, const uint8_t *xr, int64_t nbp, int64_t b0) {
     if (!Q4 && !VNNI) return _mm512_setzero_si512();
-    __m512i sx = _mm512_loadu_si512(xr + KILN_Q8_SUM_OFF(nbp) + 4 * (size_t)b0);
-    return _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(sx, Q4 ? 3 : 7));
+    __m512i c8 = _mm512_loadu_si512(xr + KILN_Q8_SUM_OFF(nbp) + 4 * (size_t)b0);
+    return Q4 ? c8 : _mm512_slli_epi32(c8, 4);
 }
 
 /* a full group of 16 blocks from b0, transposed on both sides */
@@ -203,8 +204,9 @@ KA __m256i blk_dot(const int Q4, const int VNNI, const uint8_t *wb, __m256i x) {
     return _mm256_madd_epi16(_mm256_maddubs_epi16(u, x), _mm256_set1_epi16(1));
 }
 
-KA int blk_corr(const int Q4, const int VNNI) {
-    return Q4 ? 8 : VNNI ? 128 : 0;
+/* what a block's raw integer sum needs added, from its stored t16 sum value c8 = -8 sum(q_x) */
+KA int32_t blk_corr(const int Q4, const int VNNI, int32_t c8) {
+    return Q4 ? c8 : VNNI ? 16 * c8 : 0;
 }
 
 #include "backend/cpu/q8_small.inc"
@@ -247,7 +249,7 @@ KA void q8_tail(const int Q4, const int VNNI, const uint8_t *w, int64_t b0, int 
         for (int j = 0; j < cnt; j++) {
             const uint8_t *wb = wg + j * BSZ;
             __m256i x = _mm256_loadu_si256((const __m256i *)(xg + 32 * j));
-            int32_t isum = hsum8i(blk_dot(Q4, VNNI, wb, x)) - blk_corr(Q4, VNNI) * sx[j];
+            int32_t isum = hsum8i(blk_dot(Q4, VNNI, wb, x)) + blk_corr(Q4, VNNI, sx[j]);
             uint16_t dh;
             memcpy(&dh, wb, 2);
             a[j] = fmaf(_cvtsh_ss(dh) * dx[j], (float)isum, a[j]);
@@ -524,7 +526,7 @@ KA void quant_block(const float *x, int8_t *q, float *dxo, int32_t *sxo) {
     const __m512 id = _mm512_set1_ps(1.0f / d);
     __m512i q0 = _mm512_cvtps_epi32(round_away(opaque(_mm512_mul_ps(v0, id))));
     __m512i q1 = _mm512_cvtps_epi32(round_away(opaque(_mm512_mul_ps(v1, id))));
-    *sxo = _mm512_reduce_add_epi32(_mm512_add_epi32(q0, q1));
+    *sxo = -8 * _mm512_reduce_add_epi32(_mm512_add_epi32(q0, q1)); /* t16: -8 sum */
     _mm_storeu_si128((__m128i *)q, _mm512_cvtepi32_epi8(q0));
     _mm_storeu_si128((__m128i *)(q + 16), _mm512_cvtepi32_epi8(q1));
 }
