@@ -194,6 +194,18 @@ KA void load_kt(float *Kt, const kiln_attn_kv *kv, int32_t t0, int lo, int hi, c
     }
 }
 
+/* prefetch (into L1) the head slices of keys t0 + lo .. t0 + hi - 1 of one block array: rows
+ * strided by the KV width, which the hardware prefetchers miss in decode (each step streams
+ * every sequence's whole cache) */
+KA void prefetch_chunk(const kiln_attn_kv *kv, const void *const *blocks, int32_t t0, int lo,
+                       int hi, const int F16) {
+    const size_t esz = F16 ? 2 : 4, bytes = (size_t)kv->head_dim * esz;
+    for (int l = lo; l < hi; l++) {
+        const char *r = kv_row(kv, blocks, t0 + l, esz);
+        for (size_t b = 0; b < bytes; b += 64) _mm_prefetch(r + b, _MM_HINT_T0);
+    }
+}
+
 enum { SROWS = 8 }; /* score rows computed together (accumulators in registers) */
 
 /* one row's scores: row buffer sc (chunks from base = begin & ~15), lanes outside
@@ -343,6 +355,10 @@ KA void attn_group(float *out, int64_t out_stride, const float *q, int64_t q_str
     const __m512 div = _mm512_set1_ps(score_div);
     for (int32_t t0 = base0; t0 < kmax; t0 += 16) {
         int lo = kmin > t0 ? kmin - t0 : 0, hi = kmax - t0 < 16 ? kmax - t0 : 16;
+        if (t0 + 16 < kmax) /* the next chunk's keys, this chunk's values (for attn_pv) */
+            prefetch_chunk(kv, kv->k_blocks, t0 + 16, 0, kmax - t0 - 16 < 16 ? kmax - t0 - 16 : 16,
+                           F16);
+        prefetch_chunk(kv, kv->v_blocks, t0, lo, hi, F16);
         load_kt(Kt, kv, t0, lo, hi, F16);
         /* active rows: tokens whose range meets the chunk (consecutive tokens) */
         int32_t i0 = 0, i1 = n_tok;
