@@ -49,6 +49,11 @@ int cli_check_stdout(void);
 /** True when both paths exist and name the same file (device and inode). */
 bool cli_same_file(const char *a, const char *b);
 
+/** Warn on stderr (prefix "kiln CMD: warning:") when a --ctx of n_ctx positions exceeds the
+ * model's training context (n_ctx_train > 0): positions past it are outside what the weights
+ * were trained on, so quality usually degrades (llama.cpp warns likewise). */
+void cli_warn_ctx(const char *cmd, const kiln_model *m, int64_t n_ctx);
+
 /** "f32" -> KILN_DTYPE_F32, "f16" -> KILN_DTYPE_F16; false for anything else. */
 bool cli_parse_kv_type(const char *s, kiln_dtype *out);
 

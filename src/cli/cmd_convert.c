@@ -42,6 +42,7 @@
 #include "format/gguf.h"
 #include "format/gguf_write.h"
 #include "format/safetensors.h"
+#include "format/json_file.h"
 #include "util/error.h"
 
 static void convert_usage(FILE *f) {
@@ -99,13 +100,9 @@ static bool jnum(json_t *o, const char *key, double *out) {
 static kiln_status read_config(const char *dir, hf_cfg *c, kiln_error *err) {
     char path[4200];
     snprintf(path, sizeof path, "%s/config.json", dir);
-    json_error_t je;
-    json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &je);
-    if (!root) {
-        kiln_status s = (je.line == -1 && je.position == 0) ? KILN_ERR_IO : KILN_ERR_FORMAT;
-        return kiln_error_set(err, s, "%s: line %d, column %d: %s", path, je.line, je.column,
-                              je.text);
-    }
+    json_t *root;
+    kiln_status jst = kiln_json_load_path(path, JSON_REJECT_DUPLICATES, &root, err);
+    if (jst) return jst;
     kiln_status st = KILN_OK;
     memset(c, 0, sizeof *c);
     const char *mt = json_string_value(json_object_get(root, "model_type"));

@@ -226,6 +226,7 @@ int kiln_cmd_run(int argc, char **argv) {
     /* Context: --ctx, else the model's, else just what this request needs. A request that
      * would run past it is cut to end exactly at the context's last position (finish
      * "length"), as the single-sequence loop always did. */
+    if (ep.n_ctx > 0) cli_warn_ctx("run", m, ep.n_ctx);
     int64_t n_ctx = ep.n_ctx > 0 ? ep.n_ctx : kiln_model_n_ctx_train(m);
     if (n_ctx <= 0) n_ctx = (int64_t)ids.n + rq.max_tokens;
     if ((int64_t)ids.n > n_ctx) {

@@ -275,6 +275,7 @@ int kiln_cmd_serve(int argc, char **argv) {
         rc = cli_fail(&err);
         goto done;
     }
+    if (ep.n_ctx > 0) cli_warn_ctx("serve", m, ep.n_ctx);
     if (kiln_server_set_ready(srv, m, e, ep.n_ctx, &err) != KILN_OK) {
         rc = cli_fail(&err);
         goto done;

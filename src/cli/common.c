@@ -120,3 +120,12 @@ bool cli_same_file(const char *a, const char *b) {
     return stat(a, &sa) == 0 && stat(b, &sb) == 0 && sa.st_dev == sb.st_dev &&
            sa.st_ino == sb.st_ino;
 }
+
+void cli_warn_ctx(const char *cmd, const kiln_model *m, int64_t n_ctx) {
+    int32_t train = kiln_model_n_ctx_train(m);
+    if (train > 0 && n_ctx > train)
+        fprintf(stderr,
+                "kiln %s: warning: --ctx %lld exceeds the model's training context of %d "
+                "positions; output past position %d may degrade\n",
+                cmd, (long long)n_ctx, train, train);
+}

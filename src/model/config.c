@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "format/json_file.h"
 #include "util/error.h"
 
 const char *kiln_arch_name(kiln_arch a) {
@@ -933,13 +934,9 @@ kiln_status kiln_config_from_hf(const char *path, kiln_model_config *cfg, kiln_e
     config_defaults(cfg);
     cfg->source = KILN_SOURCE_HF;
     cfg->rope_style = KILN_ROPE_HALF;
-    json_error_t jerr;
-    json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &jerr);
-    if (!root) {
-        kiln_status st = (jerr.line == -1 && jerr.position == 0) ? KILN_ERR_IO : KILN_ERR_FORMAT;
-        return kiln_error_set(err, st, "%s: line %d, column %d: %s", path, jerr.line, jerr.column,
-                              jerr.text);
-    }
+    json_t *root;
+    kiln_status jst = kiln_json_load_path(path, JSON_REJECT_DUPLICATES, &root, err);
+    if (jst) return jst;
     kiln_status st = KILN_OK;
     hf_ctx h = {path, root, cfg, err};
     if (!json_is_object(root)) {

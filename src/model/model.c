@@ -1,6 +1,7 @@
 #include "model/model.h"
 
 #include <dirent.h>
+#include <errno.h>
 #include <jansson.h>
 #include <math.h>
 #include <stdint.h>
@@ -10,6 +11,7 @@
 #include <sys/stat.h>
 
 #include "format/gguf.h"
+#include "format/json_file.h"
 #include "tokenizer/hf_tokenizer.h"
 #include "format/llama2c.h"
 #include "format/safetensors.h"
@@ -767,12 +769,12 @@ static kiln_status read_generation_config(kiln_model *m, kiln_error *err) {
     char path[4200];
     snprintf(path, sizeof path, "%s/generation_config.json", m->path);
     if (!file_exists(path)) return KILN_OK;
-    json_error_t jerr;
-    json_t *root = json_load_file(path, 0, &jerr);
-    if (!root || !json_is_object(root)) {
+    json_t *root;
+    kiln_status jst = kiln_json_load_path(path, 0, &root, err);
+    if (jst) return jst;
+    if (!json_is_object(root)) {
         json_decref(root);
-        return kiln_error_set(err, KILN_ERR_FORMAT, "%s: line %d, column %d: %s", path, jerr.line,
-                              jerr.column, root ? "top level is not an object" : jerr.text);
+        return kiln_error_set(err, KILN_ERR_FORMAT, "%s: the top level is not an object", path);
     }
     kiln_gen_defaults *g = &m->gen;
     json_t *v;
@@ -809,8 +811,9 @@ static kiln_status read_generation_config(kiln_model *m, kiln_error *err) {
             if (!json_is_integer(e)) continue;
             json_int_t id = json_integer_value(e);
             if (id < 0 || id >= m->cfg.n_vocab)
-                st = kiln_error_set(err, KILN_ERR_FORMAT, "%s: eos_token_id %lld is outside [0, %d)",
-                                    path, (long long)id, m->cfg.n_vocab);
+                st =
+                    kiln_error_set(err, KILN_ERR_FORMAT, "%s: eos_token_id %lld is outside [0, %d)",
+                                   path, (long long)id, m->cfg.n_vocab);
             else
                 st = kiln_tokenizer_add_eog(m->tokenizer, (int32_t)id, err);
         }
@@ -822,6 +825,11 @@ static kiln_status read_generation_config(kiln_model *m, kiln_error *err) {
 static kiln_status open_hf(kiln_model *m, const kiln_model_load_params *p, kiln_error *err) {
     char cfg_path[4200];
     snprintf(cfg_path, sizeof cfg_path, "%s/config.json", m->path);
+    if (!file_exists(cfg_path))
+        return kiln_error_set(err, KILN_ERR_NOT_FOUND,
+                              "%s: a directory without config.json (a model is a GGUF file, a "
+                              "llama2.c checkpoint or a Hugging Face model directory)",
+                              m->path);
     kiln_status st = kiln_config_from_hf(cfg_path, &m->cfg, err);
     if (st) return st;
     kiln_safetensors *sft = NULL;
@@ -856,7 +864,13 @@ kiln_status kiln_model_open(const char *path, const kiln_model_load_params *para
     if (is_dir(path)) {
         st = open_hf(m, params, err);
     } else if (!file_exists(path)) {
-        st = kiln_error_set(err, KILN_ERR_IO, "%s: no such file or directory", path);
+        struct stat sb;
+        st = stat(path, &sb) != 0
+                 ? kiln_error_set(err, KILN_ERR_IO, "%s: %s", path, strerror(errno))
+                 : kiln_error_set(err, KILN_ERR_IO,
+                                  "%s: not a regular file or a directory (a model is a GGUF "
+                                  "file, a llama2.c checkpoint or a Hugging Face directory)",
+                                  path);
     } else if (has_gguf_magic(path)) {
         st = open_gguf(m, params, err);
     } else {

@@ -110,8 +110,11 @@ int main(void) {
         uint8_t mask;
         const char *what;
     } flips[] = {
-        {0, 0x01, "magic"},           {4, 0x40, "version"},        {8 + 6, 0x10, "n_tensors high"},
-        {16 + 5, 0x01, "n_kv high"},  {24 + 7, 0x80, "first key length"},
+        {0, 0x01, "magic"},
+        {4, 0x40, "version"},
+        {8 + 6, 0x10, "n_tensors high"},
+        {16 + 5, 0x01, "n_kv high"},
+        {24 + 7, 0x80, "first key length"},
     };
     for (size_t i = 0; i < sizeof flips / sizeof flips[0]; i++) {
         uint8_t *b = malloc(n);
@@ -196,9 +199,38 @@ int main(void) {
         kiln_gguf_close(g);
     }
 
+    /* 8. paths that are not models: a device, a directory without config.json, a
+     * config.json that is malformed JSON (its position named), a config.json that is a
+     * directory. */
+    {
+        const char *const dev[] = {"run", "-m", "/dev/null", "-p", "Once", NULL};
+        expect_error("a device as the model", dev, "not a regular file");
+        const char *const dir[] = {"run", "-m", g_tmpdir, "-p", "Once", NULL};
+        expect_error("a directory without config.json", dir, "without config.json");
+        char cfg[600];
+        snprintf(cfg, sizeof cfg, "%s/config.json", g_tmpdir);
+        write_all(cfg, (const uint8_t *)"{\"a\":\n  [1,", 11);
+        expect_error("malformed config.json", dir, "config.json: line 2, column");
+        remove(cfg);
+        REQUIRE(mkdir(cfg, 0700) == 0);
+        expect_error("config.json is a directory", dir, "without config.json");
+        rmdir(cfg);
+    }
+
+    /* 9. --ctx beyond the model's training context (512) runs, with a warning. */
+    {
+        const char *const args[] = {"run", "-m", gguf,    "-p",  "Once",
+                                    "-n",  "2",  "--ctx", "600", NULL};
+        char err[8192];
+        CHECKF(run_kiln(args, err, sizeof err) == 0, "--ctx 600: %s", err);
+        CHECKF(strstr(err, "exceeds the model's training context of 512") != NULL,
+               "--ctx 600 gives no warning: %s", err);
+    }
+
     /* The intact file still works (so the failures above are about the damage). */
     {
-        const char *const ok_args[] = {"run", "-m", gguf, "-p", "Once", "-n", "2", "--temp", "0", NULL};
+        const char *const ok_args[] = {"run", "-m", gguf,     "-p", "Once",
+                                       "-n",  "2",  "--temp", "0",  NULL};
         char err[8192];
         CHECKF(run_kiln(ok_args, err, sizeof err) == 0, "intact model fails: %s", err);
     }
