@@ -35,6 +35,14 @@ extern "C" {
 
 #define KILN_VERSION "0.1.0"
 
+/* The symbols libkiln.so exports: the functions declared here, nothing else (the library
+ * is built with hidden visibility). */
+#if defined(__GNUC__) || defined(__clang__)
+#define KILN_API __attribute__((visibility("default")))
+#else
+#define KILN_API
+#endif
+
 /** Result of every fallible kiln call. KILN_OK is 0; all errors are non-zero. */
 typedef enum kiln_status {
     KILN_OK = 0,
@@ -58,7 +66,7 @@ typedef struct kiln_error {
 } kiln_error;
 
 /** Stable short name of a status ("ok", "invalid_argument", ...). Never NULL. */
-const char *kiln_status_name(kiln_status status);
+KILN_API const char *kiln_status_name(kiln_status status);
 
 /* ---------------------------------------------------------------------------------------- */
 /* Models                                                                                    */
@@ -81,17 +89,17 @@ typedef struct kiln_model_params {
  * KILN_ERR_UNSUPPORTED, KILN_ERR_NOT_FOUND (tokenizer required but missing),
  * KILN_ERR_OUT_OF_MEMORY; every message names the file.
  */
-kiln_status kiln_model_load(const char *path, const kiln_model_params *params, kiln_model **out,
-                            kiln_error *err);
+KILN_API kiln_status kiln_model_load(const char *path, const kiln_model_params *params,
+                                     kiln_model **out, kiln_error *err);
 
 /** Free a model. NULL is a no-op. */
-void kiln_model_free(kiln_model *model);
+KILN_API void kiln_model_free(kiln_model *model);
 
 /** Vocabulary size: valid token ids are [0, n_vocab). */
-int32_t kiln_model_n_vocab(const kiln_model *model);
+KILN_API int32_t kiln_model_n_vocab(const kiln_model *model);
 
 /** The context length the model was trained with (positions); 0 when unknown. */
-int32_t kiln_model_n_ctx_train(const kiln_model *model);
+KILN_API int32_t kiln_model_n_ctx_train(const kiln_model *model);
 
 /**
  * Tokenize text[0..len) (UTF-8) into ids[0..cap). *n_out receives the full count, even when
@@ -102,16 +110,16 @@ int32_t kiln_model_n_ctx_train(const kiln_model *model);
  * Errors: KILN_ERR_INVALID_ARGUMENT (NULL model/n_out, invalid UTF-8 with its offset),
  * KILN_ERR_NOT_FOUND (the model has no tokenizer), KILN_ERR_OUT_OF_MEMORY.
  */
-kiln_status kiln_model_tokenize(const kiln_model *model, const char *text, size_t len,
-                                bool add_special, bool parse_special, int32_t *ids, int32_t cap,
-                                int32_t *n_out, kiln_error *err);
+KILN_API kiln_status kiln_model_tokenize(const kiln_model *model, const char *text, size_t len,
+                                         bool add_special, bool parse_special, int32_t *ids,
+                                         int32_t cap, int32_t *n_out, kiln_error *err);
 
 /**
  * The bytes token `id` decodes to in isolation (control tokens: empty). Writes up to cap
  * bytes to buf (no NUL) and returns the full length; 0 for an id out of range or a model
  * without a tokenizer.
  */
-size_t kiln_model_token_piece(const kiln_model *model, int32_t id, char *buf, size_t cap);
+KILN_API size_t kiln_model_token_piece(const kiln_model *model, int32_t id, char *buf, size_t cap);
 
 /* ---------------------------------------------------------------------------------------- */
 /* Engines                                                                                   */
@@ -146,7 +154,7 @@ typedef struct kiln_engine_params {
 } kiln_engine_params;
 
 /** All zero: every field takes its default. */
-kiln_engine_params kiln_engine_default_params(void);
+KILN_API kiln_engine_params kiln_engine_default_params(void);
 
 /**
  * Create an engine over `model` (borrowed: it must outlive the engine) and start its thread.
@@ -155,8 +163,8 @@ kiln_engine_params kiln_engine_default_params(void);
  * block), KILN_ERR_OUT_OF_MEMORY (the pool; the message gives the bytes),
  * KILN_ERR_INTERNAL (a thread could not be started).
  */
-kiln_status kiln_engine_create(const kiln_model *model, const kiln_engine_params *params,
-                               kiln_engine **out, kiln_error *err);
+KILN_API kiln_status kiln_engine_create(const kiln_model *model, const kiln_engine_params *params,
+                                        kiln_engine **out, kiln_error *err);
 
 /**
  * Stop the engine: requests still queued or running finish with KILN_FINISH_CANCELLED (their
@@ -164,7 +172,7 @@ kiln_status kiln_engine_create(const kiln_model *model, const kiln_engine_params
  * and the pool freed. Streams may outlive the engine. NULL is a no-op. Must not be called
  * from the engine thread.
  */
-void kiln_engine_destroy(kiln_engine *engine);
+KILN_API void kiln_engine_destroy(kiln_engine *engine);
 
 /** A snapshot of the engine's counters (any thread). */
 typedef struct kiln_engine_stats {
@@ -181,11 +189,11 @@ typedef struct kiln_engine_stats {
 /** Fill *out (all zero for a NULL engine). Any thread; the counters are read one by one, so
  *  a snapshot taken while the engine steps may mix two steps. A request's counters (blocks
  *  released, n_running, n_requests_finished) are updated before its FINISH event is queued. */
-void kiln_engine_get_stats(const kiln_engine *engine, kiln_engine_stats *out);
+KILN_API void kiln_engine_get_stats(const kiln_engine *engine, kiln_engine_stats *out);
 
 /** Reset kv_blocks_peak to the blocks used now (benchmarks measure one phase at a time).
  *  Exact when the engine is idle; while it steps, a concurrent allocation may be missed. */
-void kiln_engine_reset_peak(kiln_engine *engine);
+KILN_API void kiln_engine_reset_peak(kiln_engine *engine);
 
 /* ---------------------------------------------------------------------------------------- */
 /* Requests                                                                                  */
@@ -242,7 +250,7 @@ typedef struct kiln_request {
 
 /** max_tokens 256, temperature 1, top_p 1, top_k 0, min_p 0, seed 0, penalties off,
  *  add_special true, everything else off/empty. */
-kiln_request kiln_request_defaults(void);
+KILN_API kiln_request kiln_request_defaults(void);
 
 /** A request's event stream: the consumer side of one request. */
 typedef struct kiln_stream kiln_stream;
@@ -264,8 +272,8 @@ typedef struct kiln_stream kiln_stream;
  * positions exceed the engine's n_ctx, or need more blocks than the whole pool) finishes at
  * admission with KILN_FINISH_ERROR and status KILN_ERR_CONTEXT_OVER_BUDGET.
  */
-kiln_status kiln_engine_submit(kiln_engine *engine, const kiln_request *req, kiln_stream **out,
-                               kiln_error *err);
+KILN_API kiln_status kiln_engine_submit(kiln_engine *engine, const kiln_request *req,
+                                        kiln_stream **out, kiln_error *err);
 
 /* ---------------------------------------------------------------------------------------- */
 /* Streams                                                                                   */
@@ -280,7 +288,7 @@ typedef enum kiln_finish_reason {
 } kiln_finish_reason;
 
 /** "stop", "length", "cancelled", "error" (or "none"). Never NULL. */
-const char *kiln_finish_reason_name(kiln_finish_reason r);
+KILN_API const char *kiln_finish_reason_name(kiln_finish_reason r);
 
 typedef enum kiln_event_type {
     KILN_EVENT_NONE = 0, /* no event: the timeout passed, or the stream is finished and drained */
@@ -336,22 +344,22 @@ typedef struct kiln_event {
  * returned. Only one thread may read a stream at a time.
  * Errors: KILN_ERR_INVALID_ARGUMENT (NULL stream or ev).
  */
-kiln_status kiln_stream_next(kiln_stream *stream, int64_t timeout_ms, kiln_event *ev,
-                             kiln_error *err);
+KILN_API kiln_status kiln_stream_next(kiln_stream *stream, int64_t timeout_ms, kiln_event *ev,
+                                      kiln_error *err);
 
 /** True once the FINISH event has been queued (it may still be unread). Any thread. */
-bool kiln_stream_finished(const kiln_stream *stream);
+KILN_API bool kiln_stream_finished(const kiln_stream *stream);
 
 /**
  * Ask the engine to stop this request. It is noticed at the next step boundary: the request
  * finishes with KILN_FINISH_CANCELLED (unless it finished first) and its KV blocks are
  * released. Any thread; idempotent; NULL is a no-op.
  */
-void kiln_stream_cancel(kiln_stream *stream);
+KILN_API void kiln_stream_cancel(kiln_stream *stream);
 
 /** Cancel (if still running) and drop the caller's handle; unread events are discarded.
  *  NULL is a no-op. */
-void kiln_stream_destroy(kiln_stream *stream);
+KILN_API void kiln_stream_destroy(kiln_stream *stream);
 
 #ifdef __cplusplus
 }

@@ -1,0 +1,85 @@
+/*
+ * test_api_shared.c - the public API as an outside program sees it: only <kiln.h>, linked
+ * against the shared libkiln (not kiln's object libraries). Loads stories260K (f32 GGUF)
+ * and checks that greedy generation from llama2.c's prompt ids reproduces llama2.c run.c's
+ * tokens (../shared/golden/llama2c-greedy.json), streamed as TOKEN events in order and
+ * finished with "length" and the right usage.
+ */
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <kiln.h>
+
+#include "test.h"
+
+enum { MAX_GEN = 40 };
+
+int main(void) {
+    const char *model_path = kiln_test_shared("models/stories260K/stories260K-f32.gguf");
+    const char *golden_path = kiln_test_shared("golden/llama2c-greedy.json");
+    kiln_test_require_file(model_path);
+    kiln_test_require_file(golden_path);
+    json_error_t je;
+    json_t *golden = json_load_file(golden_path, 0, &je);
+    REQUIRE(golden != NULL);
+
+    kiln_error err = {0};
+    kiln_model *m = NULL;
+    REQUIRE(kiln_model_load(model_path, NULL, &m, &err) == KILN_OK);
+    CHECK(kiln_model_n_vocab(m) == 512);
+    kiln_engine *e = NULL;
+    REQUIRE(kiln_engine_create(m, NULL, &e, &err) == KILN_OK);
+
+    int cases = 0;
+    size_t i;
+    json_t *c;
+    json_array_foreach(json_object_get(golden, "cases"), i, c) {
+        if (strcmp(json_string_value(json_object_get(c, "model")), "stories260K") != 0) continue;
+        json_t *pj = json_object_get(c, "prompt_ids"), *gj = json_object_get(c, "generated_ids");
+        int32_t prompt[256];
+        int32_t np = (int32_t)json_array_size(pj);
+        REQUIRE(np > 0 && np <= 256);
+        for (int32_t k = 0; k < np; k++)
+            prompt[k] = (int32_t)json_integer_value(json_array_get(pj, (size_t)k));
+        int32_t want = (int32_t)json_array_size(gj);
+        if (want > MAX_GEN) want = MAX_GEN;
+        if (want < 1) continue;
+        kiln_request r = kiln_request_defaults();
+        r.prompt_ids = prompt;
+        r.n_prompt_ids = np;
+        r.max_tokens = want;
+        r.temperature = 0.0f;
+        r.ignore_eos = true;
+        kiln_stream *s = NULL;
+        REQUIRE(kiln_engine_submit(e, &r, &s, &err) == KILN_OK);
+        int32_t got = 0, bad = 0;
+        kiln_event ev;
+        do {
+            REQUIRE(kiln_stream_next(s, -1, &ev, &err) == KILN_OK);
+            if (ev.type == KILN_EVENT_TOKEN) {
+                CHECK(ev.index == got);
+                int32_t w = got < want
+                                ? (int32_t)json_integer_value(json_array_get(gj, (size_t)got))
+                                : -1;
+                if (ev.token != w && bad++ == 0)
+                    fprintf(stderr, "case %zu: token %d is %d, llama2.c %d\n", i, got, ev.token,
+                            w);
+                got++;
+            }
+        } while (ev.type != KILN_EVENT_FINISH);
+        CHECKF(bad == 0, "case %zu: %d of %d tokens differ from llama2.c", i, bad, got);
+        CHECK(got == want);
+        CHECK(ev.finish_reason == KILN_FINISH_LENGTH);
+        CHECK(strcmp(kiln_finish_reason_name(ev.finish_reason), "length") == 0);
+        CHECK(ev.usage.prompt_tokens == np && ev.usage.completion_tokens == want);
+        kiln_stream_destroy(s);
+        cases++;
+    }
+    CHECKF(cases >= 3, "only %d stories260K cases in the golden file", cases);
+    kiln_engine_destroy(e);
+    kiln_model_free(m);
+    json_decref(golden);
+    return kiln_test_finish("test_api_shared");
+}
