@@ -343,6 +343,11 @@ int kiln_cmd_bench(int argc, char **argv) {
      * context is stretched to fit them (RoPE extrapolates; the numbers stay meaningful for
      * speed, not for text quality). */
     int64_t n_ctx = kiln_model_n_ctx_train(m);
+    if (n_ctx > 0 && n_ctx < per_req)
+        fprintf(stderr,
+                "kiln bench: warning: requests of %lld positions exceed the model's training "
+                "context of %lld; the context is stretched to fit (speed figures only)\n",
+                (long long)per_req, (long long)n_ctx);
     if (n_ctx < per_req) n_ctx = per_req;
     ep.n_ctx = (int32_t)n_ctx;
     if (ep.kv_memory == 0 && ep.kv_tokens == 0) {

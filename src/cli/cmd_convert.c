@@ -36,6 +36,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "cli/cli.h"
@@ -428,6 +429,14 @@ int kiln_cmd_convert(int argc, char **argv) {
     }
 
     kiln_error err = {0};
+    struct stat dsb;
+    if (stat(dir, &dsb) != 0 || !S_ISDIR(dsb.st_mode)) {
+        kiln_error_set(&err, KILN_ERR_INVALID_ARGUMENT,
+                       "%s: not a directory (convert takes a Hugging Face model directory, the "
+                       "one holding config.json)",
+                       dir);
+        return cli_fail(&err);
+    }
     hf_cfg c;
     kiln_safetensors *st = NULL;
     kiln_gguf_writer *w = NULL;

@@ -1,5 +1,6 @@
 /* cmd_inspect.c - `kiln inspect`: metadata, tensor table and detected model config. */
 #include <math.h>
+#include <errno.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -212,7 +213,17 @@ int kiln_cmd_inspect(int argc, char **argv) {
     const char *path = argv[1];
     kiln_error err = {0};
     struct stat sb;
-    bool dir = stat(path, &sb) == 0 && S_ISDIR(sb.st_mode);
+    if (stat(path, &sb) != 0) {
+        kiln_error_set(&err, KILN_ERR_IO, "%s: %s", path, strerror(errno));
+        return cli_fail(&err);
+    }
+    if (!S_ISDIR(sb.st_mode) && !S_ISREG(sb.st_mode)) {
+        kiln_error_set(&err, KILN_ERR_IO, "%s: not a regular file or a directory", path);
+        return cli_fail(&err);
+    }
+    size_t plen = strlen(path);
+    bool dir = S_ISDIR(sb.st_mode) ||
+               (plen > 12 && !strcmp(path + plen - 12, ".safetensors")); /* tensor table */
     FILE *f = dir ? NULL : fopen(path, "rb");
     char magic[4] = {0};
     bool is_gguf = f && fread(magic, 1, 4, f) == 4 && !memcmp(magic, "GGUF", 4);
@@ -239,8 +250,8 @@ int kiln_cmd_inspect(int argc, char **argv) {
     } else if (dir) {
         kiln_safetensors *st = NULL;
         if (kiln_safetensors_open(path, &st, &err) != KILN_OK) return cli_fail(&err);
-        printf("%s: Hugging Face directory, %zu tensors in %zu shard(s)\n\ntensors:\n", path,
-               st->n_tensors, st->n_shards);
+        printf("%s: safetensors, %zu tensors in %zu shard(s)\n\ntensors:\n", path, st->n_tensors,
+               st->n_shards);
         for (size_t i = 0; i < st->n_tensors; i++) {
             const kiln_st_tensor *t = &st->tensors[i];
             printf("  %-52s %-5s [", t->name, kiln_dtype_name(t->dtype));
@@ -258,6 +269,10 @@ int kiln_cmd_inspect(int argc, char **argv) {
                path, h->dim, h->hidden_dim, h->n_layers, h->n_heads, h->n_kv_heads, h->vocab_size,
                h->seq_len, h->shared_classifier ? "shared" : "separate");
         kiln_llama2c_close(c);
+    }
+    if (!S_ISDIR(sb.st_mode) && dir) { /* a lone .safetensors file: weights, no config */
+        printf("\n(the model configuration comes from config.json: inspect the directory)\n");
+        return cli_check_stdout();
     }
     kiln_model *m = NULL;
     kiln_model_load_params lp = {0};

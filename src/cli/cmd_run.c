@@ -300,7 +300,10 @@ int kiln_cmd_run(int argc, char **argv) {
             break;
         }
     }
-    if (!json) fputc('\n', stdout);
+    if (!json) {
+        fputc('\n', stdout);
+        fflush(stdout); /* before the stderr summary, when both go to one pipe */
+    }
     double prompt_ms = t_first - t_submit, gen_ms = t_end - t_first;
     double pp_tps = prompt_ms > 0 ? (double)ids.n * 1e3 / prompt_ms : 0.0;
     double tg_tps = gen_ms > 0 && gen.n > 1 ? (double)(gen.n - 1) * 1e3 / gen_ms : 0.0;

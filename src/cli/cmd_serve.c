@@ -190,7 +190,7 @@ int kiln_cmd_serve(int argc, char **argv) {
             INT_OPT(1, 512, ep.n_threads, "--threads");
             break;
         case 'x':
-            INT_OPT(1, INT32_MAX, ep.n_ctx, "--ctx");
+            INT_OPT(1, 1 << 24, ep.n_ctx, "--ctx");
             break;
         case 'K':
             if (!cli_parse_kv_type(optarg, &kv_dtype))

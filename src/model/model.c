@@ -846,7 +846,8 @@ static kiln_status open_hf(kiln_model *m, const kiln_model_load_params *p, kiln_
         if ((st = kiln_tokenizer_from_hf_dir(m->path, &m->tokenizer, err))) return st;
     } else if (p && p->require_tokenizer) {
         return kiln_error_set(err, KILN_ERR_NOT_FOUND,
-                              "%s: no tokenizer.json in the directory; pass token ids instead",
+                              "%s: no tokenizer.json in the directory, so text cannot be tokenized "
+                              "(token ids still work: kiln logits --ids, the API's prompt_ids)",
                               m->path);
     }
     return read_generation_config(m, err);
@@ -873,6 +874,11 @@ kiln_status kiln_model_open(const char *path, const kiln_model_load_params *para
                                   path);
     } else if (has_gguf_magic(path)) {
         st = open_gguf(m, params, err);
+    } else if (strlen(path) > 12 && !strcmp(path + strlen(path) - 12, ".safetensors")) {
+        st = kiln_error_set(err, KILN_ERR_INVALID_ARGUMENT,
+                            "%s: a safetensors file holds weights only: pass the Hugging Face "
+                            "model directory that holds it with config.json",
+                            path);
     } else {
         st = KILN_OK;
         m->layers = NULL;

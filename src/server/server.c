@@ -503,8 +503,9 @@ static enum MHD_Result route_generate(srv_req *r) {
     if (s->block_size > 0 && (need + s->block_size - 1) / s->block_size > s->kv_blocks_total) {
         free(ids);
         return fail(r, 400, "invalid_request_error", "context_over_budget", "max_tokens",
-                    "The request needs %lld KV positions (%d in the prompt, %lld for the "
-                    "completion), more than the server's whole KV cache (%lld positions).",
+                    "The request needs %lld KV positions (%d prompt + %lld completion tokens, "
+                    "less the last generated token, which is never stored), more than the "
+                    "server's whole KV cache (%lld positions).",
                     (long long)need, n, (long long)max_tokens, (long long)pool);
     }
     g->req.max_tokens = (int32_t)max_tokens;

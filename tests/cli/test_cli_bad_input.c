@@ -11,6 +11,7 @@
 #include <stdint.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include "test.h"
 
@@ -215,6 +216,22 @@ int main(void) {
         REQUIRE(mkdir(cfg, 0700) == 0);
         expect_error("config.json is a directory", dir, "without config.json");
         rmdir(cfg);
+    }
+
+    /* 8b. a lone .safetensors file as the model, inspect on a device, convert on a file. */
+    {
+        const char *st = kiln_test_shared("reference/hf/llama/model.safetensors");
+        if (access(st, R_OK) == 0) {
+            const char *const args[] = {"run", "-m", st, "-p", "Once", NULL};
+            expect_error("a .safetensors file as the model", args, "model directory");
+        }
+        const char *const ins[] = {"inspect", "/dev/null", NULL};
+        expect_error("inspect a device", ins, "not a regular file");
+        char out[600];
+        snprintf(out, sizeof out, "%s/out.gguf", g_tmpdir);
+        const char *const conv[] = {"convert", gguf, out, NULL};
+        expect_error("convert a file", conv, "not a directory");
+        CHECKF(access(out, F_OK) != 0, "convert left %s behind", out);
     }
 
     /* 9. --ctx beyond the model's training context (512) runs, with a warning. */
