@@ -222,6 +222,11 @@ typedef struct kiln_request {
     int32_t top_k;             /* >= 0; 0 = off (default) */
     float top_p;               /* (0, 1]; 1 = off (default) */
     float min_p;               /* [0, 1]; 0 = off (default) */
+    float xtc_probability;     /* [0, 1]; 0 = off (default). XTC, "exclude top choices": with
+                                  this probability per step, when two or more tokens have
+                                  probability >= xtc_threshold, all but the least likely of
+                                  them are removed (llama.cpp's xtc sampler) */
+    float xtc_threshold;       /* [0, 1] (default 0.1); above 0.5 XTC never acts */
     uint64_t seed;             /* the draw at generation step s depends only on (seed, s) */
     float repetition_penalty;  /* > 0; 1 = off (default). CTRL (Keskar et al. 2019) */
     int32_t repetition_window; /* tokens looked back (prompt + generated); 0 = all */
@@ -248,7 +253,8 @@ typedef struct kiln_request {
     bool ignore_eos;               /* keep generating through end-of-generation tokens */
 } kiln_request;
 
-/** max_tokens 256, temperature 1, top_p 1, top_k 0, min_p 0, seed 0, penalties off,
+/** max_tokens 256, temperature 1, top_p 1, top_k 0, min_p 0, seed 0, XTC off (threshold
+ *  0.1), penalties off,
  *  add_special true, everything else off/empty. */
 KILN_API kiln_request kiln_request_defaults(void);
 
@@ -261,7 +267,8 @@ typedef struct kiln_stream kiln_stream;
  * concurrently. A rejected request never reaches the engine thread.
  * Errors (the message names the field): KILN_ERR_INVALID_ARGUMENT: empty prompt, a prompt id
  * outside [0, n_vocab) (index given), max_tokens < 1, temperature outside [0, 2], top_p
- * outside (0, 1], min_p outside [0, 1], top_k < 0, penalties out of range, a logit_bias or
+ * outside (0, 1], min_p outside [0, 1], top_k < 0, xtc_probability or xtc_threshold outside
+ * [0, 1], penalties out of range, a logit_bias or
  * stop_token_ids id out of range, top_logprobs outside [0, 20], more than 4 stop strings or an
  * empty one, a text prompt that is not valid UTF-8; KILN_ERR_NOT_FOUND (text prompt, model without
  * tokenizer); KILN_ERR_QUEUE_FULL; KILN_ERR_CANCELLED (the engine is shutting down);

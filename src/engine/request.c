@@ -18,6 +18,7 @@ kiln_request kiln_request_defaults(void) {
     r.temperature = 1.0f;
     r.top_p = 1.0f;
     r.repetition_penalty = 1.0f;
+    r.xtc_threshold = 0.1f;
     return r;
 }
 
@@ -38,6 +39,8 @@ static kiln_sampler_params sampler_from_request(const kiln_request *q) {
     p.top_k = q->top_k;
     p.top_p = q->top_p;
     p.min_p = q->min_p;
+    p.xtc_probability = q->xtc_probability;
+    p.xtc_threshold = q->xtc_threshold;
     p.seed = q->seed;
     p.repetition_penalty = q->repetition_penalty;
     p.repetition_window = q->repetition_window;

@@ -21,7 +21,8 @@ kiln_sampler_params kiln_sampler_defaults(void) {
                                  .top_p = 1.0f,
                                  .min_p = 0.0f,
                                  .seed = 0,
-                                 .repetition_penalty = 1.0f};
+                                 .repetition_penalty = 1.0f,
+                                 .xtc_threshold = 0.1f};
 }
 
 /* ---- validation ---------------------------------------------------------------------- */
@@ -40,6 +41,12 @@ static kiln_status validate(const kiln_sampler_params *p, int32_t n_vocab, kiln_
     if (!(p->min_p >= 0.0f && p->min_p <= 1.0f))
         return kiln_error_set(err, KILN_ERR_INVALID_ARGUMENT, "min_p must be in [0, 1] (got %g)",
                               p->min_p);
+    if (!(p->xtc_probability >= 0.0f && p->xtc_probability <= 1.0f))
+        return kiln_error_set(err, KILN_ERR_INVALID_ARGUMENT,
+                              "xtc_probability must be in [0, 1] (got %g)", p->xtc_probability);
+    if (!(p->xtc_threshold >= 0.0f && p->xtc_threshold <= 1.0f))
+        return kiln_error_set(err, KILN_ERR_INVALID_ARGUMENT,
+                              "xtc_threshold must be in [0, 1] (got %g)", p->xtc_threshold);
     if (!(p->repetition_penalty > 0.0f && p->repetition_penalty <= KILN_MAX_REPETITION_PENALTY))
         return kiln_error_set(err, KILN_ERR_INVALID_ARGUMENT,
                               "repetition_penalty must be in (0, %g] (got %g)",
@@ -439,6 +446,32 @@ static int32_t draw(const kiln_sampler_params *p, const float *v, int32_t n_voca
         }
         if (k < keep) {
             keep = k; /* >= 1: the max has w = 1 >= thr */
+            kept_total = sum;
+        }
+    }
+
+    /* 8. XTC: the kept tokens with probability w / kept_total >= threshold are a prefix of
+     * the canonical order (w is monotone in the logit); when there are two or more, all but
+     * the last (least likely) of them are removed */
+    if (p->xtc_probability > 0.0f && keep >= 2 &&
+        kiln_rng_uniform(p->seed ^ KILN_XTC_STREAM, step) < p->xtc_probability) {
+        const double thr = (double)p->xtc_threshold * kept_total;
+        int32_t m = 0, last = -1;
+        for (int32_t i = 0; i < keep; i++) {
+            if ((double)w[cand[i]] >= thr) {
+                m++;
+                if (last < 0 || before(v, last, cand[i])) last = cand[i];
+            }
+        }
+        if (m >= 2) {
+            int32_t k = 0;
+            double sum = 0.0;
+            for (int32_t i = 0; i < keep; i++) {
+                if ((double)w[cand[i]] >= thr && cand[i] != last) continue;
+                sum += w[cand[i]];
+                swap_i32(&cand[k++], &cand[i]);
+            }
+            keep = k;
             kept_total = sum;
         }
     }

@@ -10,7 +10,11 @@
  *   5. top-k
  *   6. top-p
  *   7. min-p
- *   8. XTC                        (not implemented)
+ *   8. XTC                        "exclude top choices" (p-e-w, text-generation-webui PR 6335;
+ *                                 llama.cpp's xtc sampler): with probability xtc_probability
+ *                                 (its own draw, see kiln_sampler_params), when two or more
+ *                                 kept tokens have probability >= xtc_threshold, all of them
+ *                                 but the least likely are removed
  *   9. the draw                   u = kiln_rng_uniform(seed, step)
  *
  * Canonical order. Truncation (top-k, top-p, min-p) and the draw are defined on one total
@@ -62,15 +66,28 @@ typedef struct kiln_sampler_params {
     int32_t n_bias;
     const int32_t *bias_ids;
     const float *bias_values;
+
+    /* XTC (processor 8), on the distribution left after min-p (temperature applied, kept
+     * weights renormalised). It triggers when u_xtc < xtc_probability, u_xtc =
+     * kiln_rng_uniform(seed ^ KILN_XTC_STREAM, step): a draw of its own, so the token draw
+     * (processor 9) is the same whether XTC is on or off. xtc_threshold > 0.5 can never
+     * find two tokens and turns it off (as llama.cpp). */
+    float xtc_probability; /* [0, 1]; 0 = off (default) */
+    float xtc_threshold;   /* [0, 1]; default 0.1 */
 } kiln_sampler_params;
 
-/** Defaults: temperature 1, top_k 0, top_p 1, min_p 0, seed 0, penalties off, no bias. */
+/** Salt of XTC's random stream (kiln_rng_uniform(seed ^ KILN_XTC_STREAM, step)). */
+#define KILN_XTC_STREAM 0x58544321u /* "XTC!" */
+
+/** Defaults: temperature 1, top_k 0, top_p 1, min_p 0, seed 0, penalties off, no bias, XTC
+ *  off (xtc_probability 0, xtc_threshold 0.1). */
 kiln_sampler_params kiln_sampler_defaults(void);
 
 /**
  * Check ranges. Errors: KILN_ERR_INVALID_ARGUMENT, the message names the field as the OpenAI
  * API does (e.g. "top_p must be in (0, 1] (got 1.5)"):
- *   temperature in [0, 2]; top_k >= 0; top_p in (0, 1]; min_p in [0, 1];
+ *   temperature in [0, 2]; top_k >= 0; top_p in (0, 1]; min_p in [0, 1]; xtc_probability and
+ *   xtc_threshold in [0, 1];
  *   repetition_penalty in (0, 10]; presence_penalty and frequency_penalty in [-2, 2];
  *   repetition_window, presence_window, frequency_window >= 0;
  *   n_bias >= 0 with non-NULL arrays when n_bias > 0; logit_bias ids >= 0, values in

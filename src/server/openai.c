@@ -377,6 +377,11 @@ static bool parse_sampling(const json_t *root, int32_t n_vocab, const kiln_gen_d
     if (given) r->top_k = i < 0 ? 0 : (int32_t)i; /* vLLM: -1 = off */
     if (!get_number(root, "min_p", 0, 1, false, &x, &given, e)) return false;
     if (given) r->min_p = (float)x;
+    /* XTC under llama.cpp server's names */
+    if (!get_number(root, "xtc_probability", 0, 1, false, &x, &given, e)) return false;
+    if (given) r->xtc_probability = (float)x;
+    if (!get_number(root, "xtc_threshold", 0, 1, false, &x, &given, e)) return false;
+    if (given) r->xtc_threshold = (float)x;
     if (!get_number(root, "presence_penalty", -2, 2, false, &x, &given, e)) return false;
     if (given) r->presence_penalty = (float)x;
     if (!get_number(root, "frequency_penalty", -2, 2, false, &x, &given, e)) return false;

@@ -547,6 +547,103 @@ static void test_filters(void) {
 
 /* ---- determinism --------------------------------------------------------------------- */
 
+/* XTC (processor 8) against an independent reference: ref_filter's kept set, then, at the
+ * steps where kiln_rng_uniform(seed ^ KILN_XTC_STREAM, step) < xtc_probability, the kept
+ * tokens with probability >= threshold (a prefix of the canonical order) lose all but their
+ * last when there are two or more; then the draw as in check_distribution. Returns the
+ * number of steps at which XTC removed tokens. */
+static int check_xtc(const char *name, const float *logits, int V, const kiln_sampler_params *p) {
+    int32_t order[64];
+    double w[64], kt;
+    REQUIRE(V <= 64);
+    int n = ref_filter(logits, V, p, order, w, &kt);
+    kiln_sampler_scratch *s = scratch(V);
+    enum { N = 4000 };
+    int mismatched = 0, acted = 0;
+    for (uint64_t step = 0; step < N; step++) {
+        int first = 0;
+        double total = kt;
+        if (p->xtc_probability > 0 &&
+            kiln_rng_uniform(p->seed ^ KILN_XTC_STREAM, step) < p->xtc_probability) {
+            int m = 0;
+            while (m < n && w[order[m]] >= p->xtc_threshold * kt) m++;
+            if (m >= 2) {
+                first = m - 1;
+                for (int j = 0; j < first; j++) total -= w[order[j]];
+                acted++;
+            }
+        }
+        double target = kiln_rng_uniform(p->seed, step) * total, cum = 0;
+        int32_t want = order[n - 1];
+        bool close = false;
+        for (int j = first; j < n; j++) {
+            cum += w[order[j]];
+            if (fabs(cum - target) < 1e-6 * total) close = true;
+            if (cum > target) {
+                want = order[j];
+                break;
+            }
+        }
+        int32_t t = kiln_sample_ex(p, logits, V, NULL, 0, step, 0, NULL, s);
+        if (!close && t != want && mismatched++ < 3)
+            fprintf(stderr, "%s step %llu: sampled %d, reference %d\n", name,
+                    (unsigned long long)step, t, want);
+    }
+    CHECKF(mismatched == 0, "%s: %d of %d draws differ from the reference", name, mismatched, N);
+    kiln_sampler_scratch_destroy(s);
+    return acted;
+}
+
+static void test_xtc(void) {
+    const double pr[8] = {0.3, 0.2, 0.15, 0.12, 0.1, 0.08, 0.04, 0.01};
+    float logits[8];
+    const int perm[8] = {5, 2, 7, 0, 3, 6, 1, 4};
+    for (int i = 0; i < 8; i++) logits[perm[i]] = (float)log(pr[i]) + 0.5f;
+    kiln_sampler_params p = kiln_sampler_defaults();
+    CHECK(p.xtc_probability == 0.0f && p.xtc_threshold == 0.1f);
+    p.seed = 99;
+    /* always on, threshold 0.11: 0.3 0.2 0.15 0.12 qualify, the first three go */
+    p.xtc_probability = 1.0f;
+    p.xtc_threshold = 0.11f;
+    CHECK(check_xtc("xtc p=1 t=0.11", logits, 8, &p) == 4000);
+    kiln_sampler_scratch *s = scratch(8);
+    for (uint64_t step = 0; step < 2000; step++) {
+        int32_t t = kiln_sample_ex(&p, logits, 8, NULL, 0, step, 0, NULL, s);
+        CHECKF(t != perm[0] && t != perm[1] && t != perm[2], "step %llu: removed token %d drawn",
+               (unsigned long long)step, t);
+    }
+    /* one qualifying token (0.3 >= 0.25): never acts, and the draw is the plain one */
+    p.xtc_threshold = 0.25f;
+    CHECK(check_xtc("xtc one above threshold", logits, 8, &p) == 0);
+    kiln_sampler_params off = p;
+    off.xtc_probability = 0.0f;
+    for (uint64_t step = 0; step < 2000; step++)
+        CHECK(kiln_sample_ex(&p, logits, 8, NULL, 0, step, 0, NULL, s) ==
+              kiln_sample_ex(&off, logits, 8, NULL, 0, step, 0, NULL, s));
+    /* threshold above 0.5 can never find two */
+    p.xtc_threshold = 0.6f;
+    CHECK(check_xtc("xtc threshold 0.6", logits, 8, &p) == 0);
+    /* half of the steps, after temperature, top-k and min-p */
+    p.xtc_probability = 0.5f;
+    p.xtc_threshold = 0.1f;
+    p.temperature = 0.8f;
+    p.top_k = 6;
+    p.min_p = 0.05f;
+    int acted = check_xtc("xtc p=0.5 combined", logits, 8, &p);
+    CHECKF(acted > 1800 && acted < 2200, "XTC acted at %d of 4000 steps, want ~2000", acted);
+    kiln_sampler_scratch_destroy(s);
+    /* validation */
+    kiln_error e = {0};
+    p = kiln_sampler_defaults();
+    p.xtc_probability = 1.5f;
+    CHECK(kiln_sampler_validate(&p, &e) == KILN_ERR_INVALID_ARGUMENT);
+    CHECK(strstr(e.message, "xtc_probability") != NULL);
+    p.xtc_probability = 0.5f;
+    p.xtc_threshold = -0.1f;
+    CHECK(kiln_sampler_validate(&p, &e) == KILN_ERR_INVALID_ARGUMENT);
+    CHECK(strstr(e.message, "xtc_threshold") != NULL);
+}
+
 static void test_determinism(void) {
     enum { V = 2000, NH = 64 };
     static float logits[V], other[V];
@@ -692,6 +789,7 @@ int main(int argc, char **argv) {
     if (all || !strcmp(c, "logprobs")) test_logprobs();
     if (all || !strcmp(c, "filters")) test_filters();
     if (all || !strcmp(c, "determinism")) test_determinism();
+    if (all || !strcmp(c, "xtc")) test_xtc();
     if (all || !strcmp(c, "validation")) test_validation();
     return kiln_test_finish(c);
 }

@@ -286,6 +286,8 @@ static void fuzz_json(int iters) {
         "top_p",
         "top_k",
         "min_p",
+        "xtc_probability",
+        "xtc_threshold",
         "seed",
         "stop",
         "logit_bias",

@@ -42,6 +42,7 @@ static void test_completion_fields(void) {
     const char *body =
         "{\"model\":\"x\",\"prompt\":\"Hello\",\"max_tokens\":7,\"temperature\":0.5,"
         "\"top_p\":0.9,\"top_k\":-1,\"min_p\":0.1,\"presence_penalty\":-1.5,"
+        "\"xtc_probability\":0.25,\"xtc_threshold\":0.2,"
         "\"frequency_penalty\":2,\"repetition_penalty\":1.3,\"seed\":-1,"
         "\"stop\":[\"a\",\"\",\"bc\"],\"logit_bias\":{\"5\":-100,\"7\":3.5},\"logprobs\":3,"
         "\"stream\":true,\"stream_options\":{\"include_usage\":true},\"user\":\"u\","
@@ -52,6 +53,7 @@ static void test_completion_fields(void) {
     CHECK(g.max_tokens_set && g.req.max_tokens == 7);
     CHECK(g.req.temperature == 0.5f && g.req.top_p == 0.9f && g.req.top_k == 0);
     CHECK(g.req.min_p == 0.1f && g.req.presence_penalty == -1.5f);
+    CHECK(g.req.xtc_probability == 0.25f && g.req.xtc_threshold == 0.2f);
     CHECK(g.req.frequency_penalty == 2.0f && g.req.repetition_penalty == 1.3f);
     CHECK(g.req.seed == UINT64_MAX);
     CHECK(g.req.n_stop == 2 && !strcmp(g.req.stop[0], "a") && !strcmp(g.req.stop[1], "bc"));
@@ -175,6 +177,8 @@ static void test_errors(void) {
     expect_400(C, "{\"prompt\":\"a\",\"top_p\":1.01}", "top_p");
     expect_400(C, "{\"prompt\":\"a\",\"top_k\":-2}", "top_k");
     expect_400(C, "{\"prompt\":\"a\",\"min_p\":-0.1}", "min_p");
+    expect_400(C, "{\"prompt\":\"a\",\"xtc_probability\":1.5}", "xtc_probability");
+    expect_400(C, "{\"prompt\":\"a\",\"xtc_threshold\":\"x\"}", "xtc_threshold");
     expect_400(C, "{\"prompt\":\"a\",\"presence_penalty\":2.1}", "presence_penalty");
     expect_400(C, "{\"prompt\":\"a\",\"frequency_penalty\":-3}", "frequency_penalty");
     expect_400(C, "{\"prompt\":\"a\",\"repetition_penalty\":0}", "repetition_penalty");
