@@ -49,6 +49,41 @@ int cli_check_stdout(void);
 /** True when both paths exist and name the same file (device and inode). */
 bool cli_same_file(const char *a, const char *b);
 
+/* getopt_long codes of the engine-limit options that run, bench and serve share (above any
+ * short option's character, except -t). */
+enum {
+    CLI_OPT_THREADS = 't',
+    CLI_OPT_CTX = 0x100,
+    CLI_OPT_KV_TYPE,
+    CLI_OPT_KV_MEMORY,
+    CLI_OPT_KV_TOKENS,
+    CLI_OPT_BLOCK_SIZE,
+    CLI_OPT_STEP_TOKENS,
+    CLI_OPT_PREFILL_CHUNK,
+    CLI_OPT_MAX_SEQS,
+    CLI_OPT_MAX_QUEUE,
+};
+
+/* The struct option entries of those options, for a command's option table. */
+#define CLI_ENGINE_LONG_OPTIONS                                                                    \
+    {"threads", required_argument, 0, CLI_OPT_THREADS},                                            \
+        {"ctx", required_argument, 0, CLI_OPT_CTX},                                                \
+        {"kv-type", required_argument, 0, CLI_OPT_KV_TYPE},                                        \
+        {"kv-memory", required_argument, 0, CLI_OPT_KV_MEMORY},                                    \
+        {"kv-tokens", required_argument, 0, CLI_OPT_KV_TOKENS},                                    \
+        {"block-size", required_argument, 0, CLI_OPT_BLOCK_SIZE},                                  \
+        {"step-tokens", required_argument, 0, CLI_OPT_STEP_TOKENS},                                \
+        {"prefill-chunk", required_argument, 0, CLI_OPT_PREFILL_CHUNK},                            \
+        {"max-seqs", required_argument, 0, CLI_OPT_MAX_SEQS}, {                                    \
+        "max-queue", required_argument, 0, CLI_OPT_MAX_QUEUE                                       \
+    }
+
+/** Apply engine option `opt` (a CLI_OPT_* code) with value `arg` to *ep, checking its range
+ * (the limits kiln_engine_create enforces). Returns -1 when opt is not an engine option, 0
+ * when applied, KILN_EXIT_USAGE (after printing "kiln CMD: --NAME must be ...") for a bad
+ * value. */
+int cli_engine_option(const char *cmd, int opt, const char *arg, kiln_engine_params *ep);
+
 /** Warn on stderr (prefix "kiln CMD: warning:") when a --ctx of n_ctx positions exceeds the
  * model's training context (n_ctx_train > 0): positions past it are outside what the weights
  * were trained on, so quality usually degrades (llama.cpp warns likewise). */

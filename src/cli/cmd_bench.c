@@ -47,6 +47,10 @@ static void bench_usage(FILE *f) {
         "      --kv-tokens N       KV pool size in positions\n"
         "      --step-tokens N     tokens per engine step (default 512)\n"
         "      --prefill-chunk N   prompt tokens per sequence per step (default: --step-tokens)\n"
+        "      --ctx N             positions per sequence (default: the model's, stretched to\n"
+        "                          fit prompt + generated tokens)\n"
+        "      --block-size N, --max-seqs N, --max-queue N\n"
+        "                          engine limits, as for kiln serve\n"
         "      --seed S            seed of the synthetic prompts (default 1)\n"
         "      --json              print one JSON object instead of a table\n");
 }
@@ -214,12 +218,7 @@ int kiln_cmd_bench(int argc, char **argv) {
         {"concurrency", required_argument, 0, 'c'},
         {"prompt-tokens", required_argument, 0, 'p'},
         {"gen-tokens", required_argument, 0, 'g'},
-        {"threads", required_argument, 0, 't'},
-        {"kv-type", required_argument, 0, 'K'},
-        {"kv-memory", required_argument, 0, 'B'},
-        {"kv-tokens", required_argument, 0, 'N'},
-        {"step-tokens", required_argument, 0, 'S'},
-        {"prefill-chunk", required_argument, 0, 'C'},
+        CLI_ENGINE_LONG_OPTIONS,
         {"seed", required_argument, 0, 's'},
         {"json", no_argument, 0, 'j'},
         {"help", no_argument, 0, 'h'},
@@ -232,11 +231,15 @@ int kiln_cmd_bench(int argc, char **argv) {
     int64_t prompt_tokens = 128, gen_tokens = 128, v;
     uint64_t seed = 1;
     bool json = false;
-    kiln_dtype kv_dtype = KILN_DTYPE_F32;
     optind = 1;
     opterr = 0;
     int c;
     while ((c = getopt_long(argc, argv, ":m:t:h", opts, NULL)) != -1) {
+        int er = cli_engine_option("bench", c, optarg, &ep);
+        if (er >= 0) {
+            if (er) return er;
+            continue;
+        }
         switch (c) {
         case 'm':
             model_path = optarg;
@@ -270,40 +273,6 @@ int kiln_cmd_bench(int argc, char **argv) {
             if (!cli_parse_i64(optarg, 1, 1 << 20, &gen_tokens))
                 return cli_usage_error("bench", "--gen-tokens must be in [1, 1048576] (got '%s')",
                                        optarg);
-            break;
-        case 't':
-            if (!cli_parse_i64(optarg, 1, 512, &v))
-                return cli_usage_error("bench", "--threads must be in [1, 512] (got '%s')", optarg);
-            ep.n_threads = (int32_t)v;
-            break;
-        case 'K':
-            if (!cli_parse_kv_type(optarg, &kv_dtype))
-                return cli_usage_error("bench", "--kv-type must be f32 or f16 (got '%s')", optarg);
-            ep.kv_type = kv_dtype == KILN_DTYPE_F16 ? KILN_KV_F16 : KILN_KV_F32;
-            break;
-        case 'B':
-            if (!cli_parse_i64(optarg, 1, INT64_MAX, &v))
-                return cli_usage_error("bench", "--kv-memory must be a byte count >= 1 (got '%s')",
-                                       optarg);
-            ep.kv_memory = v;
-            break;
-        case 'N':
-            if (!cli_parse_i64(optarg, 1, INT32_MAX, &v))
-                return cli_usage_error("bench", "--kv-tokens must be an integer >= 1 (got '%s')",
-                                       optarg);
-            ep.kv_tokens = (int32_t)v;
-            break;
-        case 'S':
-            if (!cli_parse_i64(optarg, 1, 1 << 20, &v))
-                return cli_usage_error("bench", "--step-tokens must be in [1, 1048576] (got '%s')",
-                                       optarg);
-            ep.step_tokens = (int32_t)v;
-            break;
-        case 'C':
-            if (!cli_parse_i64(optarg, 1, 1 << 20, &v))
-                return cli_usage_error(
-                    "bench", "--prefill-chunk must be in [1, 1048576] (got '%s')", optarg);
-            ep.prefill_chunk = (int32_t)v;
             break;
         case 's':
             if (!cli_parse_i64(optarg, 0, INT64_MAX, &v))
@@ -342,7 +311,13 @@ int kiln_cmd_bench(int argc, char **argv) {
     /* The synthetic requests may be longer than the model was trained for; the engine's
      * context is stretched to fit them (RoPE extrapolates; the numbers stay meaningful for
      * speed, not for text quality). */
-    int64_t n_ctx = kiln_model_n_ctx_train(m);
+    int64_t n_ctx = ep.n_ctx > 0 ? ep.n_ctx : kiln_model_n_ctx_train(m);
+    if (ep.n_ctx > 0 && n_ctx < per_req) {
+        fprintf(stderr, "kiln: error: --ctx %lld is shorter than a request (%lld positions)\n",
+                (long long)n_ctx, (long long)per_req);
+        rc = KILN_EXIT_USAGE;
+        goto done;
+    }
     if (n_ctx > 0 && n_ctx < per_req)
         fprintf(stderr,
                 "kiln bench: warning: requests of %lld positions exceed the model's training "

@@ -24,18 +24,25 @@ static int parse_ids(const char *s, kiln_ivec *ids) {
         if (end == p || v < 0 || v > INT32_MAX) return -1;
         if (kiln_ivec_push(ids, (int32_t)v) != KILN_OK) return -1;
         p = end;
-        if (*p == ',') p++;
-        else if (*p) return -1;
+        if (*p == ',')
+            p++;
+        else if (*p)
+            return -1;
     }
     return ids->n > 0 ? 0 : -1;
 }
 
 int kiln_cmd_logits(int argc, char **argv) {
     static const struct option opts[] = {
-        {"model", required_argument, 0, 'm'}, {"tokenizer", required_argument, 0, 'T'},
-        {"ids", required_argument, 0, 'i'},   {"prompt", required_argument, 0, 'p'},
-        {"output", required_argument, 0, 'o'}, {"threads", required_argument, 0, 't'},
-        {"kv-type", required_argument, 0, 'K'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0},
+        {"model", required_argument, 0, 'm'},
+        {"tokenizer", required_argument, 0, 'T'},
+        {"ids", required_argument, 0, 'i'},
+        {"prompt", required_argument, 0, 'p'},
+        {"output", required_argument, 0, 'o'},
+        {"threads", required_argument, 0, 't'},
+        {"kv-type", required_argument, 0, 'K'},
+        {"help", no_argument, 0, 'h'},
+        {0, 0, 0, 0},
     };
     const char *model_path = NULL, *ids_arg = NULL, *prompt = NULL, *out_path = NULL;
     kiln_model_load_params lp = {0};
@@ -46,26 +53,42 @@ int kiln_cmd_logits(int argc, char **argv) {
     int c;
     while ((c = getopt_long(argc, argv, ":m:p:o:t:h", opts, NULL)) != -1) {
         switch (c) {
-        case 'm': model_path = optarg; break;
-        case 'T': lp.tokenizer_path = optarg; break;
-        case 'i': ids_arg = optarg; break;
-        case 'p': prompt = optarg; break;
-        case 'o': out_path = optarg; break;
+        case 'm':
+            model_path = optarg;
+            break;
+        case 'T':
+            lp.tokenizer_path = optarg;
+            break;
+        case 'i':
+            ids_arg = optarg;
+            break;
+        case 'p':
+            prompt = optarg;
+            break;
+        case 'o':
+            out_path = optarg;
+            break;
         case 't':
             if (!cli_parse_i64(optarg, 1, 512, &threads))
-                return cli_usage_error("logits", "--threads must be in [1, 512] (got '%s')", optarg);
+                return cli_usage_error("logits", "--threads must be in [1, 512] (got '%s')",
+                                       optarg);
             break;
         case 'K':
             if (!cli_parse_kv_type(optarg, &kv_type))
                 return cli_usage_error("logits", "--kv-type must be f32 or f16 (got '%s')", optarg);
             break;
-        case 'h': logits_usage(stdout); return 0;
-        case ':': return cli_usage_error("logits", "option '%s' needs a value", argv[optind - 1]);
-        default: return cli_usage_error("logits", "unknown option '%s'", argv[optind - 1]);
+        case 'h':
+            logits_usage(stdout);
+            return 0;
+        case ':':
+            return cli_usage_error("logits", "option '%s' needs a value", argv[optind - 1]);
+        default:
+            return cli_usage_error("logits", "unknown option '%s'", argv[optind - 1]);
         }
     }
     if (optind < argc) return cli_usage_error("logits", "unexpected argument '%s'", argv[optind]);
-    if (!model_path || !out_path) return cli_usage_error("logits", "-m MODEL and -o OUT are required");
+    if (!model_path || !out_path)
+        return cli_usage_error("logits", "-m MODEL and -o OUT are required");
     if (!ids_arg == !prompt) return cli_usage_error("logits", "give exactly one of --ids and -p");
     kiln_ivec ids = {0};
     if (ids_arg && parse_ids(ids_arg, &ids) != 0) {
@@ -83,7 +106,8 @@ int kiln_cmd_logits(int argc, char **argv) {
         rc = cli_fail(&err);
         goto done;
     }
-    if (prompt && kiln_tokenizer_encode(m->tokenizer, prompt, strlen(prompt), true, false, &ids, &err) != KILN_OK) {
+    if (prompt && kiln_tokenizer_encode(m->tokenizer, prompt, strlen(prompt), true, false, &ids,
+                                        &err) != KILN_OK) {
         rc = cli_fail(&err);
         goto done;
     }
@@ -91,7 +115,8 @@ int kiln_cmd_logits(int argc, char **argv) {
     const int64_t T = (int64_t)ids.n, V = m->cfg.n_vocab;
     logits = malloc((size_t)T * (size_t)V * sizeof *logits);
     if (!logits) {
-        kiln_error_set(&err, KILN_ERR_OUT_OF_MEMORY, "out of memory for %lld x %lld logits", (long long)T, (long long)V);
+        kiln_error_set(&err, KILN_ERR_OUT_OF_MEMORY, "out of memory for %lld x %lld logits",
+                       (long long)T, (long long)V);
         rc = cli_fail(&err);
         goto done;
     }

@@ -22,6 +22,9 @@ static void run_usage(FILE *f) {
             "      --top-k K           keep the K most likely tokens; 0 = off (default 40)\n"
             "      --top-p P           nucleus sampling, (0, 1] (default 0.95)\n"
             "      --min-p P           min-p filter, [0, 1] (default 0.05)\n"
+            "      --xtc-probability P XTC (exclude top choices) chance per token, [0, 1];\n"
+            "                          0 = off (default)\n"
+            "      --xtc-threshold T   XTC probability threshold, [0, 1] (default 0.1)\n"
             "      --seed S            random seed (default: random, printed)\n"
             "  -t, --threads N         threads (default: physical cores)\n"
             "      --ctx N             context length (default: the model's)\n"
@@ -30,6 +33,8 @@ static void run_usage(FILE *f) {
             "      --kv-tokens N       KV pool size in positions\n"
             "      --step-tokens N     tokens per engine step (default 512)\n"
             "      --prefill-chunk N   prompt tokens per step (default: --step-tokens)\n"
+            "      --block-size N, --max-seqs N, --max-queue N\n"
+            "                          engine limits, as for kiln serve\n"
             "      --json              print one JSON object instead of streaming text\n");
 }
 
@@ -63,15 +68,11 @@ int kiln_cmd_run(int argc, char **argv) {
         {"top-k", required_argument, 0, 'k'},
         {"top-p", required_argument, 0, 'P'},
         {"min-p", required_argument, 0, 'M'},
+        {"xtc-probability", required_argument, 0, 'X'},
+        {"xtc-threshold", required_argument, 0, 'Y'},
         {"seed", required_argument, 0, 's'},
-        {"threads", required_argument, 0, 't'},
-        {"ctx", required_argument, 0, 'c'},
         {"json", no_argument, 0, 'j'},
-        {"kv-type", required_argument, 0, 'K'},
-        {"kv-memory", required_argument, 0, 'B'},
-        {"kv-tokens", required_argument, 0, 'N'},
-        {"step-tokens", required_argument, 0, 'S'},
-        {"prefill-chunk", required_argument, 0, 'C'},
+        CLI_ENGINE_LONG_OPTIONS,
         {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0},
     };
@@ -85,11 +86,15 @@ int kiln_cmd_run(int argc, char **argv) {
     rq.min_p = 0.05f;
     bool seed_set = false, json = false;
     int64_t v;
-    kiln_dtype kv_dtype = KILN_DTYPE_F32;
     optind = 1;
     opterr = 0;
     int c;
     while ((c = getopt_long(argc, argv, ":m:p:n:t:h", opts, NULL)) != -1) {
+        int er = cli_engine_option("run", c, optarg, &ep);
+        if (er >= 0) {
+            if (er) return er;
+            continue;
+        }
         switch (c) {
         case 'm':
             model_path = optarg;
@@ -124,6 +129,16 @@ int kiln_cmd_run(int argc, char **argv) {
             if (!cli_parse_f32(optarg, 0.0f, 1.0f, &rq.min_p))
                 return cli_usage_error("run", "--min-p must be in [0, 1] (got '%s')", optarg);
             break;
+        case 'X':
+            if (!cli_parse_f32(optarg, 0.0f, 1.0f, &rq.xtc_probability))
+                return cli_usage_error("run", "--xtc-probability must be in [0, 1] (got '%s')",
+                                       optarg);
+            break;
+        case 'Y':
+            if (!cli_parse_f32(optarg, 0.0f, 1.0f, &rq.xtc_threshold))
+                return cli_usage_error("run", "--xtc-threshold must be in [0, 1] (got '%s')",
+                                       optarg);
+            break;
         case 's':
             if (!cli_parse_i64(optarg, 0, INT64_MAX, &v))
                 return cli_usage_error("run", "--seed must be a non-negative integer (got '%s')",
@@ -131,47 +146,8 @@ int kiln_cmd_run(int argc, char **argv) {
             rq.seed = (uint64_t)v;
             seed_set = true;
             break;
-        case 't':
-            if (!cli_parse_i64(optarg, 1, 512, &v))
-                return cli_usage_error("run", "--threads must be in [1, 512] (got '%s')", optarg);
-            ep.n_threads = (int32_t)v;
-            break;
-        case 'c':
-            if (!cli_parse_i64(optarg, 1, 1 << 24, &v))
-                return cli_usage_error("run", "--ctx must be in [1, 16777216] (got '%s')", optarg);
-            ep.n_ctx = (int32_t)v;
-            break;
         case 'j':
             json = true;
-            break;
-        case 'K':
-            if (!cli_parse_kv_type(optarg, &kv_dtype))
-                return cli_usage_error("run", "--kv-type must be f32 or f16 (got '%s')", optarg);
-            ep.kv_type = kv_dtype == KILN_DTYPE_F16 ? KILN_KV_F16 : KILN_KV_F32;
-            break;
-        case 'B':
-            if (!cli_parse_i64(optarg, 1, INT64_MAX, &v))
-                return cli_usage_error("run", "--kv-memory must be a byte count >= 1 (got '%s')",
-                                       optarg);
-            ep.kv_memory = v;
-            break;
-        case 'N':
-            if (!cli_parse_i64(optarg, 1, INT32_MAX, &v))
-                return cli_usage_error("run", "--kv-tokens must be an integer >= 1 (got '%s')",
-                                       optarg);
-            ep.kv_tokens = (int32_t)v;
-            break;
-        case 'S':
-            if (!cli_parse_i64(optarg, 1, 1 << 20, &v))
-                return cli_usage_error("run", "--step-tokens must be in [1, 1048576] (got '%s')",
-                                       optarg);
-            ep.step_tokens = (int32_t)v;
-            break;
-        case 'C':
-            if (!cli_parse_i64(optarg, 1, 1 << 20, &v))
-                return cli_usage_error("run", "--prefill-chunk must be in [1, 1048576] (got '%s')",
-                                       optarg);
-            ep.prefill_chunk = (int32_t)v;
             break;
         case 'h':
             run_usage(stdout);

@@ -110,16 +110,7 @@ int kiln_cmd_serve(int argc, char **argv) {
         {"shutdown-timeout", required_argument, 0, 'g'},
         {"quiet", no_argument, 0, 'q'},
         {"verbose", no_argument, 0, 'v'},
-        {"threads", required_argument, 0, 't'},
-        {"ctx", required_argument, 0, 'x'},
-        {"kv-type", required_argument, 0, 'K'},
-        {"kv-memory", required_argument, 0, 'B'},
-        {"kv-tokens", required_argument, 0, 'N'},
-        {"block-size", required_argument, 0, 'z'},
-        {"step-tokens", required_argument, 0, 'S'},
-        {"prefill-chunk", required_argument, 0, 'C'},
-        {"max-seqs", required_argument, 0, 's'},
-        {"max-queue", required_argument, 0, 'Q'},
+        CLI_ENGINE_LONG_OPTIONS,
         {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0},
     };
@@ -130,7 +121,6 @@ int kiln_cmd_serve(int argc, char **argv) {
     double grace_s = 5;
     int64_t v;
     float f;
-    kiln_dtype kv_dtype = KILN_DTYPE_F32;
     const char *env_key = getenv("KILN_API_KEY");
     if (env_key && env_key[0]) sp.api_key = env_key;
     optind = 1;
@@ -144,6 +134,11 @@ int kiln_cmd_serve(int argc, char **argv) {
         dst = v;                                                                                   \
     } while (0)
     while ((c = getopt_long(argc, argv, ":m:t:qvh", opts, NULL)) != -1) {
+        int er = cli_engine_option("serve", c, optarg, &ep);
+        if (er >= 0) {
+            if (er) return er;
+            continue;
+        }
         switch (c) {
         case 'm':
             model_path = optarg;
@@ -185,38 +180,6 @@ int kiln_cmd_serve(int argc, char **argv) {
             break;
         case 'v':
             sp.verbose = true;
-            break;
-        case 't':
-            INT_OPT(1, 512, ep.n_threads, "--threads");
-            break;
-        case 'x':
-            INT_OPT(1, 1 << 24, ep.n_ctx, "--ctx");
-            break;
-        case 'K':
-            if (!cli_parse_kv_type(optarg, &kv_dtype))
-                return cli_usage_error("serve", "--kv-type must be f32 or f16 (got '%s')", optarg);
-            ep.kv_type = kv_dtype == KILN_DTYPE_F16 ? KILN_KV_F16 : KILN_KV_F32;
-            break;
-        case 'B':
-            INT_OPT(1, INT64_MAX, ep.kv_memory, "--kv-memory");
-            break;
-        case 'N':
-            INT_OPT(1, INT32_MAX, ep.kv_tokens, "--kv-tokens");
-            break;
-        case 'z':
-            INT_OPT(1, 1 << 16, ep.block_size, "--block-size");
-            break;
-        case 'S':
-            INT_OPT(1, 1 << 20, ep.step_tokens, "--step-tokens");
-            break;
-        case 'C':
-            INT_OPT(1, 1 << 20, ep.prefill_chunk, "--prefill-chunk");
-            break;
-        case 's':
-            INT_OPT(1, 1 << 20, ep.max_seqs, "--max-seqs");
-            break;
-        case 'Q':
-            INT_OPT(1, 1 << 24, ep.max_queue, "--max-queue");
             break;
         case 'h':
             serve_usage(stdout);

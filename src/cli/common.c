@@ -129,3 +129,66 @@ void cli_warn_ctx(const char *cmd, const kiln_model *m, int64_t n_ctx) {
                 "positions; output past position %d may degrade\n",
                 cmd, (long long)n_ctx, train, train);
 }
+
+int cli_engine_option(const char *cmd, int opt, const char *arg, kiln_engine_params *ep) {
+    static const struct {
+        int opt;
+        const char *name;
+        int64_t lo, hi;
+    } lim[] = {
+        {CLI_OPT_THREADS, "--threads", 1, 512},
+        {CLI_OPT_CTX, "--ctx", 1, 1 << 24},
+        {CLI_OPT_KV_MEMORY, "--kv-memory", 1, INT64_MAX},
+        {CLI_OPT_KV_TOKENS, "--kv-tokens", 1, INT32_MAX},
+        {CLI_OPT_BLOCK_SIZE, "--block-size", 1, 1 << 16},
+        {CLI_OPT_STEP_TOKENS, "--step-tokens", 1, 1 << 20},
+        {CLI_OPT_PREFILL_CHUNK, "--prefill-chunk", 1, 1 << 20},
+        {CLI_OPT_MAX_SEQS, "--max-seqs", 1, 1 << 20},
+        {CLI_OPT_MAX_QUEUE, "--max-queue", 1, 1 << 24},
+    };
+    if (opt == CLI_OPT_KV_TYPE) {
+        kiln_dtype t;
+        if (!cli_parse_kv_type(arg, &t))
+            return cli_usage_error(cmd, "--kv-type must be f32 or f16 (got '%s')", arg);
+        ep->kv_type = t == KILN_DTYPE_F16 ? KILN_KV_F16 : KILN_KV_F32;
+        return 0;
+    }
+    for (size_t i = 0; i < sizeof lim / sizeof lim[0]; i++) {
+        if (lim[i].opt != opt) continue;
+        int64_t v;
+        if (!cli_parse_i64(arg, lim[i].lo, lim[i].hi, &v))
+            return cli_usage_error(cmd, "%s must be an integer in [%lld, %lld] (got '%s')",
+                                   lim[i].name, (long long)lim[i].lo, (long long)lim[i].hi, arg);
+        switch (opt) {
+        case CLI_OPT_THREADS:
+            ep->n_threads = (int32_t)v;
+            break;
+        case CLI_OPT_CTX:
+            ep->n_ctx = (int32_t)v;
+            break;
+        case CLI_OPT_KV_MEMORY:
+            ep->kv_memory = v;
+            break;
+        case CLI_OPT_KV_TOKENS:
+            ep->kv_tokens = (int32_t)v;
+            break;
+        case CLI_OPT_BLOCK_SIZE:
+            ep->block_size = (int32_t)v;
+            break;
+        case CLI_OPT_STEP_TOKENS:
+            ep->step_tokens = (int32_t)v;
+            break;
+        case CLI_OPT_PREFILL_CHUNK:
+            ep->prefill_chunk = (int32_t)v;
+            break;
+        case CLI_OPT_MAX_SEQS:
+            ep->max_seqs = (int32_t)v;
+            break;
+        default:
+            ep->max_queue = (int32_t)v;
+            break;
+        }
+        return 0;
+    }
+    return -1;
+}
