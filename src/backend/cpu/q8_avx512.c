@@ -40,6 +40,29 @@ KA float hsum16(__m512 v) { /* lanes j + j+8, j + j+4, j + j+2, 0 + 1 (cpu.h ord
 }
 
 /*
+ * hsum16 of 8 vectors at once, out[t] = hsum16(v[t]) bit for bit: the same additions on the
+ * same operands in the same order (j + j+8, then j + j+4, j + j+2, 0 + 1), with the tokens
+ * side by side in lanes instead of one vector each (about 26 instructions instead of 72).
+ */
+KA void hsum16x8(const __m512 v[8], float out[8]) {
+    __m512 s8[4], s4[2];
+    _Pragma("GCC unroll 4") for (int i = 0; i < 4; i++) /* [v lo | v' lo] + [v hi | v' hi] */
+        s8[i] = _mm512_add_ps(_mm512_shuffle_f32x4(v[2 * i], v[2 * i + 1], 0x44),
+                              _mm512_shuffle_f32x4(v[2 * i], v[2 * i + 1], 0xEE));
+    /* 128-bit lanes: s8[i] = [t0 j<4, t0 j>=4, t1 j<4, t1 j>=4] -> s4 = [t0 | t1 | t2 | t3] */
+    _Pragma("GCC unroll 2") for (int i = 0; i < 2; i++) s4[i] =
+        _mm512_add_ps(_mm512_shuffle_f32x4(s8[2 * i], s8[2 * i + 1], 0x88),
+                      _mm512_shuffle_f32x4(s8[2 * i], s8[2 * i + 1], 0xDD));
+    /* lane k: [t_k j=0,1 | t_{k+4} j=0,1] + [t_k j=2,3 | t_{k+4} j=2,3] */
+    __m512 s2 = _mm512_add_ps(_mm512_shuffle_ps(s4[0], s4[1], 0x44),
+                              _mm512_shuffle_ps(s4[0], s4[1], 0xEE));
+    /* lane k: [t_k, t_{k+4}, .., ..] = elements 0 + 1 */
+    __m512 s1 = _mm512_add_ps(_mm512_shuffle_ps(s2, s2, 0x88), _mm512_shuffle_ps(s2, s2, 0xDD));
+    const __m512i idx = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 0, 0, 0, 0, 0, 0, 0, 0);
+    _mm256_storeu_ps(out, _mm512_castps512_ps256(_mm512_permutexvar_ps(idx, s1)));
+}
+
+/*
  * z[m] = [block m | block m + 8] (8 int32 each) -> t[i] lane l = int32 i of block l.
  * unpack 32 and 64 give, per 128-bit lane, int32 p of 4 blocks; vpermt2q puts the four
  * 4-block pieces of each int32 index in block order.
@@ -268,6 +291,10 @@ KA void q8_body(const int Q4, const int VNNI, int64_t n, const uint8_t *w, const
     for (; b0 + 16 <= nb; b0 += 16) q8_group(Q4, VNNI, w, b0, nbp, xq, xs, R, acc);
     if (b0 < nb) {
         q8_tail(Q4, VNNI, w, b0, (int)(nb - b0), nbp, xq, xs, R, acc, out);
+        return;
+    }
+    if (R == 8) {
+        hsum16x8(acc, out);
         return;
     }
     _Pragma("GCC unroll 8") for (int r = 0; r < R; r++) out[r] = hsum16(acc[r]);
