@@ -737,6 +737,20 @@ static kiln_status open_llama2c(kiln_model *m, const kiln_model_load_params *p, 
     return st;
 }
 
+/* A tensor of a layer the metadata does not declare (prefix + N + "." with N >= n_layer)
+ * means the file and its metadata disagree: refuse it rather than run on fewer layers. */
+static kiln_status check_layer_count(const char *path, const char *name, const char *prefix,
+                                     int32_t n_layer, const char *key, kiln_error *err) {
+    size_t pl = strlen(prefix);
+    if (strncmp(name, prefix, pl) != 0) return KILN_OK;
+    char *end;
+    long li = strtol(name + pl, &end, 10);
+    if (end == name + pl || *end != '.' || li < n_layer) return KILN_OK;
+    return kiln_error_set(err, KILN_ERR_FORMAT,
+                          "%s: tensor '%s' belongs to layer %ld, but %s declares %d layers", path,
+                          name, li, key, n_layer);
+}
+
 static kiln_status open_gguf(kiln_model *m, const kiln_model_load_params *p, kiln_error *err) {
     kiln_gguf *g = NULL;
     kiln_status st = kiln_gguf_open(m->path, &g, err);
@@ -747,6 +761,10 @@ static kiln_status open_gguf(kiln_model *m, const kiln_model_load_params *p, kil
     if (!m->layers) return kiln_error_set(err, KILN_ERR_OUT_OF_MEMORY, "out of memory");
     name_scheme nm = gguf_names_for(&m->cfg);
     if ((st = bind_named_weights(m, find_gguf, &nm, err))) return st;
+    for (size_t i = 0; i < g->n_tensors; i++)
+        if ((st = check_layer_count(m->path, g->tensors[i].name, "blk.", m->cfg.n_layer,
+                                    "the block_count metadata", err)))
+            return st;
     if (p && p->tokenizer_path)
         return kiln_error_set(err, KILN_ERR_INVALID_ARGUMENT,
                               "%s: --tokenizer is only for llama2.c checkpoints; GGUF files carry "
@@ -840,6 +858,14 @@ static kiln_status open_hf(kiln_model *m, const kiln_model_load_params *p, kiln_
     src_tensor probe;
     name_scheme nm = hf_names_for(&m->cfg, find_st(m, "transformer.wte.weight", &probe));
     if ((st = bind_named_weights(m, find_st, &nm, err))) return st;
+    for (size_t i = 0; i < sft->n_tensors; i++) {
+        const char *tn = sft->tensors[i].name;
+        if ((st = check_layer_count(m->path, tn, "model.layers.", m->cfg.n_layer,
+                                    "config.json's num_hidden_layers", err)) ||
+            (st = check_layer_count(m->path, tn, "transformer.h.", m->cfg.n_layer,
+                                    "config.json's n_layer", err)))
+            return st;
+    }
     char tok_path[4200];
     snprintf(tok_path, sizeof tok_path, "%s/tokenizer.json", m->path);
     if (file_exists(tok_path)) {

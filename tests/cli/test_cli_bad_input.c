@@ -234,6 +234,32 @@ int main(void) {
         CHECKF(access(out, F_OK) != 0, "convert left %s behind", out);
     }
 
+    /* 8c. metadata declaring fewer layers than the file holds (llama.block_count - 1): the
+     * tensors of the last layer would be ignored; the load refuses it. The value is the
+     * uint32 after the key string and its type tag (GGUF spec). */
+    {
+        static const char key[] = "llama.block_count";
+        size_t kpos = 0;
+        for (size_t i = 0; i + sizeof key - 1 <= n; i++)
+            if (memcmp(orig + i, key, sizeof key - 1) == 0) {
+                kpos = i;
+                break;
+            }
+        REQUIRE(kpos > 0);
+        uint8_t *b = malloc(n);
+        memcpy(b, orig, n);
+        size_t vpos = kpos + sizeof key - 1;
+        uint32_t type, layers;
+        memcpy(&type, b + vpos, 4);
+        memcpy(&layers, b + vpos + 4, 4);
+        REQUIRE(type == 4 && layers >= 2); /* GGUF_TYPE_UINT32 */
+        layers--;
+        memcpy(b + vpos + 4, &layers, 4);
+        write_all(bad, b, n);
+        expect_error("block_count one short", run_args, "declares");
+        free(b);
+    }
+
     /* 9. --ctx beyond the model's training context (512) runs, with a warning. */
     {
         const char *const args[] = {"run", "-m", gguf,    "-p",  "Once",
