@@ -143,6 +143,24 @@ int kiln_cmd_quantize(int argc, char **argv) {
     int rc = KILN_EXIT_ERROR;
     double t0 = cli_now_ms();
     kiln_status st = kiln_gguf_open(in_path, &g, &err);
+    if (st == KILN_OK) { /* a file type that none of the matrices can take is an error */
+        size_t n_can = 0, n_mat = 0;
+        int64_t row = 0;
+        for (size_t i = 0; i < g->n_tensors; i++) {
+            const kiln_gguf_tensor *t = &g->tensors[i];
+            if (output_dtype(t, target) == target) n_can++;
+            if (t->n_dims >= 2) n_mat++, row = t->ne[0];
+        }
+        if (n_can == 0 && n_mat > 0 && target != KILN_DTYPE_F32) {
+            st = kiln_error_set(&err, KILN_ERR_INVALID_ARGUMENT,
+                                "%s: no weight matrix can be stored as %s: its blocks hold %d "
+                                "elements and rows here have %lld (nothing written)",
+                                in_path, kiln_dtype_name(target),
+                                (int)kiln_dtype_traits_of((int32_t)target)->block_size,
+                                (long long)row);
+            goto done;
+        }
+    }
     if (st == KILN_OK) st = kiln_gguf_writer_create(&w, &err);
     if (st == KILN_OK) st = kiln_gguf_writer_copy_kv(w, g, NULL, &err);
     if (st == KILN_OK) st = kiln_gguf_writer_set_file_type(w, target, &err);

@@ -260,6 +260,16 @@ int main(void) {
         free(b);
     }
 
+    /* 8d. a quantization type none of the matrices can take (q6_k blocks hold 256 elements,
+     * stories260K's rows 64 or 172): an error, and no output file. */
+    {
+        char out[600];
+        snprintf(out, sizeof out, "%s/q6.gguf", g_tmpdir);
+        const char *const args[] = {"quantize", gguf, out, "--type", "q6_k", NULL};
+        expect_error("q6_k on 64-wide rows", args, "no weight matrix");
+        CHECKF(access(out, F_OK) != 0, "quantize left %s behind", out);
+    }
+
     /* 9. --ctx beyond the model's training context (512) runs, with a warning. */
     {
         const char *const args[] = {"run", "-m", gguf,    "-p",  "Once",
