@@ -121,6 +121,31 @@ KILN_API kiln_status kiln_model_tokenize(const kiln_model *model, const char *te
  */
 KILN_API size_t kiln_model_token_piece(const kiln_model *model, int32_t id, char *buf, size_t cap);
 
+/**
+ * Text of a token sequence ids[0..n), as the engine's TEXT events would spell it: pieces
+ * joined, bytes of a character split over tokens reassembled, invalid UTF-8 as U+FFFD,
+ * control tokens as "", and SPM's one leading space dropped (llama.cpp's detokenize;
+ * llama2.c run.c's decode for tokenizer.bin). Writes up to cap bytes to buf (no NUL) and
+ * sets *n_out to the full length, as snprintf does.
+ * Errors: KILN_ERR_INVALID_ARGUMENT (NULL model/n_out, n < 0, an id outside [0, n_vocab)
+ * with its index), KILN_ERR_NOT_FOUND (no tokenizer), KILN_ERR_OUT_OF_MEMORY.
+ */
+KILN_API kiln_status kiln_model_detokenize(const kiln_model *model, const int32_t *ids, int32_t n,
+                                           char *buf, size_t cap, size_t *n_out, kiln_error *err);
+
+/** The vocabulary's BOS / EOS ids; -1 when it has none or the model has no tokenizer. */
+KILN_API int32_t kiln_model_bos(const kiln_model *model);
+KILN_API int32_t kiln_model_eos(const kiln_model *model);
+
+/** True when generating id ends a generation: EOS, EOT and the model's other
+ *  end-of-generation ids (GGUF tokenizer.ggml.eot_token_id/eom, generation_config.json
+ *  eos_token_id lists); for llama2.c checkpoints also BOS (id 1), as run.c stops on it. */
+KILN_API bool kiln_model_is_eog(const kiln_model *model, int32_t id);
+
+/** The model's chat template, a Jinja text (GGUF tokenizer.chat_template, Hugging Face
+ *  tokenizer_config.json chat_template); owned by the model; NULL when it has none. */
+KILN_API const char *kiln_model_chat_template(const kiln_model *model);
+
 /* ---------------------------------------------------------------------------------------- */
 /* Engines                                                                                   */
 
@@ -190,6 +215,10 @@ typedef struct kiln_engine_stats {
  *  a snapshot taken while the engine steps may mix two steps. A request's counters (blocks
  *  released, n_running, n_requests_finished) are updated before its FINISH event is queued. */
 KILN_API void kiln_engine_get_stats(const kiln_engine *engine, kiln_engine_stats *out);
+
+/** The engine's parameters as resolved at creation: every 0 ("default") replaced by the
+ *  value in use (n_ctx, KV pool, step budget, threads, ...). */
+KILN_API void kiln_engine_get_params(const kiln_engine *engine, kiln_engine_params *out);
 
 /** Reset kv_blocks_peak to the blocks used now (benchmarks measure one phase at a time).
  *  Exact when the engine is idle; while it steps, a concurrent allocation may be missed. */

@@ -64,3 +64,49 @@ size_t kiln_model_token_piece(const kiln_model *model, int32_t id, char *buf, si
     if (!model || !model->tokenizer) return 0;
     return kiln_tokenizer_piece(model->tokenizer, id, false, buf, cap);
 }
+
+kiln_status kiln_model_detokenize(const kiln_model *model, const int32_t *ids, int32_t n, char *buf,
+                                  size_t cap, size_t *n_out, kiln_error *err) {
+    if (!model || !n_out)
+        return kiln_error_set(err, KILN_ERR_INVALID_ARGUMENT, "model and n_out must not be NULL");
+    *n_out = 0;
+    if (n < 0 || (n > 0 && !ids))
+        return kiln_error_set(err, KILN_ERR_INVALID_ARGUMENT, "ids is NULL or n < 0");
+    if (!model->tokenizer)
+        return kiln_error_set(err, KILN_ERR_NOT_FOUND, "the model %s has no tokenizer",
+                              model->path ? model->path : "");
+    int32_t nv = kiln_tokenizer_n_vocab(model->tokenizer);
+    for (int32_t i = 0; i < n; i++)
+        if (ids[i] < 0 || ids[i] >= nv)
+            return kiln_error_set(err, KILN_ERR_INVALID_ARGUMENT,
+                                  "token id %d at index %d is outside [0, %d)", ids[i], i, nv);
+    kiln_detok *d = NULL;
+    kiln_status st = kiln_detok_create(model->tokenizer, &d, err);
+    size_t total = 0;
+    const char *text;
+    size_t len;
+    for (int32_t i = 0; st == KILN_OK && i <= n; i++) {
+        st = i < n ? kiln_detok_push(d, ids[i], &text, &len, err)
+                   : kiln_detok_flush(d, &text, &len, err);
+        if (st == KILN_OK && len > 0) {
+            if (buf && total < cap)
+                memcpy(buf + total, text, len < cap - total ? len : cap - total);
+            total += len;
+        }
+    }
+    kiln_detok_destroy(d);
+    if (st == KILN_OK) *n_out = total;
+    return st;
+}
+
+int32_t kiln_model_bos(const kiln_model *model) {
+    return model && model->tokenizer ? kiln_tokenizer_bos(model->tokenizer) : -1;
+}
+
+int32_t kiln_model_eos(const kiln_model *model) {
+    return model && model->tokenizer ? kiln_tokenizer_eos(model->tokenizer) : -1;
+}
+
+const char *kiln_model_chat_template(const kiln_model *model) {
+    return model && model->tokenizer ? kiln_tokenizer_chat_template(model->tokenizer) : NULL;
+}

@@ -319,3 +319,8 @@ kiln_status kiln_engine_debug_progress(kiln_engine *e, kiln_stream *stream, kiln
     out->n_blocks = s->bt.n_blocks;
     return KILN_OK;
 }
+
+void kiln_engine_get_params(const kiln_engine *engine, kiln_engine_params *out) {
+    if (!out) return;
+    *out = engine ? engine->p : kiln_engine_default_params();
+}

@@ -3,7 +3,10 @@
  * against the shared libkiln (not kiln's object libraries). Loads stories260K (f32 GGUF)
  * and checks that greedy generation from llama2.c's prompt ids reproduces llama2.c run.c's
  * tokens (../shared/golden/llama2c-greedy.json), streamed as TOKEN events in order and
- * finished with "length" and the right usage.
+ * finished with "length" and the right usage; that kiln_model_detokenize of a case's ids
+ * spells run.c's printed text; and the accessors (BOS = the goldens' first prompt id, EOS an
+ * end-of-generation id, no chat template in this file, the engine's resolved n_ctx = the
+ * model's training context).
  */
 #include <jansson.h>
 #include <stdio.h>
@@ -31,6 +34,17 @@ int main(void) {
     CHECK(kiln_model_n_vocab(m) == 512);
     kiln_engine *e = NULL;
     REQUIRE(kiln_engine_create(m, NULL, &e, &err) == KILN_OK);
+    kiln_engine_params ep;
+    kiln_engine_get_params(e, &ep);
+    CHECK(kiln_model_n_ctx_train(m) > 0 && ep.n_ctx == kiln_model_n_ctx_train(m));
+    CHECK(ep.n_threads >= 1 && ep.step_tokens >= 1);
+    CHECK(kiln_model_eos(m) >= 0 && kiln_model_is_eog(m, kiln_model_eos(m)));
+    CHECK(!kiln_model_is_eog(m, kiln_model_bos(m)));
+    CHECK(kiln_model_chat_template(m) == NULL);
+    CHECK(kiln_model_bos(NULL) == -1 && kiln_model_chat_template(NULL) == NULL);
+    size_t nt = 0;
+    int32_t bad_id = 512;
+    CHECK(kiln_model_detokenize(m, &bad_id, 1, NULL, 0, &nt, &err) == KILN_ERR_INVALID_ARGUMENT);
 
     int cases = 0;
     size_t i;
@@ -43,6 +57,35 @@ int main(void) {
         REQUIRE(np > 0 && np <= 256);
         for (int32_t k = 0; k < np; k++)
             prompt[k] = (int32_t)json_integer_value(json_array_get(pj, (size_t)k));
+        CHECK(prompt[0] == kiln_model_bos(m));
+        const char *ptext = json_string_value(json_object_get(c, "prompt"));
+        bool ascii = true;
+        for (const char *q = ptext; *q; q++) ascii &= (unsigned char)*q < 0x80;
+        /* the case's whole text, as run.c printed it (run.c adds a final newline; its
+         * safe_printf drops byte-fallback pieces that are not printable ASCII, so only ASCII
+         * prompts are compared) */
+        if (ascii) {
+            int32_t ng = (int32_t)json_array_size(gj), all[512];
+            REQUIRE(np + ng <= 512);
+            memcpy(all, prompt, (size_t)np * sizeof *all);
+            for (int32_t k = 0; k < ng; k++)
+                all[np + k] = (int32_t)json_integer_value(json_array_get(gj, (size_t)k));
+            static char text[8192];
+            size_t tl = 0;
+            REQUIRE(kiln_model_detokenize(m, all, np + ng, text, sizeof text, &tl, &err) ==
+                    KILN_OK);
+            const char *want_text = json_string_value(json_object_get(c, "stdout"));
+            size_t wl = strlen(want_text);
+            if (wl > 0 && want_text[wl - 1] == '\n' && (tl == 0 || text[tl - 1] != '\n')) wl--;
+            CHECKF(tl == wl && memcmp(text, want_text, wl) == 0,
+                   "case %zu: detokenized text differs from run.c's output (%zu vs %zu bytes)", i,
+                   tl, wl);
+            size_t t2 = 0; /* a short buffer gets a prefix and the full length */
+            char small[5];
+            REQUIRE(kiln_model_detokenize(m, all, np + ng, small, sizeof small, &t2, &err) ==
+                    KILN_OK);
+            CHECK(t2 == tl && memcmp(small, text, sizeof small) == 0);
+        }
         int32_t want = (int32_t)json_array_size(gj);
         if (want > MAX_GEN) want = MAX_GEN;
         if (want < 1) continue;
@@ -60,12 +103,10 @@ int main(void) {
             REQUIRE(kiln_stream_next(s, -1, &ev, &err) == KILN_OK);
             if (ev.type == KILN_EVENT_TOKEN) {
                 CHECK(ev.index == got);
-                int32_t w = got < want
-                                ? (int32_t)json_integer_value(json_array_get(gj, (size_t)got))
-                                : -1;
+                int32_t w =
+                    got < want ? (int32_t)json_integer_value(json_array_get(gj, (size_t)got)) : -1;
                 if (ev.token != w && bad++ == 0)
-                    fprintf(stderr, "case %zu: token %d is %d, llama2.c %d\n", i, got, ev.token,
-                            w);
+                    fprintf(stderr, "case %zu: token %d is %d, llama2.c %d\n", i, got, ev.token, w);
                 got++;
             }
         } while (ev.type != KILN_EVENT_FINISH);
