@@ -171,7 +171,8 @@ typedef struct kiln_engine_params {
     int32_t prefill_chunk; /* most prompt tokens one sequence feeds per step; 0 = step_tokens */
     int32_t max_seqs;      /* most sequences running at once; 0 = 256 */
     int32_t max_queue;     /* most requests waiting for admission; 0 = 4096 */
-    int32_t n_threads;     /* compute threads; 0 = physical cores */
+    int32_t n_threads;     /* compute threads; 0 = physical cores (1 for models under ~4M
+                              weights, whose steps are too short to share) */
     int32_t n_ctx;         /* most positions per sequence (prompt + max_tokens - 1 must fit);
                               0 = the model's training context (4096 when unknown). May exceed
                               it (RoPE extrapolates), except with learned position embeddings

@@ -41,7 +41,7 @@ static void bench_usage(FILE *f) {
         "      --concurrency LIST  comma-separated request counts (default 1,4,16)\n"
         "      --prompt-tokens N   prompt length of every request (default 128)\n"
         "      --gen-tokens N      tokens generated per request (default 128)\n"
-        "  -t, --threads N         compute threads (default: physical cores)\n"
+        "  -t, --threads N         compute threads (default: physical cores; 1 below ~4M weights)\n"
         "      --kv-type T         KV cache storage, f32 (default) or f16\n"
         "      --kv-memory BYTES   KV pool size in bytes (default: enough for the largest level)\n"
         "      --kv-tokens N       KV pool size in positions\n"

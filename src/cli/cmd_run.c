@@ -26,7 +26,7 @@ static void run_usage(FILE *f) {
             "                          0 = off (default)\n"
             "      --xtc-threshold T   XTC probability threshold, [0, 1] (default 0.1)\n"
             "      --seed S            random seed (default: random, printed)\n"
-            "  -t, --threads N         threads (default: physical cores)\n"
+            "  -t, --threads N         threads (default: physical cores; 1 below ~4M weights)\n"
             "      --ctx N             context length (default: the model's)\n"
             "      --kv-type T         KV cache storage, f32 (default) or f16\n"
             "      --kv-memory BYTES   KV pool size in bytes (default: prompt + max tokens)\n"
