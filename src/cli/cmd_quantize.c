@@ -57,7 +57,7 @@ static void quantize_usage(FILE *f) {
             "multiple of TYPE's block size (32, or 256 for the k-quants) becomes TYPE; other\n"
             "weight matrices, norms and 1-D tensors are stored as f32. Metadata is copied, with\n"
             "general.file_type (and general.quantization_version) updated. The output is\n"
-            "written to OUT.tmp and renamed when complete.\n"
+            "written to a temporary file beside OUT and renamed when complete.\n"
             "\n"
             "options:\n"
             "  --type TYPE      target weight type (required)\n"

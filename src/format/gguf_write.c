@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "util/error.h"
+#include "util/temp_file.h"
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "gguf_write.c assumes a little-endian host"
@@ -657,17 +658,16 @@ kiln_status kiln_gguf_writer_begin(kiln_gguf_writer *w, const char *path, kiln_e
     struct stat sb;
     w->direct = stat(path, &sb) == 0 && !S_ISREG(sb.st_mode) && !S_ISDIR(sb.st_mode);
     w->path = strdup(path);
-    w->tmp = malloc(pl + 5);
+    w->tmp = malloc(pl + 40);
     w->fbuf = malloc(FILE_BUFFER_BYTES);
     if (!w->path || !w->tmp || !w->fbuf) {
         free(w->fbuf);
         w->fbuf = NULL;
         return kiln_error_set(err, KILN_ERR_OUT_OF_MEMORY, "gguf writer: out of memory");
     }
-    memcpy(w->tmp, path, pl);
-    memcpy(w->tmp + pl, ".tmp", 5);
-    const char *target = w->direct ? w->path : w->tmp;
-    w->f = fopen(target, "wb");
+    w->tmp[0] = '\0';
+    const char *target = w->direct ? w->path : path;
+    w->f = w->direct ? fopen(target, "wb") : kiln_temp_file_beside(path, w->tmp, pl + 40);
     if (!w->f) {
         int e = errno;
         free(w->fbuf);

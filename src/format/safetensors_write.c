@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 
 #include "util/error.h"
+#include "util/temp_file.h"
 
 static const char *st_dtype_name(kiln_dtype t) {
     switch (t) {
@@ -79,10 +80,9 @@ kiln_status kiln_safetensors_write(const char *path, const kiln_st_out_tensor *t
     bool in_place = stat(path, &sb) == 0 && !S_ISREG(sb.st_mode);
     bool is_link = lstat(path, &sb) == 0 && S_ISLNK(sb.st_mode);
     if (is_link) in_place = true;
-    char tmp[4200];
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    const char *target = in_place ? path : tmp;
-    FILE *f = fopen(target, "wb");
+    char tmp[4300] = "";
+    const char *target = path;
+    FILE *f = in_place ? fopen(path, "wb") : kiln_temp_file_beside(path, tmp, sizeof tmp);
     if (!f) {
         st = kiln_error_set(err, KILN_ERR_IO, "%s: cannot create: %s", target, strerror(errno));
     } else {

@@ -268,6 +268,19 @@ int main(void) {
         const char *const args[] = {"quantize", gguf, out, "--type", "q6_k", NULL};
         expect_error("q6_k on 64-wide rows", args, "no weight matrix");
         CHECKF(access(out, F_OK) != 0, "quantize left %s behind", out);
+        /* a file that happens to be named OUT.tmp is not the writer's to overwrite */
+        char keep[640];
+        snprintf(keep, sizeof keep, "%s.tmp", out);
+        write_all(keep, (const uint8_t *)"keep", 4);
+        const char *const ok[] = {"quantize", gguf, out, "--type", "q8_0", NULL};
+        char err[8192];
+        CHECKF(run_kiln(ok, err, sizeof err) == 0, "quantize q8_0: %s", err);
+        size_t kn = 0;
+        uint8_t *kb = read_all(keep, &kn);
+        CHECKF(kb && kn == 4 && memcmp(kb, "keep", 4) == 0, "quantize overwrote %s", keep);
+        free(kb);
+        remove(keep);
+        remove(out);
     }
 
     /* 9. --ctx beyond the model's training context (512) runs, with a warning. */

@@ -8,6 +8,7 @@
  * /dev/full, a file-size limit (RLIMIT_FSIZE) in a child process, a directory as target,
  * missing tensor data; none may leave the target or the temporary file behind.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <math.h>
 #include <signal.h>
@@ -31,6 +32,22 @@ static char *path_in(const char *name) {
 
 static bool exists(const char *p) {
     return access(p, F_OK) == 0;
+}
+
+/* a writer's temporary file for target (target + ".tmp" + a unique suffix) is present */
+static bool tmp_exists(const char *target) {
+    char dir[4096], pre[1024];
+    const char *slash = strrchr(target, '/');
+    size_t dl = slash ? (size_t)(slash - target) : 1;
+    snprintf(dir, sizeof dir, "%.*s", (int)dl, slash ? target : ".");
+    snprintf(pre, sizeof pre, "%s.tmp", slash ? slash + 1 : target);
+    DIR *d = opendir(dir);
+    if (!d) return false;
+    bool found = false;
+    for (struct dirent *e; !found && (e = readdir(d));)
+        found = strncmp(e->d_name, pre, strlen(pre)) == 0;
+    closedir(d);
+    return found;
 }
 
 static bool values_equal(const kiln_gguf_value *a, const kiln_gguf_value *b);
@@ -283,7 +300,7 @@ static void test_typed_file(void) {
     const char *out = path_in("typed.gguf");
     CHECKF(kiln_gguf_writer_write_file(w, out, (const void *const *)data, &e) == KILN_OK, "%s",
            e.message);
-    CHECK(!exists(path_in("typed.gguf.tmp")));
+    CHECK(!tmp_exists(path_in("typed.gguf")));
     size_t sz = 0;
     uint8_t *got = read_whole(out, &sz);
     REQUIRE(got);
@@ -330,7 +347,7 @@ static void test_typed_file(void) {
     CHECK(kiln_gguf_writer_set_u32(w2, "late", 1, &e) == KILN_ERR_INVALID_ARGUMENT);
     CHECK(kiln_gguf_writer_add_tensor(w2, "late", KILN_DTYPE_F32, 1, (int64_t[]){1}, &e) ==
           KILN_ERR_INVALID_ARGUMENT);
-    CHECK(exists(path_in("typed2.gguf.tmp")) && !exists(out2));
+    CHECK(tmp_exists(path_in("typed2.gguf")) && !exists(out2));
     for (size_t at = 0; at < all.n; at += 7) {
         size_t n = all.n - at < 7 ? all.n - at : 7;
         CHECKF(kiln_gguf_writer_write_data(w2, all.p + at, n, &e) == KILN_OK, "%s", e.message);
@@ -341,7 +358,7 @@ static void test_typed_file(void) {
     size_t sz2 = 0;
     uint8_t *got2 = read_whole(out2, &sz2);
     CHECK(got2 && sz2 == sz && memcmp(got2, got, sz) == 0);
-    CHECK(!exists(path_in("typed2.gguf.tmp")));
+    CHECK(!tmp_exists(path_in("typed2.gguf")));
     free(got2);
     for (size_t i = 0; i < N_T; i++) free(data2[i]);
     free(data2);
@@ -464,16 +481,16 @@ static void test_incomplete_and_abandoned(void) {
     CHECK(kiln_gguf_writer_write_data(w, x, 5, &e) == KILN_OK);
     CHECK(kiln_gguf_writer_finish(w, &e) == KILN_ERR_INVALID_ARGUMENT);
     CHECKF(msg_names(&e, "'b'"), "message should name tensor b: %s", e.message);
-    CHECK(!exists(out) && !exists(path_in("incomplete.gguf.tmp")));
+    CHECK(!exists(out) && !tmp_exists(path_in("incomplete.gguf")));
     CHECK(kiln_gguf_writer_write_data(w, x, 4, &e) == KILN_ERR_IO);
     kiln_gguf_writer_destroy(w);
 
     REQUIRE(kiln_gguf_writer_create(&w, &e) == KILN_OK);
     CHECK(kiln_gguf_writer_add_tensor(w, "a", KILN_DTYPE_F32, 1, (int64_t[]){8}, &e) == KILN_OK);
     REQUIRE(kiln_gguf_writer_begin(w, out, &e) == KILN_OK);
-    CHECK(exists(path_in("incomplete.gguf.tmp")));
+    CHECK(tmp_exists(path_in("incomplete.gguf")));
     kiln_gguf_writer_destroy(w); /* abandoned */
-    CHECK(!exists(out) && !exists(path_in("incomplete.gguf.tmp")));
+    CHECK(!exists(out) && !tmp_exists(path_in("incomplete.gguf")));
 
     /* the target is a directory: the rename fails, the temporary file goes */
     const char *dir = path_in("adir");
@@ -482,7 +499,7 @@ static void test_incomplete_and_abandoned(void) {
     CHECK(kiln_gguf_writer_add_tensor(w, "a", KILN_DTYPE_F32, 1, (int64_t[]){8}, &e) == KILN_OK);
     const void *d[] = {x};
     CHECK(kiln_gguf_writer_write_file(w, dir, d, &e) == KILN_ERR_IO);
-    CHECK(!exists(path_in("adir.tmp")));
+    CHECK(!tmp_exists(path_in("adir")));
     kiln_gguf_writer_destroy(w);
 
     /* a directory that does not exist: cannot create */
@@ -509,7 +526,7 @@ static void test_dev_full(void) {
     if (st == KILN_OK) st = kiln_gguf_writer_finish(w, &e);
     CHECKF(st == KILN_ERR_IO, "writing to /dev/full gave %s: %s", kiln_status_name(st), e.message);
     CHECK(strstr(e.message, "/dev/full") != NULL);
-    CHECK(!exists("/dev/full.tmp"));
+    CHECK(!tmp_exists("/dev/full"));
     CHECK(kiln_gguf_writer_finish(w, &e) == KILN_ERR_IO);
     kiln_gguf_writer_destroy(w);
 }
@@ -545,7 +562,7 @@ static void test_size_limit(void) {
     uint8_t *old = read_whole(out, &n);
     CHECK(old && n == 3 && memcmp(old, "old", 3) == 0);
     free(old);
-    CHECK(!exists(path_in("limited.gguf.tmp")));
+    CHECK(!tmp_exists(path_in("limited.gguf")));
 }
 
 /* write_rows: quantized rows equal the reference quantizer's output for the same floats,
