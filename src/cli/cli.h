@@ -29,6 +29,9 @@ int cli_usage_error(const char *cmd, const char *fmt, ...) __attribute__((format
 
 /** Strict numeric parsing: the whole string must be a number within [lo, hi]. */
 bool cli_parse_i64(const char *s, int64_t lo, int64_t hi, int64_t *out);
+
+/** Parse a decimal unsigned 64-bit integer (the whole string; no sign). */
+bool cli_parse_u64(const char *s, uint64_t *out);
 bool cli_parse_f32(const char *s, float lo, float hi, float *out);
 
 /** Read all of stdin into a malloc'd buffer (NUL-terminated). NULL on failure. */

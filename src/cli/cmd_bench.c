@@ -275,10 +275,10 @@ int kiln_cmd_bench(int argc, char **argv) {
                                        optarg);
             break;
         case 's':
-            if (!cli_parse_i64(optarg, 0, INT64_MAX, &v))
-                return cli_usage_error("bench", "--seed must be a non-negative integer (got '%s')",
-                                       optarg);
-            seed = (uint64_t)v;
+            if (!cli_parse_u64(optarg, &seed))
+                return cli_usage_error(
+                    "bench", "--seed must be an integer in [0, 18446744073709551615] (got '%s')",
+                    optarg);
             break;
         case 'j':
             json = true;

@@ -107,7 +107,9 @@ int kiln_cmd_run(int argc, char **argv) {
             break;
         case 'n':
             if (!cli_parse_i64(optarg, 1, 1 << 30, &v))
-                return cli_usage_error("run", "--max-tokens must be an integer >= 1 (got '%s')",
+                return cli_usage_error("run",
+                                       "--max-tokens must be an integer in [1, 1073741824] (got "
+                                       "'%s')",
                                        optarg);
             rq.max_tokens = (int32_t)v;
             break;
@@ -140,10 +142,10 @@ int kiln_cmd_run(int argc, char **argv) {
                                        optarg);
             break;
         case 's':
-            if (!cli_parse_i64(optarg, 0, INT64_MAX, &v))
-                return cli_usage_error("run", "--seed must be a non-negative integer (got '%s')",
-                                       optarg);
-            rq.seed = (uint64_t)v;
+            if (!cli_parse_u64(optarg, &rq.seed))
+                return cli_usage_error(
+                    "run", "--seed must be an integer in [0, 18446744073709551615] (got '%s')",
+                    optarg);
             seed_set = true;
             break;
         case 'j':

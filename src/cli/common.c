@@ -37,6 +37,16 @@ bool cli_parse_i64(const char *s, int64_t lo, int64_t hi, int64_t *out) {
     return true;
 }
 
+bool cli_parse_u64(const char *s, uint64_t *out) {
+    if (!s || !*s || *s == '-' || *s == '+') return false;
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno || *end) return false;
+    *out = (uint64_t)v;
+    return true;
+}
+
 bool cli_parse_f32(const char *s, float lo, float hi, float *out) {
     if (!s || !*s) return false;
     char *end;
