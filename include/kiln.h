@@ -122,13 +122,15 @@ KILN_API kiln_status kiln_model_tokenize(const kiln_model *model, const char *te
 KILN_API size_t kiln_model_token_piece(const kiln_model *model, int32_t id, char *buf, size_t cap);
 
 /**
- * Text of a token sequence ids[0..n), as the engine's TEXT events would spell it: pieces
- * joined, bytes of a character split over tokens reassembled, invalid UTF-8 as U+FFFD,
- * control tokens as "", and SPM's one leading space dropped (llama.cpp's detokenize;
- * llama2.c run.c's decode for tokenizer.bin). Writes up to cap bytes to buf (no NUL) and
- * sets *n_out to the full length, as snprintf does.
- * Errors: KILN_ERR_INVALID_ARGUMENT (NULL model/n_out, n < 0, an id outside [0, n_vocab)
- * with its index), KILN_ERR_NOT_FOUND (no tokenizer), KILN_ERR_OUT_OF_MEMORY.
+ * Text of a whole token sequence ids[0..n), as the engine's TEXT events spell a stream that
+ * starts with it: pieces joined, bytes of a character split over tokens reassembled,
+ * invalid UTF-8 as U+FFFD, control tokens as "", and SPM's one leading space dropped at the
+ * start of the sequence (llama.cpp's detokenize; llama2.c run.c's decode for tokenizer.bin).
+ * Each call is a new sequence: calls on consecutive pieces of one text lose those leading
+ * spaces and split characters (stream with the engine's TEXT events instead). Writes up to cap
+ * bytes to buf (no NUL) and sets *n_out to the full length, as snprintf does. Errors:
+ * KILN_ERR_INVALID_ARGUMENT (NULL model/n_out, n < 0, an id outside [0, n_vocab) with its index),
+ * KILN_ERR_NOT_FOUND (no tokenizer), KILN_ERR_OUT_OF_MEMORY.
  */
 KILN_API kiln_status kiln_model_detokenize(const kiln_model *model, const int32_t *ids, int32_t n,
                                            char *buf, size_t cap, size_t *n_out, kiln_error *err);

@@ -49,6 +49,10 @@ uint64_t cli_random_seed(void);
  *  KILN_EXIT_ERROR, else 0. Commands call it before exiting successfully. */
 int cli_check_stdout(void);
 
+/** True when writing out would destroy an input: out is the same file as in, or in is a
+ *  model directory and out is an existing .safetensors/.json/tokenizer file inside it. */
+bool cli_clobbers_input(const char *out, const char *in);
+
 /** True when both paths exist and name the same file (device and inode). */
 bool cli_same_file(const char *a, const char *b);
 

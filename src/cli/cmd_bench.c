@@ -335,7 +335,9 @@ int kiln_cmd_bench(int argc, char **argv) {
         rc = cli_fail(&err);
         goto done;
     }
-    int32_t n_threads = ep.n_threads ? ep.n_threads : kiln_physical_cores();
+    kiln_engine_params used;
+    kiln_engine_get_params(e, &used); /* the engine's choice when --threads is not given */
+    int32_t n_threads = used.n_threads;
     if (!(ord = ordinary_tokens(m, &n_ord)) || n_ord == 0) {
         fprintf(stderr, "kiln: error: the vocabulary has no ordinary tokens to build prompts\n");
         rc = KILN_EXIT_ERROR;

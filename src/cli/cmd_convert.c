@@ -417,6 +417,9 @@ int kiln_cmd_convert(int argc, char **argv) {
         return cli_usage_error("convert", "expected HF_DIR OUT.gguf (got %d arguments)",
                                argc - optind);
     const char *dir = argv[optind], *out_path = argv[optind + 1];
+    if (cli_clobbers_input(out_path, dir) || cli_clobbers_input(out_path, vocab_path))
+        return cli_usage_error(
+            "convert", "OUT.gguf '%s' is one of the input files; write to a new path", out_path);
     bool want_type = false;
     kiln_dtype type = KILN_DTYPE_F32;
     if (type_arg && strcmp(type_arg, "auto") != 0) {

@@ -270,8 +270,14 @@ int kiln_cmd_inspect(int argc, char **argv) {
                h->seq_len, h->shared_classifier ? "shared" : "separate");
         kiln_llama2c_close(c);
     }
-    if (!S_ISDIR(sb.st_mode) && dir) { /* a lone .safetensors file: weights, no config */
-        printf("\n(the model configuration comes from config.json: inspect the directory)\n");
+    char cfg[4200];
+    snprintf(cfg, sizeof cfg, "%s/config.json", path);
+    struct stat cb;
+    bool no_cfg = S_ISDIR(sb.st_mode) && !(stat(cfg, &cb) == 0 && S_ISREG(cb.st_mode));
+    if ((!S_ISDIR(sb.st_mode) && dir) || no_cfg) { /* weights without a config */
+        printf(no_cfg ? "\n(no config.json here, so no model configuration to show)\n"
+                      : "\n(the model configuration comes from config.json: inspect the "
+                        "directory)\n");
         return cli_check_stdout();
     }
     kiln_model *m = NULL;

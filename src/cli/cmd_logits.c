@@ -90,6 +90,9 @@ int kiln_cmd_logits(int argc, char **argv) {
     if (!model_path || !out_path)
         return cli_usage_error("logits", "-m MODEL and -o OUT are required");
     if (!ids_arg == !prompt) return cli_usage_error("logits", "give exactly one of --ids and -p");
+    if (cli_clobbers_input(out_path, model_path) || cli_clobbers_input(out_path, lp.tokenizer_path))
+        return cli_usage_error("logits", "-o '%s' is one of the input files; write to a new path",
+                               out_path);
     kiln_ivec ids = {0};
     if (ids_arg && parse_ids(ids_arg, &ids) != 0) {
         kiln_ivec_free(&ids);

@@ -126,7 +126,7 @@ int kiln_cmd_quantize(int argc, char **argv) {
         return cli_usage_error("quantize", "expected IN.gguf OUT.gguf (got %d arguments)",
                                argc - optind);
     const char *in_path = argv[optind], *out_path = argv[optind + 1];
-    if (cli_same_file(in_path, out_path))
+    if (cli_clobbers_input(out_path, in_path))
         return cli_usage_error("quantize", "OUT.gguf is the input file '%s'; write to a new path",
                                in_path);
     kiln_dtype target;

@@ -150,10 +150,10 @@ int cli_engine_option(const char *cmd, int opt, const char *arg, kiln_engine_par
         {CLI_OPT_CTX, "--ctx", 1, 1 << 24},
         {CLI_OPT_KV_MEMORY, "--kv-memory", 1, INT64_MAX},
         {CLI_OPT_KV_TOKENS, "--kv-tokens", 1, INT32_MAX},
-        {CLI_OPT_BLOCK_SIZE, "--block-size", 1, 1 << 16},
+        {CLI_OPT_BLOCK_SIZE, "--block-size", 1, 4096},
         {CLI_OPT_STEP_TOKENS, "--step-tokens", 1, 1 << 20},
         {CLI_OPT_PREFILL_CHUNK, "--prefill-chunk", 1, 1 << 20},
-        {CLI_OPT_MAX_SEQS, "--max-seqs", 1, 1 << 20},
+        {CLI_OPT_MAX_SEQS, "--max-seqs", 1, 1 << 16},
         {CLI_OPT_MAX_QUEUE, "--max-queue", 1, 1 << 24},
     };
     if (opt == CLI_OPT_KV_TYPE) {
@@ -201,4 +201,21 @@ int cli_engine_option(const char *cmd, int opt, const char *arg, kiln_engine_par
         return 0;
     }
     return -1;
+}
+
+bool cli_clobbers_input(const char *out, const char *in) {
+    if (!out || !in) return false;
+    if (cli_same_file(out, in)) return true;
+    struct stat si, so, sd;
+    if (stat(in, &si) != 0 || !S_ISDIR(si.st_mode) || stat(out, &so) != 0 || !S_ISREG(so.st_mode))
+        return false;
+    char dir[4096];
+    const char *slash = strrchr(out, '/');
+    snprintf(dir, sizeof dir, "%.*s", slash ? (int)(slash - out) : 1, slash ? out : ".");
+    if (slash == out) snprintf(dir, sizeof dir, "/");
+    if (stat(dir, &sd) != 0 || sd.st_dev != si.st_dev || sd.st_ino != si.st_ino) return false;
+    const char *base = slash ? slash + 1 : out;
+    size_t bl = strlen(base);
+    return (bl > 12 && !strcmp(base + bl - 12, ".safetensors")) ||
+           (bl > 5 && !strcmp(base + bl - 5, ".json")) || !strncmp(base, "tokenizer", 9);
 }

@@ -95,6 +95,10 @@ static kiln_status resolve_params(const kiln_model *m, const kiln_engine_params 
         if (tokens > INT32_MAX) tokens = INT32_MAX;
         *n_blocks = kiln_kv_blocks_for_tokens((int32_t)tokens, p->block_size);
     }
+    /* the pool as built, for kiln_engine_get_params */
+    int64_t pool_tokens = (int64_t)*n_blocks * p->block_size;
+    p->kv_tokens = pool_tokens > INT32_MAX ? INT32_MAX : (int32_t)pool_tokens;
+    p->kv_memory = (int64_t)*n_blocks * block_bytes;
     return KILN_OK;
 }
 
@@ -140,7 +144,6 @@ kiln_status kiln_engine_create_debug(const kiln_model *m, const kiln_engine_para
         .dtype = p.kv_type == KILN_KV_F16 ? KILN_DTYPE_F16 : KILN_DTYPE_F32,
     };
     if ((st = kiln_kv_pool_create(&pp, &e->pool, err))) {
-        kiln_error_prefix(err, "KV pool: ");
         goto fail;
     }
     if (p.n_threads > 1 && (st = kiln_threadpool_create(p.n_threads, &e->tp, err))) goto fail;

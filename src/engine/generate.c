@@ -8,11 +8,16 @@
 
 const char *kiln_finish_reason_name(kiln_finish_reason r) {
     switch (r) {
-    case KILN_FINISH_STOP: return "stop";
-    case KILN_FINISH_LENGTH: return "length";
-    case KILN_FINISH_CANCELLED: return "cancelled";
-    case KILN_FINISH_ERROR: return "error";
-    case KILN_FINISH_NONE: break;
+    case KILN_FINISH_STOP:
+        return "stop";
+    case KILN_FINISH_LENGTH:
+        return "length";
+    case KILN_FINISH_CANCELLED:
+        return "cancelled";
+    case KILN_FINISH_ERROR:
+        return "error";
+    case KILN_FINISH_NONE:
+        break;
     }
     return "none";
 }
@@ -24,6 +29,7 @@ static double now_ms(void) {
 }
 
 bool kiln_model_is_eog(const kiln_model *m, int32_t id) {
+    if (!m) return false;
     if (m->cfg.source == KILN_SOURCE_LLAMA2C && id == 1) return true; /* run.c stops on BOS */
     if (m->tokenizer) return kiln_tokenizer_is_eog(m->tokenizer, id);
     return id == m->cfg.eos_id;
@@ -57,7 +63,9 @@ kiln_status kiln_generate(const kiln_model *m, kiln_threadpool *tp, const int32_
     kiln_sampler_scratch *scratch = NULL;
     float *logits = malloc((size_t)m->cfg.n_vocab * sizeof *logits);
     if (!logits) return kiln_error_set(err, KILN_ERR_OUT_OF_MEMORY, "out of memory");
-    if ((st = kiln_kv_seq_create(m, (int32_t)n_ctx, p->kv_type ? p->kv_type : KILN_DTYPE_F32, &kv, err))) goto done;
+    if ((st = kiln_kv_seq_create(m, (int32_t)n_ctx, p->kv_type ? p->kv_type : KILN_DTYPE_F32, &kv,
+                                 err)))
+        goto done;
     if ((st = kiln_sampler_scratch_create(m->cfg.n_vocab, &scratch, err))) goto done;
 
     double t0 = now_ms();

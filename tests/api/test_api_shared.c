@@ -38,6 +38,9 @@ int main(void) {
     kiln_engine_get_params(e, &ep);
     CHECK(kiln_model_n_ctx_train(m) > 0 && ep.n_ctx == kiln_model_n_ctx_train(m));
     CHECK(ep.n_threads >= 1 && ep.step_tokens >= 1);
+    CHECK(ep.block_size > 0 && ep.kv_tokens > 0 && ep.kv_tokens % ep.block_size == 0);
+    CHECK(ep.kv_memory > 0);
+    CHECK(!kiln_model_is_eog(NULL, 0));
     CHECK(kiln_model_eos(m) >= 0 && kiln_model_is_eog(m, kiln_model_eos(m)));
     CHECK(!kiln_model_is_eog(m, kiln_model_bos(m)));
     CHECK(kiln_model_chat_template(m) == NULL);

@@ -283,6 +283,44 @@ int main(void) {
         remove(out);
     }
 
+    /* 8e. outputs that would overwrite an input are usage errors, and the input survives:
+     * logits -o onto the model, convert onto the checkpoint's own safetensors file. */
+    {
+        char copy[600], err[8192];
+        snprintf(copy, sizeof copy, "%s/copy.gguf", g_tmpdir);
+        write_all(copy, orig, n);
+        const char *const lg[] = {"logits", "-m", copy, "--ids", "1,2", "-o", copy, NULL};
+        CHECKF(run_kiln(lg, err, sizeof err) == 2, "logits -o MODEL: %s", err);
+        size_t cn = 0;
+        uint8_t *cb = read_all(copy, &cn);
+        CHECK(cb && cn == n && memcmp(cb, orig, n) == 0);
+        free(cb);
+        remove(copy);
+        const char *hfst = kiln_test_shared("reference/hf/llama/model.safetensors");
+        const char *hfcfg = kiln_test_shared("reference/hf/llama/config.json");
+        if (access(hfst, R_OK) == 0 && access(hfcfg, R_OK) == 0) {
+            /* a copy of the checkpoint (never the shared reference itself) */
+            char hd[600], hs[700], hc[700];
+            snprintf(hd, sizeof hd, "%s/hf", g_tmpdir);
+            snprintf(hs, sizeof hs, "%s/model.safetensors", hd);
+            snprintf(hc, sizeof hc, "%s/config.json", hd);
+            REQUIRE(mkdir(hd, 0700) == 0);
+            size_t sn = 0, fn = 0;
+            uint8_t *sb = read_all(hfst, &sn), *fb = read_all(hfcfg, &fn);
+            REQUIRE(sb && fb);
+            write_all(hs, sb, sn);
+            write_all(hc, fb, fn);
+            const char *const cv[] = {"convert", hd, hs, NULL};
+            CHECKF(run_kiln(cv, err, sizeof err) == 2, "convert onto its input: %s", err);
+            CHECKF(strstr(err, "input files") != NULL, "convert onto its input: %s", err);
+            size_t after = 0;
+            uint8_t *ab = read_all(hs, &after);
+            CHECK(ab && after == sn && memcmp(ab, sb, sn) == 0);
+            free(ab), free(sb), free(fb);
+            remove(hs), remove(hc), rmdir(hd);
+        }
+    }
+
     /* 9. --ctx beyond the model's training context (512) runs, with a warning. */
     {
         const char *const args[] = {"run", "-m", gguf,    "-p",  "Once",
