@@ -54,8 +54,8 @@ KA void hsum16x8(const __m512 v[8], float out[8]) {
         _mm512_add_ps(_mm512_shuffle_f32x4(s8[2 * i], s8[2 * i + 1], 0x88),
                       _mm512_shuffle_f32x4(s8[2 * i], s8[2 * i + 1], 0xDD));
     /* lane k: [t_k j=0,1 | t_{k+4} j=0,1] + [t_k j=2,3 | t_{k+4} j=2,3] */
-    __m512 s2 = _mm512_add_ps(_mm512_shuffle_ps(s4[0], s4[1], 0x44),
-                              _mm512_shuffle_ps(s4[0], s4[1], 0xEE));
+    __m512 s2 =
+        _mm512_add_ps(_mm512_shuffle_ps(s4[0], s4[1], 0x44), _mm512_shuffle_ps(s4[0], s4[1], 0xEE));
     /* lane k: [t_k, t_{k+4}, .., ..] = elements 0 + 1 */
     __m512 s1 = _mm512_add_ps(_mm512_shuffle_ps(s2, s2, 0x88), _mm512_shuffle_ps(s2, s2, 0xDD));
     const __m512i idx = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 0, 0, 0, 0, 0, 0, 0, 0);
@@ -129,8 +129,8 @@ KA __m512 load_d16(const uint8_t *p, const int BSZ) {
     __m512i d = _mm512_setzero_si512();
     _Pragma("GCC unroll 4") for (int w = 0; w < nw; w++) {
         const uint8_t *q = p + (size_t)(w * per * BSZ);
-        __m512i t = _mm512_permutex2var_epi16(_mm512_loadu_si512(q), idx,
-                                              _mm512_loadu_si512(q + 64));
+        __m512i t =
+            _mm512_permutex2var_epi16(_mm512_loadu_si512(q), idx, _mm512_loadu_si512(q + 64));
         int lo = w * per, hi = lo + per < 16 ? lo + per : 16;
         __mmask32 k = (__mmask32)(((1u << hi) - 1u) & ~((1u << lo) - 1u));
         d = w == 0 ? t : _mm512_mask_mov_epi16(d, k, t);
@@ -300,6 +300,70 @@ KA void q8_body(const int Q4, const int VNNI, int64_t n, const uint8_t *w, const
     _Pragma("GCC unroll 8") for (int r = 0; r < R; r++) out[r] = hsum16(acc[r]);
 }
 
+/*
+ * Two Q4_0 rows x R <= 8 tokens (VNNI), for batched decode: each activation vector is loaded once
+ * and feeds both rows' vpdpbusd, halving the activation loads of two q8_body calls. The rows'
+ * nibble pairs stay packed (p0, p1) and are split per step i, so the integer sums, the
+ * D * isum FMA per lane and the final reduction are those of q8_body: the same bits. The 16
+ * float accumulators live in memory (updated once per group). Rows with a partial last group
+ * go through q8_body.
+ */
+KA void q4_body2(int64_t n, const uint8_t *w0, const uint8_t *w1, const uint8_t *xq, size_t xs,
+                 const int R, float *out) {
+    const int BSZ = (int)sizeof(kiln_block_q4_0);
+    const int64_t nb = n / 32, nbp = kiln_q8_nbp(n), ng = nb / 16;
+    const __m512i low4 = _mm512_set1_epi8(15);
+    __m512 acc[2][8];
+    _Pragma("GCC unroll 8") for (int r = 0; r < R; r++) acc[0][r] = acc[1][r] = _mm512_setzero_ps();
+    for (int64_t g = 0; g < ng; g++) {
+        const int64_t b0 = 16 * g;
+        const uint8_t *g0 = w0 + (size_t)b0 * (size_t)BSZ, *g1 = w1 + (size_t)b0 * (size_t)BSZ;
+        __m512i y[4], p0[4], p1[4];
+        _Pragma("GCC unroll 4") for (int v = 0; v < 4; v++) y[v] =
+            load4x128(g0 + v * BSZ + 2, g0 + (4 + v) * BSZ + 2, g0 + (8 + v) * BSZ + 2,
+                      g0 + (12 + v) * BSZ + 2);
+        transpose4x16(y, p0);
+        _Pragma("GCC unroll 4") for (int v = 0; v < 4; v++) y[v] =
+            load4x128(g1 + v * BSZ + 2, g1 + (4 + v) * BSZ + 2, g1 + (8 + v) * BSZ + 2,
+                      g1 + (12 + v) * BSZ + 2);
+        transpose4x16(y, p1);
+        __m512i is0[8], is1[8];
+        _Pragma("GCC unroll 8") for (int r = 0; r < R; r++) is0[r] = is1[r] =
+            isum_init(1, 1, xq + (size_t)r * xs, nbp, b0);
+        _Pragma("GCC unroll 8") for (int i = 0; i < 8; i++) {
+            const int c = i & 3;
+            __m512i t0 = i < 4 ? p0[c] : _mm512_srli_epi32(p0[c], 4);
+            __m512i t1 = i < 4 ? p1[c] : _mm512_srli_epi32(p1[c], 4);
+            t0 = _mm512_and_si512(t0, low4);
+            t1 = _mm512_and_si512(t1, low4);
+            _Pragma("GCC unroll 8") for (int r = 0; r < R; r++) {
+                __m512i xv = _mm512_loadu_si512(xq + (size_t)r * xs + 32 * b0 + 64 * i);
+                __asm__("" : "+v"(xv)); /* one load for both rows */
+                is0[r] = _mm512_dpbusd_epi32(is0[r], t0, xv);
+                is1[r] = _mm512_dpbusd_epi32(is1[r], t1, xv);
+            }
+        }
+        const __m512 dw0 = load_d16(g0, BSZ), dw1 = load_d16(g1, BSZ);
+        _Pragma("GCC unroll 8") for (int r = 0; r < R; r++) {
+            const __m512 dx =
+                _mm512_loadu_ps((const float *)(xq + (size_t)r * xs + KILN_Q8_D_OFF(nbp)) + b0);
+            acc[0][r] =
+                _mm512_fmadd_ps(_mm512_mul_ps(dw0, dx), _mm512_cvtepi32_ps(is0[r]), acc[0][r]);
+            acc[1][r] =
+                _mm512_fmadd_ps(_mm512_mul_ps(dw1, dx), _mm512_cvtepi32_ps(is1[r]), acc[1][r]);
+        }
+    }
+    if (R == 8) {
+        hsum16x8(acc[0], out);
+        hsum16x8(acc[1], out + 8);
+        return;
+    }
+    _Pragma("GCC unroll 8") for (int r = 0; r < R; r++) {
+        out[r] = hsum16(acc[0][r]);
+        out[R + r] = hsum16(acc[1][r]);
+    }
+}
+
 /* ---------------------------------------------------------------- packed (prefill) */
 
 /*
@@ -449,7 +513,7 @@ KILN_PK_DEFINE(q4_0_pk, 1)
         q8_body(Q4, VNNI, n, (const uint8_t *)w, xq, xs, R, out);                                  \
         return;
 
-#define KILN_Q8_DEFINE(NAME, Q4, VNNI)                                                             \
+#define KILN_Q8_DEFINE(NAME, Q4, VNNI, MR)                                                         \
     static float NAME##_dot(int64_t n, const void *w, const void *xq) {                            \
         float o;                                                                                   \
         q8_body(Q4, VNNI, n, (const uint8_t *)w, (const uint8_t *)xq, 0, 1, &o);                   \
@@ -457,7 +521,37 @@ KILN_PK_DEFINE(q4_0_pk, 1)
     }                                                                                              \
     static void NAME##_tile(int64_t n, const void *w, size_t rs, int nrows, const uint8_t *xq,     \
                             size_t xs, int ntok, float *out) {                                     \
-        (void)rs, (void)nrows; /* max_rows is 1 */                                                 \
+        if (MR == 2 && nrows == 2) { /* out[k * ntok + r] */                                       \
+            const uint8_t *w1 = (const uint8_t *)w + rs;                                           \
+            if ((n / 32) % 16 == 0 && ntok >= 2) {                                                 \
+                switch (ntok) {                                                                    \
+                case 2:                                                                            \
+                    q4_body2(n, (const uint8_t *)w, w1, xq, xs, 2, out);                           \
+                    return;                                                                        \
+                case 3:                                                                            \
+                    q4_body2(n, (const uint8_t *)w, w1, xq, xs, 3, out);                           \
+                    return;                                                                        \
+                case 4:                                                                            \
+                    q4_body2(n, (const uint8_t *)w, w1, xq, xs, 4, out);                           \
+                    return;                                                                        \
+                case 5:                                                                            \
+                    q4_body2(n, (const uint8_t *)w, w1, xq, xs, 5, out);                           \
+                    return;                                                                        \
+                case 6:                                                                            \
+                    q4_body2(n, (const uint8_t *)w, w1, xq, xs, 6, out);                           \
+                    return;                                                                        \
+                case 7:                                                                            \
+                    q4_body2(n, (const uint8_t *)w, w1, xq, xs, 7, out);                           \
+                    return;                                                                        \
+                default:                                                                           \
+                    q4_body2(n, (const uint8_t *)w, w1, xq, xs, 8, out);                           \
+                    return;                                                                        \
+                }                                                                                  \
+            }                                                                                      \
+            NAME##_tile(n, w, rs, 1, xq, xs, ntok, out);                                           \
+            NAME##_tile(n, (const uint8_t *)w + rs, rs, 1, xq, xs, ntok, out + ntok);              \
+            return;                                                                                \
+        }                                                                                          \
         switch (ntok) {                                                                            \
             KILN_Q8_CASE(Q4, VNNI, 1)                                                              \
             KILN_Q8_CASE(Q4, VNNI, 2)                                                              \
@@ -476,26 +570,26 @@ KILN_PK_DEFINE(q4_0_pk, 1)
         q8_small_body(Q4, VNNI, n, (const uint8_t *)w, rs, nrows, xq, out);                        \
     }                                                                                              \
     static const kiln_cpu_q8_kernel NAME##_kernel = {                                              \
-        NAME##_dot, NAME##_tile, 1, MAX_TOK, NAME##_small, PKB, PKP, PKT, PR, PC};
+        NAME##_dot, NAME##_tile, MR, MAX_TOK, NAME##_small, PKB, PKP, PKT, PR, PC};
 
 /* the packed kernels are VNNI only */
 #define PKB NULL
 #define PKP NULL
 #define PKT NULL
-KILN_Q8_DEFINE(q8_0_bw, 0, 0)
-KILN_Q8_DEFINE(q4_0_bw, 1, 0)
+KILN_Q8_DEFINE(q8_0_bw, 0, 0, 1)
+KILN_Q8_DEFINE(q4_0_bw, 1, 0, 1)
 #undef PKB
 #undef PKP
 #undef PKT
 #define PKB pk_row_bytes
 #define PKP q8_0_pk_pack
 #define PKT q8_0_pk_ptile
-KILN_Q8_DEFINE(q8_0_vnni, 0, 1)
+KILN_Q8_DEFINE(q8_0_vnni, 0, 1, 1)
 #undef PKP
 #undef PKT
 #define PKP q4_0_pk_pack
 #define PKT q4_0_pk_ptile
-KILN_Q8_DEFINE(q4_0_vnni, 1, 1)
+KILN_Q8_DEFINE(q4_0_vnni, 1, 1, 2)
 #undef PKB
 #undef PKP
 #undef PKT
