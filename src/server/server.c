@@ -303,16 +303,20 @@ static enum MHD_Result route_detokenize(srv_req *r) {
         json_decref(root);
         return fail(r, 400, "invalid_request_error", NULL, NULL, "the model has no tokenizer");
     }
-    kiln_detok *d = NULL;
+    size_t n = json_array_size(toks);
+    if (n > INT32_MAX) {
+        json_decref(root);
+        return fail(r, 400, "invalid_request_error", NULL, "tokens", "'tokens' is too long");
+    }
+    int32_t *ids = malloc((n ? n : 1) * sizeof *ids);
+    char *text = NULL;
     kiln_error err = {0};
-    srv_buf out = {0};
-    srv_buf_add(&out, "", 0);
     enum MHD_Result ret;
-    if (kiln_detok_create(s->m->tokenizer, &d, &err) != KILN_OK) {
-        ret = fail(r, 500, "server_error", NULL, NULL, "%s", err.message);
+    if (!ids) {
+        ret = fail(r, 500, "server_error", NULL, NULL, "out of memory");
         goto done;
     }
-    for (size_t i = 0; i < json_array_size(toks); i++) {
+    for (size_t i = 0; i < n; i++) {
         json_t *t = json_array_get(toks, i);
         if (!json_is_integer(t) || json_integer_value(t) < 0 ||
             json_integer_value(t) >= s->n_vocab) {
@@ -320,28 +324,23 @@ static enum MHD_Result route_detokenize(srv_req *r) {
                        "'tokens' element %zu is not a token id in [0, %d)", i, s->n_vocab);
             goto done;
         }
-        const char *text;
-        size_t len;
-        if (kiln_detok_push(d, (int32_t)json_integer_value(t), &text, &len, &err) != KILN_OK) {
-            ret = fail(r, 500, "server_error", NULL, NULL, "%s", err.message);
-            goto done;
-        }
-        srv_buf_add(&out, text, len);
+        ids[i] = (int32_t)json_integer_value(t);
     }
-    const char *text;
-    size_t len;
-    if (kiln_detok_flush(d, &text, &len, &err) == KILN_OK) srv_buf_add(&out, text, len);
-    if (out.oom) {
-        ret = fail(r, 500, "server_error", NULL, NULL, "out of memory");
+    size_t len = 0; /* first the length, then the text */
+    if (kiln_model_detokenize(s->m, ids, (int32_t)n, NULL, 0, &len, &err) != KILN_OK ||
+        !(text = malloc(len + 1)) ||
+        kiln_model_detokenize(s->m, ids, (int32_t)n, text, len, &len, &err) != KILN_OK) {
+        ret = fail(r, 500, "server_error", NULL, NULL, "%s",
+                   err.message[0] ? err.message : "out of memory");
         goto done;
     }
     srv_buf fixed = {0};
-    srv_utf8_repair(out.p, out.len, &fixed);
+    srv_utf8_repair(text, len, &fixed);
     ret = queue_json(r, 200, json_pack("{s:s%}", "prompt", fixed.p ? fixed.p : "", fixed.len));
     srv_buf_free(&fixed);
 done:
-    kiln_detok_destroy(d);
-    srv_buf_free(&out);
+    free(ids);
+    free(text);
     json_decref(root);
     return ret;
 }
