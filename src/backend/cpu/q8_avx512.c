@@ -107,6 +107,38 @@ KA __m512i load4x128(const uint8_t *a, const uint8_t *b, const uint8_t *c, const
     return _mm512_inserti32x4(r, _mm_loadu_si128((const __m128i *)d), 3);
 }
 
+/* The 16 Q4_0 blocks of a group at wg (18 bytes each), transposed: lane l of p[c] holds
+ * bytes 4c..4c+3 of block l's quants (two nibbles each). */
+KA void q4_nibble_pairs(const uint8_t *wg, __m512i p[4]) {
+    const int BSZ = (int)sizeof(kiln_block_q4_0);
+    __m512i y[4];
+    _Pragma("GCC unroll 4") for (int v = 0; v < 4; v++) y[v] = load4x128(
+        wg + v * BSZ + 2, wg + (4 + v) * BSZ + 2, wg + (8 + v) * BSZ + 2, wg + (12 + v) * BSZ + 2);
+    transpose4x16(y, p);
+}
+
+/* The weight vectors of a Q4_0 group as vpdpbusd takes them: T[c] the low nibbles of p[c],
+ * T[4 + c] the high ones (u8 0..15) */
+KA void q4_group_t(const uint8_t *wg, __m512i T[8]) {
+    const __m512i low4 = _mm512_set1_epi8(15);
+    __m512i p[4];
+    q4_nibble_pairs(wg, p);
+    _Pragma("GCC unroll 4") for (int c = 0; c < 4; c++) {
+        T[c] = _mm512_and_si512(p[c], low4);
+        T[4 + c] = _mm512_and_si512(_mm512_srli_epi32(p[c], 4), low4);
+    }
+}
+
+/* The 16 Q8_0 blocks of a group at wg (34 bytes each), transposed: lane l of T[i] holds
+ * quants 4i..4i+3 of block l (signed) */
+KA void q8_group_t(const uint8_t *wg, __m512i T[8]) {
+    const int BSZ = (int)sizeof(kiln_block_q8_0);
+    __m512i z[8];
+    _Pragma("GCC unroll 8") for (int m = 0; m < 8; m++) z[m] =
+        load2x256(wg + m * BSZ + 2, wg + (m + 8) * BSZ + 2);
+    transpose8x16(z, T);
+}
+
 KA uint16_t rd16(const uint8_t *p) {
     uint16_t v;
     memcpy(&v, p, 2);
@@ -150,25 +182,14 @@ KA __m512i isum_init(const int Q4, const int VNNI, const uint8_t *xr, int64_t nb
 KA void q8_group(const int Q4, const int VNNI, const uint8_t *w, int64_t b0, int64_t nbp,
                  const uint8_t *xq, size_t xs, const int R, __m512 acc[]) {
     const int BSZ = Q4 ? (int)sizeof(kiln_block_q4_0) : (int)sizeof(kiln_block_q8_0);
-    const __m512i ones = _mm512_set1_epi16(1), low4 = _mm512_set1_epi8(15);
+    const __m512i ones = _mm512_set1_epi16(1);
     const uint8_t *wg = w + (size_t)b0 * (size_t)BSZ;
     const __m512 dw = load_d16(wg, BSZ);
     __m512i T[8], U[8];
     if (Q4) {
-        __m512i y[4], p[4];
-        _Pragma("GCC unroll 4") for (int v = 0; v < 4; v++) y[v] =
-            load4x128(wg + v * BSZ + 2, wg + (4 + v) * BSZ + 2, wg + (8 + v) * BSZ + 2,
-                      wg + (12 + v) * BSZ + 2);
-        transpose4x16(y, p);
-        _Pragma("GCC unroll 4") for (int c = 0; c < 4; c++) {
-            T[c] = _mm512_and_si512(p[c], low4);
-            T[4 + c] = _mm512_and_si512(_mm512_srli_epi32(p[c], 4), low4);
-        }
+        q4_group_t(wg, T);
     } else {
-        __m512i z[8];
-        _Pragma("GCC unroll 8") for (int m = 0; m < 8; m++) z[m] =
-            load2x256(wg + m * BSZ + 2, wg + (m + 8) * BSZ + 2);
-        transpose8x16(z, T);
+        q8_group_t(wg, T);
         _Pragma("GCC unroll 8") for (int i = 0; i < 8; i++) {
             if (VNNI)
                 T[i] = _mm512_xor_si512(T[i], _mm512_set1_epi8((char)0x80));
@@ -318,15 +339,9 @@ KA void q4_body2(int64_t n, const uint8_t *w0, const uint8_t *w1, const uint8_t 
     for (int64_t g = 0; g < ng; g++) {
         const int64_t b0 = 16 * g;
         const uint8_t *g0 = w0 + (size_t)b0 * (size_t)BSZ, *g1 = w1 + (size_t)b0 * (size_t)BSZ;
-        __m512i y[4], p0[4], p1[4];
-        _Pragma("GCC unroll 4") for (int v = 0; v < 4; v++) y[v] =
-            load4x128(g0 + v * BSZ + 2, g0 + (4 + v) * BSZ + 2, g0 + (8 + v) * BSZ + 2,
-                      g0 + (12 + v) * BSZ + 2);
-        transpose4x16(y, p0);
-        _Pragma("GCC unroll 4") for (int v = 0; v < 4; v++) y[v] =
-            load4x128(g1 + v * BSZ + 2, g1 + (4 + v) * BSZ + 2, g1 + (8 + v) * BSZ + 2,
-                      g1 + (12 + v) * BSZ + 2);
-        transpose4x16(y, p1);
+        __m512i p0[4], p1[4];
+        q4_nibble_pairs(g0, p0);
+        q4_nibble_pairs(g1, p1);
         __m512i is0[8], is1[8];
         _Pragma("GCC unroll 8") for (int r = 0; r < R; r++) is0[r] = is1[r] =
             isum_init(1, 1, xq + (size_t)r * xs, nbp, b0);
@@ -389,7 +404,6 @@ KA void pk_pack(const int Q4, int64_t n, const uint8_t *w, size_t rs, int nrows,
     const int BSZ = Q4 ? (int)sizeof(kiln_block_q4_0) : (int)sizeof(kiln_block_q8_0);
     const int64_t ng = n / 32 / 16;
     const size_t pb = pk_row_bytes(n);
-    const __m512i low4 = _mm512_set1_epi8(15);
     for (int k = 0; k < nrows; k++) {
         const uint8_t *wr = w + (size_t)k * rs;
         uint8_t *d = dst + (size_t)k * pb;
@@ -397,20 +411,9 @@ KA void pk_pack(const int Q4, int64_t n, const uint8_t *w, size_t rs, int nrows,
             const uint8_t *wg = wr + (size_t)(16 * g) * (size_t)BSZ;
             __m512i T[8];
             if (Q4) {
-                __m512i y[4], p[4];
-                for (int v = 0; v < 4; v++)
-                    y[v] = load4x128(wg + v * BSZ + 2, wg + (4 + v) * BSZ + 2,
-                                     wg + (8 + v) * BSZ + 2, wg + (12 + v) * BSZ + 2);
-                transpose4x16(y, p);
-                for (int c = 0; c < 4; c++) {
-                    T[c] = _mm512_and_si512(p[c], low4);
-                    T[4 + c] = _mm512_and_si512(_mm512_srli_epi32(p[c], 4), low4);
-                }
+                q4_group_t(wg, T);
             } else {
-                __m512i z[8];
-                for (int m = 0; m < 8; m++)
-                    z[m] = load2x256(wg + m * BSZ + 2, wg + (m + 8) * BSZ + 2);
-                transpose8x16(z, T);
+                q8_group_t(wg, T);
                 for (int i = 0; i < 8; i++)
                     T[i] = _mm512_xor_si512(T[i], _mm512_set1_epi8((char)0x80));
             }
