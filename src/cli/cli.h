@@ -24,6 +24,11 @@ int kiln_cmd_serve(int argc, char **argv);
 
 /** Print "kiln: error: <message>" to stderr and return KILN_EXIT_ERROR. */
 int cli_fail(const kiln_error *err);
+/** The usage error for getopt_long's result c when it is not an option of cmd: ':' (a
+ *  missing value) or anything else (an unknown option), naming argv[optind - 1]. Returns
+ *  KILN_EXIT_USAGE. */
+int cli_bad_option(const char *cmd, int c, char **argv);
+
 /** Print "kiln <cmd>: <fmt...>" to stderr and return KILN_EXIT_USAGE. */
 int cli_usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 

@@ -286,10 +286,8 @@ int kiln_cmd_bench(int argc, char **argv) {
         case 'h':
             bench_usage(stdout);
             return 0;
-        case ':':
-            return cli_usage_error("bench", "option '%s' needs a value", argv[optind - 1]);
         default:
-            return cli_usage_error("bench", "unknown option '%s'", argv[optind - 1]);
+            return cli_bad_option("bench", c, argv);
         }
     }
     if (optind < argc) return cli_usage_error("bench", "unexpected argument '%s'", argv[optind]);

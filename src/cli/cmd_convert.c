@@ -407,10 +407,8 @@ int kiln_cmd_convert(int argc, char **argv) {
         case 'h':
             convert_usage(stdout);
             return 0;
-        case ':':
-            return cli_usage_error("convert", "option '%s' needs a value", argv[optind - 1]);
         default:
-            return cli_usage_error("convert", "unknown option '%s'", argv[optind - 1]);
+            return cli_bad_option("convert", ch, argv);
         }
     }
     if (argc - optind != 2)

@@ -182,10 +182,8 @@ int kiln_cmd_gen_model(int argc, char **argv) {
         case 'h':
             gen_usage(stdout);
             return 0;
-        case ':':
-            return cli_usage_error("gen-model", "option '%s' needs a value", argv[optind - 1]);
         default:
-            return cli_usage_error("gen-model", "unknown option '%s'", argv[optind - 1]);
+            return cli_bad_option("gen-model", ch, argv);
         }
     }
     if (optind < argc)

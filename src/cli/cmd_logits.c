@@ -80,10 +80,8 @@ int kiln_cmd_logits(int argc, char **argv) {
         case 'h':
             logits_usage(stdout);
             return 0;
-        case ':':
-            return cli_usage_error("logits", "option '%s' needs a value", argv[optind - 1]);
         default:
-            return cli_usage_error("logits", "unknown option '%s'", argv[optind - 1]);
+            return cli_bad_option("logits", c, argv);
         }
     }
     if (optind < argc) return cli_usage_error("logits", "unexpected argument '%s'", argv[optind]);

@@ -116,10 +116,8 @@ int kiln_cmd_quantize(int argc, char **argv) {
         case 'h':
             quantize_usage(stdout);
             return 0;
-        case ':':
-            return cli_usage_error("quantize", "option '%s' needs a value", argv[optind - 1]);
         default:
-            return cli_usage_error("quantize", "unknown option '%s'", argv[optind - 1]);
+            return cli_bad_option("quantize", c, argv);
         }
     }
     if (argc - optind != 2)

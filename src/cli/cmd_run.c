@@ -154,10 +154,8 @@ int kiln_cmd_run(int argc, char **argv) {
         case 'h':
             run_usage(stdout);
             return 0;
-        case ':':
-            return cli_usage_error("run", "option '%s' needs a value", argv[optind - 1]);
         default:
-            return cli_usage_error("run", "unknown option '%s'", argv[optind - 1]);
+            return cli_bad_option("run", c, argv);
         }
     }
     if (optind < argc) return cli_usage_error("run", "unexpected argument '%s'", argv[optind]);

@@ -185,10 +185,8 @@ int kiln_cmd_serve(int argc, char **argv) {
         case 'h':
             serve_usage(stdout);
             return 0;
-        case ':':
-            return cli_usage_error("serve", "option '%s' needs a value", argv[optind - 1]);
         default:
-            return cli_usage_error("serve", "unknown option '%s'", argv[optind - 1]);
+            return cli_bad_option("serve", c, argv);
         }
     }
 #undef INT_OPT

@@ -47,10 +47,8 @@ int kiln_cmd_tokenize(int argc, char **argv) {
         case 'h':
             tokenize_usage(stdout);
             return 0;
-        case ':':
-            return cli_usage_error("tokenize", "option '%s' needs a value", argv[optind - 1]);
         default:
-            return cli_usage_error("tokenize", "unknown option '%s'", argv[optind - 1]);
+            return cli_bad_option("tokenize", c, argv);
         }
     }
     if (!model_path) return cli_usage_error("tokenize", "-m MODEL is required");

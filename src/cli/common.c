@@ -1,4 +1,5 @@
 #include <errno.h>
+#include <getopt.h>
 #include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -25,6 +26,11 @@ int cli_usage_error(const char *cmd, const char *fmt, ...) {
     va_end(ap);
     fprintf(stderr, "\n(run 'kiln %s --help' for usage)\n", cmd);
     return KILN_EXIT_USAGE;
+}
+
+int cli_bad_option(const char *cmd, int c, char **argv) {
+    if (c == ':') return cli_usage_error(cmd, "option '%s' needs a value", argv[optind - 1]);
+    return cli_usage_error(cmd, "unknown option '%s'", argv[optind - 1]);
 }
 
 bool cli_parse_i64(const char *s, int64_t lo, int64_t hi, int64_t *out) {
