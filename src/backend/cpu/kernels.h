@@ -24,10 +24,21 @@
 typedef void (*kiln_vec_dot_tile_fn)(int64_t n, const void *w, size_t row_stride, int nrows,
                                      const float *x, int64_t ldx, int ntok, float *out);
 
+/**
+ * out[k] = dot(w + k * row_stride, x) for k < nrows: one token against consecutive rows, each
+ * row read start to end before the next (one sequential stream, which the hardware
+ * prefetchers follow best), with a software prefetch pf bytes ahead of the read position
+ * (0: none; the caller keeps w + nrows * row_stride + pf inside the weight). Bit-identical
+ * to dot per row.
+ */
+typedef void (*kiln_vec_dot_gemv_fn)(int64_t n, const void *w, size_t row_stride, int64_t nrows,
+                                     const float *x, float *out, size_t pf);
+
 typedef struct kiln_cpu_kernel {
     kiln_vec_dot_fn dot;
     kiln_vec_dot_tile_fn tile; /* NULL: the matmul calls dot once per (row, token) */
     int max_rows, max_tok;
+    kiln_vec_dot_gemv_fn gemv; /* optional: one-token products (decode) */
 } kiln_cpu_kernel;
 
 /* Kernel of dtype t on each path, or NULL when the path has none (or is not compiled). */

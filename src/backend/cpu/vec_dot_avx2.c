@@ -166,7 +166,7 @@ KA __m256 q6_k_group(const uint8_t *row, int64_t u, int g) {
             return;                                                                                \
         }                                                                                          \
     }                                                                                              \
-    static const kiln_cpu_kernel NAME##_kernel = {NAME##_dot, NAME##_tile, MAX_ROWS, MAX_TOK};
+    static const kiln_cpu_kernel NAME##_kernel = {NAME##_dot, NAME##_tile, MAX_ROWS, MAX_TOK, NULL};
 
 /* block types never have a partial tail; these keep the skeleton well-formed */
 #define q8_0_part(row, first, m) V_ZERO()

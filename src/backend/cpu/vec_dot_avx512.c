@@ -43,13 +43,14 @@ KA float hsum16(__m512 v) { /* lanes j + j+8, j + j+4, j + j+2, 0 + 1 */
  */
 #define KILN_TILE_BODY(NAME, UNIT, PLAIN)                                                          \
     KA void NAME##_body(int64_t n, const uint8_t *w, size_t rs, const float *x, int64_t ldx,       \
-                        const int NR, const int R, float *out) {                                   \
+                        const int NR, const int R, float *out, const size_t PF) {                  \
         __m512 acc[4][8];                                                                          \
         _Pragma("GCC unroll 4") for (int k = 0; k < NR; k++)                                       \
             _Pragma("GCC unroll 8") for (int r = 0; r < R; r++) acc[k][r] = _mm512_setzero_ps();   \
         const int64_t nu = n / (UNIT);                                                             \
         for (int64_t u = 0; u < nu; u++) {                                                         \
             const float *xu = x + u * (UNIT);                                                      \
+            if (PF) prefetch_unit(w, (size_t)u * NAME##_UBYTES, NAME##_UBYTES, PF);                \
             _Pragma("GCC unroll 16") for (int g = 0; g < (UNIT) / 16; g++) {                       \
                 __m512 wv[4];                                                                      \
                 _Pragma("GCC unroll 4") for (int k = 0; k < NR; k++) wv[k] =                       \
@@ -80,9 +81,25 @@ KA float hsum16(__m512 v) { /* lanes j + j+8, j + j+4, j + j+2, 0 + 1 */
     }                                                                                              \
     static float NAME##_dot(int64_t n, const void *w, const float *x) {                            \
         float o;                                                                                   \
-        NAME##_body(n, (const uint8_t *)w, 0, x, 0, 1, 1, &o);                                     \
+        NAME##_body(n, (const uint8_t *)w, 0, x, 0, 1, 1, &o, 0);                                  \
         return o;                                                                                  \
     }
+
+/* bytes of one decode unit per dtype */
+#define f32_UBYTES  64
+#define f16_UBYTES  32
+#define bf16_UBYTES 32
+#define q8_0_UBYTES ((size_t)sizeof(kiln_block_q8_0))
+#define q4_0_UBYTES ((size_t)sizeof(kiln_block_q4_0))
+#define q4_k_UBYTES ((size_t)sizeof(kiln_block_q4_k))
+#define q6_k_UBYTES ((size_t)sizeof(kiln_block_q6_k))
+
+/* Software prefetch for a row read in one stream: the cache lines pf bytes past the unit at
+ * byte off of the row that starts at w (one prefetch per line; NTA: the weights are read once) */
+KA void prefetch_unit(const uint8_t *w, size_t off, size_t ub, size_t pf) {
+    if (ub < 64 && off != 0 && (off & ~(size_t)63) == ((off - ub) & ~(size_t)63)) return;
+    for (size_t j = 0; j < ub; j += 64) _mm_prefetch((const char *)(w + off + pf + j), _MM_HINT_NTA);
+}
 
 KA __m512 i8x16_to_ps(__m128i v) {
     return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(v));
@@ -180,7 +197,7 @@ KA __m512 q6_k_group(const uint8_t *row, int64_t u, int g) {
 
 #define KILN_TILE_CASE(NAME, NR, R)                                                                \
     case R:                                                                                        \
-        NAME##_body(n, (const uint8_t *)w, rs, x, ldx, NR, R, out);                                \
+        NAME##_body(n, (const uint8_t *)w, rs, x, ldx, NR, R, out, 0);                             \
         return;
 
 /* tiles of MR rows (or 1, for the last rows of a range) x 1..6 tokens */
@@ -196,7 +213,7 @@ KA __m512 q6_k_group(const uint8_t *row, int64_t u, int g) {
                 KILN_TILE_CASE(NAME, MR, 4)                                                        \
                 KILN_TILE_CASE(NAME, MR, 5)                                                        \
             default:                                                                               \
-                NAME##_body(n, (const uint8_t *)w, rs, x, ldx, MR, 6, out);                        \
+                NAME##_body(n, (const uint8_t *)w, rs, x, ldx, MR, 6, out, 0);                     \
                 return;                                                                            \
             }                                                                                      \
         }                                                                                          \
@@ -205,27 +222,38 @@ KA __m512 q6_k_group(const uint8_t *row, int64_t u, int g) {
             float *ok = out + k * ntok;                                                            \
             switch (ntok) {                                                                        \
             case 1:                                                                                \
-                NAME##_body(n, wk, rs, x, ldx, 1, 1, ok);                                          \
+                NAME##_body(n, wk, rs, x, ldx, 1, 1, ok, 0);                                       \
                 break;                                                                             \
             case 2:                                                                                \
-                NAME##_body(n, wk, rs, x, ldx, 1, 2, ok);                                          \
+                NAME##_body(n, wk, rs, x, ldx, 1, 2, ok, 0);                                       \
                 break;                                                                             \
             case 3:                                                                                \
-                NAME##_body(n, wk, rs, x, ldx, 1, 3, ok);                                          \
+                NAME##_body(n, wk, rs, x, ldx, 1, 3, ok, 0);                                       \
                 break;                                                                             \
             case 4:                                                                                \
-                NAME##_body(n, wk, rs, x, ldx, 1, 4, ok);                                          \
+                NAME##_body(n, wk, rs, x, ldx, 1, 4, ok, 0);                                       \
                 break;                                                                             \
             case 5:                                                                                \
-                NAME##_body(n, wk, rs, x, ldx, 1, 5, ok);                                          \
+                NAME##_body(n, wk, rs, x, ldx, 1, 5, ok, 0);                                       \
                 break;                                                                             \
             default:                                                                               \
-                NAME##_body(n, wk, rs, x, ldx, 1, 6, ok);                                          \
+                NAME##_body(n, wk, rs, x, ldx, 1, 6, ok, 0);                                       \
                 break;                                                                             \
             }                                                                                      \
         }                                                                                          \
     }                                                                                              \
-    static const kiln_cpu_kernel NAME##_kernel = {NAME##_dot, NAME##_tile, MR, 6};
+    /* one token, rows one at a time (one stream), prefetching pf bytes ahead */              \
+    static void NAME##_gemv(int64_t n, const void *w, size_t rs, int64_t nrows, const float *x,    \
+                            float *out, size_t pf) {                                               \
+        for (int64_t k = 0; k < nrows; k++) {                                                      \
+            const uint8_t *wk = (const uint8_t *)w + (size_t)k * rs;                               \
+            if (pf)                                                                                \
+                NAME##_body(n, wk, rs, x, 0, 1, 1, out + k, pf);                                   \
+            else                                                                                   \
+                NAME##_body(n, wk, rs, x, 0, 1, 1, out + k, 0);                                    \
+        }                                                                                          \
+    }                                                                                              \
+    static const kiln_cpu_kernel NAME##_kernel = {NAME##_dot, NAME##_tile, MR, 6, NAME##_gemv};
 
 /* block types never have a partial tail; these keep the skeleton well-formed */
 #define q8_0_part(row, first, m) _mm512_setzero_ps()

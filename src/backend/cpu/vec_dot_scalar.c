@@ -120,13 +120,13 @@ static float dot_q6_k(int64_t n, const void *w, const float *x) {
     return s;
 }
 
-static const kiln_cpu_kernel k_f32 = {dot_f32, NULL, 1, 1};
-static const kiln_cpu_kernel k_f16 = {dot_f16, NULL, 1, 1};
-static const kiln_cpu_kernel k_bf16 = {dot_bf16, NULL, 1, 1};
-static const kiln_cpu_kernel k_q8_0 = {dot_q8_0, NULL, 1, 1};
-static const kiln_cpu_kernel k_q4_0 = {dot_q4_0, NULL, 1, 1};
-static const kiln_cpu_kernel k_q4_k = {dot_q4_k, NULL, 1, 1};
-static const kiln_cpu_kernel k_q6_k = {dot_q6_k, NULL, 1, 1};
+static const kiln_cpu_kernel k_f32 = {dot_f32, NULL, 1, 1, NULL};
+static const kiln_cpu_kernel k_f16 = {dot_f16, NULL, 1, 1, NULL};
+static const kiln_cpu_kernel k_bf16 = {dot_bf16, NULL, 1, 1, NULL};
+static const kiln_cpu_kernel k_q8_0 = {dot_q8_0, NULL, 1, 1, NULL};
+static const kiln_cpu_kernel k_q4_0 = {dot_q4_0, NULL, 1, 1, NULL};
+static const kiln_cpu_kernel k_q4_k = {dot_q4_k, NULL, 1, 1, NULL};
+static const kiln_cpu_kernel k_q6_k = {dot_q6_k, NULL, 1, 1, NULL};
 
 const kiln_cpu_kernel *kiln_cpu_kernel_scalar(kiln_dtype t) {
     switch (t) {
