@@ -87,6 +87,10 @@ typedef void (*kiln_q8_ptile_fn)(int64_t n, const uint8_t *pk, size_t pk_stride,
                                  size_t row_stride, int nrows, const uint8_t *xq, size_t xq_stride,
                                  int ntok, float *out);
 
+/* kiln_vec_dot_gemv_fn for a quantized activation row xq (bit-identical to dot per row) */
+typedef void (*kiln_q8_gemv_fn)(int64_t n, const void *w, size_t row_stride, int64_t nrows,
+                                const uint8_t *xq, float *out, size_t pf);
+
 typedef struct kiln_cpu_q8_kernel {
     kiln_vec_dot_q8_fn dot;
     kiln_q8_tile_fn tile; /* NULL: one dot per (row, token) */
@@ -97,6 +101,7 @@ typedef struct kiln_cpu_q8_kernel {
     kiln_q8_pack_fn pack;
     kiln_q8_ptile_fn ptile;
     int pmax_rows, pmax_tok;
+    kiln_q8_gemv_fn gemv; /* optional: one-token products (decode) */
 } kiln_cpu_q8_kernel;
 
 /* Per path: q8 kernel of weight dtype t (NULL if none) and the row quantizer of the path's

@@ -92,18 +92,25 @@ static size_t gemv_pf(void) {
     return g_gemv_pf;
 }
 
+/* One token through the segment's gemv kernel (either mode): rows [o0, safe) with the
+ * prefetch, [safe, o1) without, where rows below safe prefetch only inside the weight */
 static void mm_gemv(const mm_ctx *c, const mm_seg *s, int64_t o0, int64_t o1) {
     const size_t pf = gemv_pf();
-    /* rows whose prefetches stay inside the weight: o + 1 + ceil(pf / rs) <= n_out */
+    /* o + 1 + ceil(pf / row_bytes) <= n_out */
     int64_t ahead = s->row_bytes ? (int64_t)((pf + s->row_bytes - 1) / s->row_bytes) : 0;
     int64_t safe = s->n_out - 1 - ahead;
     if (safe > o1) safe = o1;
     if (safe < o0) safe = o0;
-    if (safe > o0) s->k->gemv(c->n_in, s->w + (size_t)o0 * s->row_bytes, s->row_bytes, safe - o0, c->x,
-                              s->y + o0, pf);
-    if (o1 > safe)
-        s->k->gemv(c->n_in, s->w + (size_t)safe * s->row_bytes, s->row_bytes, o1 - safe, c->x,
-                   s->y + safe, 0);
+    const int64_t from[2] = {o0, safe}, to[2] = {safe, o1};
+    for (int i = 0; i < 2; i++) {
+        if (to[i] <= from[i]) continue;
+        const uint8_t *w = s->w + (size_t)from[i] * s->row_bytes;
+        size_t d = i == 0 ? pf : 0;
+        if (c->xq)
+            s->k8->gemv(c->n_in, w, s->row_bytes, to[i] - from[i], c->xq, s->y + from[i], d);
+        else
+            s->k->gemv(c->n_in, w, s->row_bytes, to[i] - from[i], c->x, s->y + from[i], d);
+    }
 }
 
 static void mm_rows(const mm_ctx *c, const mm_seg *s, int64_t o0, int64_t o1) {
@@ -193,6 +200,10 @@ static void mm_q8_packed(const mm_ctx *c, const mm_seg *s, uint8_t *pk, int64_t 
 
 static void mm_q8_rows(const mm_ctx *c, const mm_seg *s, int64_t o0, int64_t o1) {
     const kiln_cpu_q8_kernel *k = s->k8;
+    if (c->n_tok == 1 && k->gemv && !(k->small && c->n_in < 512)) {
+        mm_gemv(c, s, o0, o1);
+        return;
+    }
     if (k->small && c->n_in < 512) { /* short rows: 8 rows per call, rows in lanes */
         for (int64_t t = 0; t < c->n_tok; t++)
             for (int64_t o = o0; o < o1; o += 8)

@@ -304,12 +304,19 @@ KA void q8_tail(const int Q4, const int VNNI, const uint8_t *w, int64_t b0, int 
 
 /* One tile: weight row w (Q8_0 if !Q4, else Q4_0) against R quantized rows (t16, stride xs). */
 KA void q8_body(const int Q4, const int VNNI, int64_t n, const uint8_t *w, const uint8_t *xq,
-                size_t xs, const int R, float *out) {
+                size_t xs, const int R, float *out, const size_t PF) {
     const int64_t nb = n / 32, nbp = kiln_q8_nbp(n);
+    const size_t GB = 16 * (Q4 ? sizeof(kiln_block_q4_0) : sizeof(kiln_block_q8_0));
     __m512 acc[MAX_TOK];
     _Pragma("GCC unroll 8") for (int r = 0; r < R; r++) acc[r] = _mm512_setzero_ps();
     int64_t b0 = 0;
-    for (; b0 + 16 <= nb; b0 += 16) q8_group(Q4, VNNI, w, b0, nbp, xq, xs, R, acc);
+    for (; b0 + 16 <= nb; b0 += 16) {
+        if (PF) /* the group's bytes, PF ahead: one prefetch per line */
+            for (size_t j = (size_t)b0 / 16 * GB + PF; j < ((size_t)b0 / 16 + 1) * GB + PF;
+                 j = (j | 63) + 1)
+                _mm_prefetch((const char *)(w + j), _MM_HINT_NTA);
+        q8_group(Q4, VNNI, w, b0, nbp, xq, xs, R, acc);
+    }
     if (b0 < nb) {
         q8_tail(Q4, VNNI, w, b0, (int)(nb - b0), nbp, xq, xs, R, acc, out);
         return;
@@ -513,13 +520,13 @@ KILN_PK_DEFINE(q4_0_pk, 1)
 
 #define KILN_Q8_CASE(Q4, VNNI, R)                                                                  \
     case R:                                                                                        \
-        q8_body(Q4, VNNI, n, (const uint8_t *)w, xq, xs, R, out);                                  \
+        q8_body(Q4, VNNI, n, (const uint8_t *)w, xq, xs, R, out, 0);                               \
         return;
 
 #define KILN_Q8_DEFINE(NAME, Q4, VNNI, MR)                                                         \
     static float NAME##_dot(int64_t n, const void *w, const void *xq) {                            \
         float o;                                                                                   \
-        q8_body(Q4, VNNI, n, (const uint8_t *)w, (const uint8_t *)xq, 0, 1, &o);                   \
+        q8_body(Q4, VNNI, n, (const uint8_t *)w, (const uint8_t *)xq, 0, 1, &o, 0);                \
         return o;                                                                                  \
     }                                                                                              \
     static void NAME##_tile(int64_t n, const void *w, size_t rs, int nrows, const uint8_t *xq,     \
@@ -564,7 +571,7 @@ KILN_PK_DEFINE(q4_0_pk, 1)
             KILN_Q8_CASE(Q4, VNNI, 6)                                                              \
             KILN_Q8_CASE(Q4, VNNI, 7)                                                              \
         default:                                                                                   \
-            q8_body(Q4, VNNI, n, (const uint8_t *)w, xq, xs, 8, out);                              \
+            q8_body(Q4, VNNI, n, (const uint8_t *)w, xq, xs, 8, out, 0);                           \
             return;                                                                                \
         }                                                                                          \
     }                                                                                              \
@@ -572,8 +579,18 @@ KILN_PK_DEFINE(q4_0_pk, 1)
                              float *out) {                                                         \
         q8_small_body(Q4, VNNI, n, (const uint8_t *)w, rs, nrows, xq, out);                        \
     }                                                                                              \
+    static void NAME##_gemv(int64_t n, const void *w, size_t rs, int64_t nrows, const uint8_t *xq, \
+                            float *out, size_t pf) {                                               \
+        for (int64_t k = 0; k < nrows; k++) {                                                      \
+            const uint8_t *wk = (const uint8_t *)w + (size_t)k * rs;                               \
+            if (pf)                                                                                \
+                q8_body(Q4, VNNI, n, wk, xq, 0, 1, out + k, pf);                                   \
+            else                                                                                   \
+                q8_body(Q4, VNNI, n, wk, xq, 0, 1, out + k, 0);                                    \
+        }                                                                                          \
+    }                                                                                              \
     static const kiln_cpu_q8_kernel NAME##_kernel = {                                              \
-        NAME##_dot, NAME##_tile, MR, MAX_TOK, NAME##_small, PKB, PKP, PKT, PR, PC};
+        NAME##_dot, NAME##_tile, MR, MAX_TOK, NAME##_small, PKB, PKP, PKT, PR, PC, NAME##_gemv};
 
 /* the packed kernels are VNNI only */
 #define PKB NULL
