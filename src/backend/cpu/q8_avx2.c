@@ -118,12 +118,14 @@ KA void q8_group(const int Q4, const int cnt, const uint8_t *w, int64_t g0, int6
 
 /* One tile: weight row w (n elements, Q8_0 if !Q4 else Q4_0) against R quantized rows. */
 KA void q8_body(const int Q4, int64_t n, const uint8_t *w, const uint8_t *xq, size_t xs,
-                const int R, float *out) {
+                const int R, float *out, const size_t PF) {
     const int64_t nb = n / 32, nbp = kiln_q8_nbp(n);
+    const size_t GB = 16 * (Q4 ? sizeof(kiln_block_q4_0) : sizeof(kiln_block_q8_0));
     __m256 acc[MAX_TOK][2];
     _Pragma("GCC unroll 4") for (int r = 0; r < R; r++) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
     int64_t g0 = 0;
     for (; g0 + 16 <= nb; g0 += 16) {
+        if (PF) kiln_prefetch_unit(w, (size_t)g0 / 16 * GB, GB, PF);
         q8_group(Q4, 8, w, g0, nbp, xq, xs, R, 0, acc);
         q8_group(Q4, 8, w, g0 + 8, nbp, xq, xs, R, 1, acc);
     }
@@ -140,7 +142,7 @@ KA void q8_body(const int Q4, int64_t n, const uint8_t *w, const uint8_t *xq, si
 #define KILN_Q8_DEFINE(NAME, Q4)                                                                   \
     static float NAME##_dot(int64_t n, const void *w, const void *xq) {                            \
         float o;                                                                                   \
-        q8_body(Q4, n, (const uint8_t *)w, (const uint8_t *)xq, 0, 1, &o);                         \
+        q8_body(Q4, n, (const uint8_t *)w, (const uint8_t *)xq, 0, 1, &o, 0);                      \
         return o;                                                                                  \
     }                                                                                              \
     static void NAME##_tile(int64_t n, const void *w, size_t rs, int nrows, const uint8_t *xq,     \
@@ -148,16 +150,16 @@ KA void q8_body(const int Q4, int64_t n, const uint8_t *w, const uint8_t *xq, si
         (void)rs, (void)nrows; /* max_rows is 1 */                                                 \
         switch (ntok) {                                                                            \
         case 1:                                                                                    \
-            q8_body(Q4, n, (const uint8_t *)w, xq, xs, 1, out);                                    \
+            q8_body(Q4, n, (const uint8_t *)w, xq, xs, 1, out, 0);                                 \
             return;                                                                                \
         case 2:                                                                                    \
-            q8_body(Q4, n, (const uint8_t *)w, xq, xs, 2, out);                                    \
+            q8_body(Q4, n, (const uint8_t *)w, xq, xs, 2, out, 0);                                 \
             return;                                                                                \
         case 3:                                                                                    \
-            q8_body(Q4, n, (const uint8_t *)w, xq, xs, 3, out);                                    \
+            q8_body(Q4, n, (const uint8_t *)w, xq, xs, 3, out, 0);                                 \
             return;                                                                                \
         default:                                                                                   \
-            q8_body(Q4, n, (const uint8_t *)w, xq, xs, 4, out);                                    \
+            q8_body(Q4, n, (const uint8_t *)w, xq, xs, 4, out, 0);                                 \
             return;                                                                                \
         }                                                                                          \
     }                                                                                              \
@@ -165,11 +167,14 @@ KA void q8_body(const int Q4, int64_t n, const uint8_t *w, const uint8_t *xq, si
                              float *out) {                                                         \
         q8_small_body(Q4, 0, n, (const uint8_t *)w, rs, nrows, xq, out);                           \
     }                                                                                              \
+    KILN_Q8_GEMV_FN(NAME, q8_body(Q4, n, wk, xq, 0, 1, out + k, pf),                              \
+                    q8_body(Q4, n, wk, xq, 0, 1, out + k, 0))                                      \
     static const kiln_cpu_q8_kernel NAME##_kernel = {.dot = NAME##_dot,                            \
                                                      .tile = NAME##_tile,                          \
                                                      .max_rows = 1,                                \
                                                      .max_tok = MAX_TOK,                           \
-                                                     .small = NAME##_small};
+                                                     .small = NAME##_small,                        \
+                                                     .gemv = NAME##_gemv};
 
 KILN_Q8_DEFINE(q8_0, 0)
 KILN_Q8_DEFINE(q4_0, 1)

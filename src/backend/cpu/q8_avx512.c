@@ -311,10 +311,7 @@ KA void q8_body(const int Q4, const int VNNI, int64_t n, const uint8_t *w, const
     _Pragma("GCC unroll 8") for (int r = 0; r < R; r++) acc[r] = _mm512_setzero_ps();
     int64_t b0 = 0;
     for (; b0 + 16 <= nb; b0 += 16) {
-        if (PF) /* the group's bytes, PF ahead: one prefetch per line */
-            for (size_t j = (size_t)b0 / 16 * GB + PF; j < ((size_t)b0 / 16 + 1) * GB + PF;
-                 j = (j | 63) + 1)
-                _mm_prefetch((const char *)(w + j), _MM_HINT_NTA);
+        if (PF) kiln_prefetch_unit(w, (size_t)b0 / 16 * GB, GB, PF);
         q8_group(Q4, VNNI, w, b0, nbp, xq, xs, R, acc);
     }
     if (b0 < nb) {
@@ -579,16 +576,8 @@ KILN_PK_DEFINE(q4_0_pk, 1)
                              float *out) {                                                         \
         q8_small_body(Q4, VNNI, n, (const uint8_t *)w, rs, nrows, xq, out);                        \
     }                                                                                              \
-    static void NAME##_gemv(int64_t n, const void *w, size_t rs, int64_t nrows, const uint8_t *xq, \
-                            float *out, size_t pf) {                                               \
-        for (int64_t k = 0; k < nrows; k++) {                                                      \
-            const uint8_t *wk = (const uint8_t *)w + (size_t)k * rs;                               \
-            if (pf)                                                                                \
-                q8_body(Q4, VNNI, n, wk, xq, 0, 1, out + k, pf);                                   \
-            else                                                                                   \
-                q8_body(Q4, VNNI, n, wk, xq, 0, 1, out + k, 0);                                    \
-        }                                                                                          \
-    }                                                                                              \
+    KILN_Q8_GEMV_FN(NAME, q8_body(Q4, VNNI, n, wk, xq, 0, 1, out + k, pf),                        \
+                    q8_body(Q4, VNNI, n, wk, xq, 0, 1, out + k, 0))                                \
     static const kiln_cpu_q8_kernel NAME##_kernel = {                                              \
         NAME##_dot, NAME##_tile, MR, MAX_TOK, NAME##_small, PKB, PKP, PKT, PR, PC, NAME##_gemv};
 

@@ -154,7 +154,7 @@ KA __m256 q6_k_group(const uint8_t *row, int64_t u, int g) {
                 KILN_TILE_CASE_R(NAME, 2, 1)                                                       \
                 KILN_TILE_CASE_R(NAME, 2, 2)                                                       \
             default:                                                                               \
-                NAME##_body(n, (const uint8_t *)w, rs, x, ldx, 2, 3, out);                         \
+                NAME##_body(n, (const uint8_t *)w, rs, x, ldx, 2, 3, out, 0);                      \
                 return;                                                                            \
             }                                                                                      \
         }                                                                                          \
@@ -162,11 +162,22 @@ KA __m256 q6_k_group(const uint8_t *row, int64_t u, int g) {
             KILN_TILE_CASE_R(NAME, 1, 1)                                                           \
             KILN_TILE_CASE_R(NAME, 1, 2)                                                           \
         default:                                                                                   \
-            NAME##_body(n, (const uint8_t *)w, rs, x, ldx, 1, 3, out);                             \
+            NAME##_body(n, (const uint8_t *)w, rs, x, ldx, 1, 3, out, 0);                          \
             return;                                                                                \
         }                                                                                          \
     }                                                                                              \
-    static const kiln_cpu_kernel NAME##_kernel = {NAME##_dot, NAME##_tile, MAX_ROWS, MAX_TOK, NULL};
+    KILN_GEMV_FN(NAME)                                                                             \
+    static const kiln_cpu_kernel NAME##_kernel = {NAME##_dot, NAME##_tile, MAX_ROWS, MAX_TOK,      \
+                                                  NAME##_gemv};
+
+/* bytes of one 32-element (256 for the K-quants) decode unit */
+#define f32_UBYTES  128
+#define f16_UBYTES  64
+#define bf16_UBYTES 64
+#define q8_0_UBYTES ((size_t)sizeof(kiln_block_q8_0))
+#define q4_0_UBYTES ((size_t)sizeof(kiln_block_q4_0))
+#define q4_k_UBYTES ((size_t)sizeof(kiln_block_q4_k))
+#define q6_k_UBYTES ((size_t)sizeof(kiln_block_q6_k))
 
 /* block types never have a partial tail; these keep the skeleton well-formed */
 #define q8_0_part(row, first, m) V_ZERO()

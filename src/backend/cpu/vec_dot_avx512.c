@@ -50,7 +50,7 @@ KA float hsum16(__m512 v) { /* lanes j + j+8, j + j+4, j + j+2, 0 + 1 */
         const int64_t nu = n / (UNIT);                                                             \
         for (int64_t u = 0; u < nu; u++) {                                                         \
             const float *xu = x + u * (UNIT);                                                      \
-            if (PF) prefetch_unit(w, (size_t)u * NAME##_UBYTES, NAME##_UBYTES, PF);                \
+            if (PF) kiln_prefetch_unit(w, (size_t)u * NAME##_UBYTES, NAME##_UBYTES, PF);           \
             _Pragma("GCC unroll 16") for (int g = 0; g < (UNIT) / 16; g++) {                       \
                 __m512 wv[4];                                                                      \
                 _Pragma("GCC unroll 4") for (int k = 0; k < NR; k++) wv[k] =                       \
@@ -93,13 +93,6 @@ KA float hsum16(__m512 v) { /* lanes j + j+8, j + j+4, j + j+2, 0 + 1 */
 #define q4_0_UBYTES ((size_t)sizeof(kiln_block_q4_0))
 #define q4_k_UBYTES ((size_t)sizeof(kiln_block_q4_k))
 #define q6_k_UBYTES ((size_t)sizeof(kiln_block_q6_k))
-
-/* Software prefetch for a row read in one stream: the cache lines pf bytes past the unit at
- * byte off of the row that starts at w (one prefetch per line; NTA: the weights are read once) */
-KA void prefetch_unit(const uint8_t *w, size_t off, size_t ub, size_t pf) {
-    if (ub < 64 && off != 0 && (off & ~(size_t)63) == ((off - ub) & ~(size_t)63)) return;
-    for (size_t j = 0; j < ub; j += 64) _mm_prefetch((const char *)(w + off + pf + j), _MM_HINT_NTA);
-}
 
 KA __m512 i8x16_to_ps(__m128i v) {
     return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(v));
@@ -242,17 +235,7 @@ KA __m512 q6_k_group(const uint8_t *row, int64_t u, int g) {
             }                                                                                      \
         }                                                                                          \
     }                                                                                              \
-    /* one token, rows one at a time (one stream), prefetching pf bytes ahead */              \
-    static void NAME##_gemv(int64_t n, const void *w, size_t rs, int64_t nrows, const float *x,    \
-                            float *out, size_t pf) {                                               \
-        for (int64_t k = 0; k < nrows; k++) {                                                      \
-            const uint8_t *wk = (const uint8_t *)w + (size_t)k * rs;                               \
-            if (pf)                                                                                \
-                NAME##_body(n, wk, rs, x, 0, 1, 1, out + k, pf);                                   \
-            else                                                                                   \
-                NAME##_body(n, wk, rs, x, 0, 1, 1, out + k, 0);                                    \
-        }                                                                                          \
-    }                                                                                              \
+    KILN_GEMV_FN(NAME)                                                                             \
     static const kiln_cpu_kernel NAME##_kernel = {NAME##_dot, NAME##_tile, MR, 6, NAME##_gemv};
 
 /* block types never have a partial tail; these keep the skeleton well-formed */
