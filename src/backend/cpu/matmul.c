@@ -7,11 +7,13 @@
  * end to end, are split over the pool's threads by contiguous ranges in one fork/join.
  * Within a thread, rows are visited in cache-sized panels; for each panel, tokens are taken
  * in groups of the kernel's max_tok and each row is decoded once per group (or, for many
- * tokens, the panel is packed once by the q8 kernel and reused by every token tile). The
- * reduction of each (t, o) is the kernel's own fixed order, so none of this changes any
- * output bit. In q8 mode each activation row is quantized on its own (same bits whatever
+ * tokens, the panel is packed once by the q8 kernel and reused by every token tile). One
+ * token (decode) instead reads the thread's rows start to end through the kernel's gemv
+ * (one stream, software prefetch KILN_GEMV_PF bytes ahead). The reduction of each (t, o) is
+ * the kernel's own fixed order, so none of this changes any output bit. In q8 mode each activation row is quantized on its own (same bits whatever
  * the batch).
  */
+#include <errno.h>
 #include <math.h>
 #include <pthread.h>
 #include <stddef.h>
@@ -49,9 +51,11 @@ typedef struct mm_ctx {
     size_t pk_bytes; /* per thread */
 } mm_ctx;
 
-/* Decode (one token) streams every weight once from memory: the rows PF_BYTES ahead of the
- * current tile are prefetched, which the hardware prefetchers alone do not reach (measured
- * +15-25% bandwidth on a 2-core AMD EPYC with 2 threads) */
+/* Small batches (2+ tokens, or kernels without gemv) stream each weight once on the first
+ * pass over a panel: the rows PF_BYTES ahead of the current tile are prefetched, which the
+ * hardware prefetchers alone do not reach (measured +15-25% bandwidth on a 2-core AMD EPYC
+ * with 2 threads; batched decode of 16 sequences runs at 0.6x without it). One-token calls
+ * go through mm_gemv instead. */
 enum { PF_BYTES = 16 * 1024 };
 
 static inline void prefetch_rows(const uint8_t *p, size_t bytes) {
@@ -83,9 +87,13 @@ enum { GEMV_PF = 16384 };
 
 static size_t g_gemv_pf = GEMV_PF;
 static pthread_once_t g_gemv_once = PTHREAD_ONCE_INIT;
-static void gemv_init(void) {
+static void gemv_init(void) { /* a decimal byte count up to 1 GiB, else the default */
     const char *e = getenv("KILN_GEMV_PF");
-    if (e && atol(e) >= 0) g_gemv_pf = (size_t)atol(e);
+    if (!e || *e < '0' || *e > '9') return;
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(e, &end, 10);
+    if (errno == 0 && *end == '\0' && v <= (1ull << 30)) g_gemv_pf = (size_t)v;
 }
 static size_t gemv_pf(void) {
     pthread_once(&g_gemv_once, gemv_init);
@@ -93,11 +101,12 @@ static size_t gemv_pf(void) {
 }
 
 /* One token through the segment's gemv kernel (either mode): rows [o0, safe) with the
- * prefetch, [safe, o1) without, where rows below safe prefetch only inside the weight */
+ * prefetch, [safe, o1) without. Row o's prefetches end before byte (o + 1) * row_bytes + pf
+ * of the weight, inside it when o + 1 + ceil(pf / row_bytes) <= n_out; safe keeps one row
+ * more margin than that. */
 static void mm_gemv(const mm_ctx *c, const mm_seg *s, int64_t o0, int64_t o1) {
-    const size_t pf = gemv_pf();
-    /* o + 1 + ceil(pf / row_bytes) <= n_out */
-    int64_t ahead = s->row_bytes ? (int64_t)((pf + s->row_bytes - 1) / s->row_bytes) : 0;
+    const size_t pf = gemv_pf(), rb = s->row_bytes;
+    int64_t ahead = rb ? (int64_t)(pf / rb + (pf % rb != 0)) : 0;
     int64_t safe = s->n_out - 1 - ahead;
     if (safe > o1) safe = o1;
     if (safe < o0) safe = o0;
@@ -200,11 +209,12 @@ static void mm_q8_packed(const mm_ctx *c, const mm_seg *s, uint8_t *pk, int64_t 
 
 static void mm_q8_rows(const mm_ctx *c, const mm_seg *s, int64_t o0, int64_t o1) {
     const kiln_cpu_q8_kernel *k = s->k8;
-    if (c->n_tok == 1 && k->gemv && !(k->small && c->n_in < 512)) {
+    const bool short_rows = k->small && c->n_in < 512;
+    if (c->n_tok == 1 && k->gemv && !short_rows) {
         mm_gemv(c, s, o0, o1);
         return;
     }
-    if (k->small && c->n_in < 512) { /* short rows: 8 rows per call, rows in lanes */
+    if (short_rows) { /* 8 rows per call, rows in lanes */
         for (int64_t t = 0; t < c->n_tok; t++)
             for (int64_t o = o0; o < o1; o += 8)
                 k->small(c->n_in, s->w + (size_t)o * s->row_bytes, s->row_bytes,

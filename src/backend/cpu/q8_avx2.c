@@ -116,7 +116,8 @@ KA void q8_group(const int Q4, const int cnt, const uint8_t *w, int64_t g0, int6
     }
 }
 
-/* One tile: weight row w (n elements, Q8_0 if !Q4 else Q4_0) against R quantized rows. */
+/* One tile: weight row w (n elements, Q8_0 if !Q4 else Q4_0) against R quantized rows.
+ * PF > 0 (the gemv kernels) prefetches each 16-block group's bytes PF ahead (no arithmetic). */
 KA void q8_body(const int Q4, int64_t n, const uint8_t *w, const uint8_t *xq, size_t xs,
                 const int R, float *out, const size_t PF) {
     const int64_t nb = n / 32, nbp = kiln_q8_nbp(n);
@@ -167,8 +168,8 @@ KA void q8_body(const int Q4, int64_t n, const uint8_t *w, const uint8_t *xq, si
                              float *out) {                                                         \
         q8_small_body(Q4, 0, n, (const uint8_t *)w, rs, nrows, xq, out);                           \
     }                                                                                              \
-    KILN_Q8_GEMV_FN(NAME, q8_body(Q4, n, wk, xq, 0, 1, out + k, pf),                              \
-                    q8_body(Q4, n, wk, xq, 0, 1, out + k, 0))                                      \
+    KILN_GEMV_LOOP(NAME, const uint8_t *, q8_body(Q4, n, wk, x, 0, 1, out + k, pf),                \
+                   q8_body(Q4, n, wk, x, 0, 1, out + k, 0))                                        \
     static const kiln_cpu_q8_kernel NAME##_kernel = {.dot = NAME##_dot,                            \
                                                      .tile = NAME##_tile,                          \
                                                      .max_rows = 1,                                \

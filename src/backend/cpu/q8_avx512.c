@@ -302,7 +302,8 @@ KA void q8_tail(const int Q4, const int VNNI, const uint8_t *w, int64_t b0, int 
     }
 }
 
-/* One tile: weight row w (Q8_0 if !Q4, else Q4_0) against R quantized rows (t16, stride xs). */
+/* One tile: weight row w (Q8_0 if !Q4, else Q4_0) against R quantized rows (t16, stride xs).
+ * PF > 0 (the gemv kernels) prefetches each 16-block group's bytes PF ahead (no arithmetic). */
 KA void q8_body(const int Q4, const int VNNI, int64_t n, const uint8_t *w, const uint8_t *xq,
                 size_t xs, const int R, float *out, const size_t PF) {
     const int64_t nb = n / 32, nbp = kiln_q8_nbp(n);
@@ -576,8 +577,8 @@ KILN_PK_DEFINE(q4_0_pk, 1)
                              float *out) {                                                         \
         q8_small_body(Q4, VNNI, n, (const uint8_t *)w, rs, nrows, xq, out);                        \
     }                                                                                              \
-    KILN_Q8_GEMV_FN(NAME, q8_body(Q4, VNNI, n, wk, xq, 0, 1, out + k, pf),                        \
-                    q8_body(Q4, VNNI, n, wk, xq, 0, 1, out + k, 0))                                \
+    KILN_GEMV_LOOP(NAME, const uint8_t *, q8_body(Q4, VNNI, n, wk, x, 0, 1, out + k, pf),          \
+                   q8_body(Q4, VNNI, n, wk, x, 0, 1, out + k, 0))                                  \
     static const kiln_cpu_q8_kernel NAME##_kernel = {                                              \
         NAME##_dot, NAME##_tile, MR, MAX_TOK, NAME##_small, PKB, PKP, PKT, PR, PC, NAME##_gemv};
 

@@ -40,6 +40,8 @@ KA float hsum16(__m512 v) { /* lanes j + j+8, j + j+4, j + j+2, 0 + 1 */
  * on both sides), acc = fma(w_group, x_group, acc); result hsum16(acc). A tile of NR rows x R
  * tokens decodes each weight group once and loads each activation group once, and runs the
  * NR * R independent FMA chains interleaved: every pair sees the same operations as alone.
+ * PF (bytes, 0 = none) adds a software prefetch that far ahead of each unit (the gemv kernels;
+ * NAME_UBYTES is the bytes of one unit); it changes no arithmetic.
  */
 #define KILN_TILE_BODY(NAME, UNIT, PLAIN)                                                          \
     KA void NAME##_body(int64_t n, const uint8_t *w, size_t rs, const float *x, int64_t ldx,       \
