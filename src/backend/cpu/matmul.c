@@ -10,8 +10,8 @@
  * tokens, the panel is packed once by the q8 kernel and reused by every token tile). One
  * token (decode) instead reads the thread's rows start to end through the kernel's gemv
  * (one stream, software prefetch KILN_GEMV_PF bytes ahead). The reduction of each (t, o) is
- * the kernel's own fixed order, so none of this changes any output bit. In q8 mode each activation row is quantized on its own (same bits whatever
- * the batch).
+ * the kernel's own fixed order, so none of this changes any output bit. In q8 mode each
+ * activation row is quantized on its own (same bits whatever the batch).
  */
 #include <errno.h>
 #include <math.h>
@@ -113,12 +113,12 @@ static void mm_gemv(const mm_ctx *c, const mm_seg *s, int64_t o0, int64_t o1) {
     const int64_t from[2] = {o0, safe}, to[2] = {safe, o1};
     for (int i = 0; i < 2; i++) {
         if (to[i] <= from[i]) continue;
-        const uint8_t *w = s->w + (size_t)from[i] * s->row_bytes;
+        const uint8_t *w = s->w + (size_t)from[i] * rb;
         size_t d = i == 0 ? pf : 0;
         if (c->xq)
-            s->k8->gemv(c->n_in, w, s->row_bytes, to[i] - from[i], c->xq, s->y + from[i], d);
+            s->k8->gemv(c->n_in, w, rb, to[i] - from[i], c->xq, s->y + from[i], d);
         else
-            s->k->gemv(c->n_in, w, s->row_bytes, to[i] - from[i], c->x, s->y + from[i], d);
+            s->k->gemv(c->n_in, w, rb, to[i] - from[i], c->x, s->y + from[i], d);
     }
 }
 

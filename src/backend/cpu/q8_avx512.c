@@ -521,6 +521,12 @@ KILN_PK_DEFINE(q4_0_pk, 1)
         q8_body(Q4, VNNI, n, (const uint8_t *)w, xq, xs, R, out, 0);                               \
         return;
 
+/* the 2-row Q4_0 tile for R tokens (rows w and w1) */
+#define KILN_Q4X2_CASE(R)                                                                          \
+    case R:                                                                                        \
+        q4_body2(n, (const uint8_t *)w, w1, xq, xs, R, out);                                       \
+        return;
+
 #define KILN_Q8_DEFINE(NAME, Q4, VNNI, MR)                                                         \
     static float NAME##_dot(int64_t n, const void *w, const void *xq) {                            \
         float o;                                                                                   \
@@ -533,24 +539,12 @@ KILN_PK_DEFINE(q4_0_pk, 1)
             const uint8_t *w1 = (const uint8_t *)w + rs;                                           \
             if ((n / 32) % 16 == 0 && ntok >= 2) {                                                 \
                 switch (ntok) {                                                                    \
-                case 2:                                                                            \
-                    q4_body2(n, (const uint8_t *)w, w1, xq, xs, 2, out);                           \
-                    return;                                                                        \
-                case 3:                                                                            \
-                    q4_body2(n, (const uint8_t *)w, w1, xq, xs, 3, out);                           \
-                    return;                                                                        \
-                case 4:                                                                            \
-                    q4_body2(n, (const uint8_t *)w, w1, xq, xs, 4, out);                           \
-                    return;                                                                        \
-                case 5:                                                                            \
-                    q4_body2(n, (const uint8_t *)w, w1, xq, xs, 5, out);                           \
-                    return;                                                                        \
-                case 6:                                                                            \
-                    q4_body2(n, (const uint8_t *)w, w1, xq, xs, 6, out);                           \
-                    return;                                                                        \
-                case 7:                                                                            \
-                    q4_body2(n, (const uint8_t *)w, w1, xq, xs, 7, out);                           \
-                    return;                                                                        \
+                    KILN_Q4X2_CASE(2)                                                              \
+                    KILN_Q4X2_CASE(3)                                                              \
+                    KILN_Q4X2_CASE(4)                                                              \
+                    KILN_Q4X2_CASE(5)                                                              \
+                    KILN_Q4X2_CASE(6)                                                              \
+                    KILN_Q4X2_CASE(7)                                                              \
                 default:                                                                           \
                     q4_body2(n, (const uint8_t *)w, w1, xq, xs, 8, out);                           \
                     return;                                                                        \
