@@ -36,12 +36,16 @@ static int kiln_test_failures = 0;
         }                                                                                   \
     } while (0)
 
-/* Path under ../shared; returns a static buffer (one at a time per call site use). */
+/* Path under ../shared (an absolute path is kept as it is, for files a test fixture made in
+ * the build tree); returns a static buffer (one at a time per call site use). */
 static inline const char *kiln_test_shared(const char *rel) {
     static char buf[8][4096];
     static int slot = 0;
     char *b = buf[slot++ & 7];
-    snprintf(b, 4096, "%s/%s", KILN_SHARED_DIR, rel);
+    if (rel[0] == '/')
+        snprintf(b, 4096, "%s", rel);
+    else
+        snprintf(b, 4096, "%s/%s", KILN_SHARED_DIR, rel);
     return b;
 }
 

@@ -134,18 +134,21 @@ static void add_bias(float *y, const float *bias, int32_t n, int64_t dim) {
         for (int64_t j = 0; j < dim; j++) y[i * dim + j] += bias[j];
 }
 
+static kiln_cpu_mm_out mm_out(const kiln_mat *w, float *y) {
+    return (kiln_cpu_mm_out){w->data, w->dtype, w->n_out, y, w->layout};
+}
+
 static void matmul(fwd *f, const kiln_mat *w, const float *x, int32_t n, float *y) {
-    kiln_cpu_matmul(f->tp, w->data, w->dtype, w->n_out, w->n_in, x, n, y);
+    const kiln_cpu_mm_out out = mm_out(w, y);
+    kiln_cpu_matmul_multi(f->tp, &out, 1, w->n_in, x, n);
 }
 
 /* y_i = x w_i^T for two or three weights of the same input width (w3 may be NULL): one call,
  * one quantization of x, one fork/join; the same bits as separate matmuls */
 static void matmul3(fwd *f, const kiln_mat *w1, float *y1, const kiln_mat *w2, float *y2,
                     const kiln_mat *w3, float *y3, const float *x, int32_t n) {
-    kiln_cpu_mm_out outs[3] = {
-        {w1->data, w1->dtype, w1->n_out, y1},
-        {w2->data, w2->dtype, w2->n_out, y2},
-        {w3 ? w3->data : NULL, w3 ? w3->dtype : KILN_DTYPE_F32, w3 ? w3->n_out : 0, y3}};
+    kiln_cpu_mm_out outs[3] = {mm_out(w1, y1), mm_out(w2, y2), {0}};
+    if (w3) outs[2] = mm_out(w3, y3);
     kiln_cpu_matmul_multi(f->tp, outs, w3 ? 3 : 2, w1->n_in, x, n);
 }
 
@@ -718,8 +721,8 @@ kiln_status kiln_model_forward_batch(const kiln_model *m, kiln_kv_pool *pool, ki
             else
                 kiln_rmsnorm(f->xb + r * d, xr, m->output_norm, d, c->norm_eps);
         }
-        kiln_cpu_matmul(tp, m->output.data, m->output.dtype, c->n_vocab, d, f->xb, b->n_out,
-                        logits);
+        const kiln_cpu_mm_out out = mm_out(&m->output, logits);
+        kiln_cpu_matmul_multi(tp, &out, 1, d, f->xb, b->n_out);
         if (c->final_softcap > 0.0f)
             kiln_softcap(logits, (int64_t)b->n_out * c->n_vocab, c->final_softcap);
     }

@@ -16,6 +16,7 @@
 #include "format/llama2c.h"
 #include "format/safetensors.h"
 #include "util/error.h"
+#include "util/mapped_file.h"
 
 /* ---- helpers ------------------------------------------------------------------------- */
 
@@ -110,6 +111,7 @@ static kiln_status get_mat_t(kiln_model *m, find_fn find, const char *name, int6
     mat->n_out = n_out;
     mat->n_in = n_in;
     mat->name = name;
+    mat->layout = KILN_LAYOUT_ROWS;
     return KILN_OK;
 }
 
@@ -118,7 +120,8 @@ static kiln_status get_mat(kiln_model *m, find_fn find, const char *name, int64_
     return get_mat_t(m, find, name, n_out, n_in, false, mat, err);
 }
 
-/* Rows [row0, row0 + n) of a bound matrix, as a view. */
+/* Rows [row0, row0 + n) of a bound matrix (row layout: views are taken before packing), as a
+ * view. */
 static kiln_mat mat_rows(const kiln_mat *a, int64_t row0, int64_t n) {
     kiln_mat v = *a;
     v.data = (const char *)a->data + (size_t)row0 * kiln_dtype_row_size(a->dtype, a->n_in);
@@ -146,7 +149,8 @@ static kiln_status get_experts(kiln_model *m, find_fn find, const char *name, in
                               m->path, name, kiln_dtype_name(t.dtype));
     const size_t per = (size_t)n_out * kiln_dtype_row_size(t.dtype, n_in);
     for (int64_t e = 0; e < n_expert; e++)
-        out[e] = (kiln_mat){(const char *)t.data + (size_t)e * per, t.dtype, n_out, n_in, name};
+        out[e] = (kiln_mat){(const char *)t.data + (size_t)e * per, t.dtype, n_out, n_in, name,
+                            KILN_LAYOUT_ROWS};
     return KILN_OK;
 }
 
@@ -705,7 +709,8 @@ static kiln_status open_llama2c(kiln_model *m, const kiln_model_load_params *p, 
     const kiln_model_config *c = &m->cfg;
     const int64_t d = c->n_embd, hd = c->head_dim, q_dim = (int64_t)c->n_head * hd,
                   kv_dim = (int64_t)c->n_head_kv * hd, ff = c->n_ff;
-#define MAT(field, ptr, no, ni) (m->field = (kiln_mat){(ptr), KILN_DTYPE_F32, (no), (ni), #field})
+#define MAT(field, ptr, no, ni)                                                                    \
+    (m->field = (kiln_mat){(ptr), KILN_DTYPE_F32, (no), (ni), #field, KILN_LAYOUT_ROWS})
     MAT(tok_embd, l2c->token_embedding, c->n_vocab, d);
     MAT(output, l2c->wcls, c->n_vocab, d);
     m->output_norm = l2c->rms_final;
@@ -879,6 +884,58 @@ static kiln_status open_hf(kiln_model *m, const kiln_model_load_params *p, kiln_
     return read_generation_config(m, err);
 }
 
+/* ---- packed F16 weights ---------------------------------------------------------------- */
+
+/* Pack one F16 matrix into the CPU backend's KILN_LAYOUT_F16_R64 (an owned, 64-byte aligned
+ * copy; the mapped pages of the source are then released), so the matmuls run the
+ * outer-product kernels (backend/cpu/cpu.h). Other dtypes and empty mats are left alone. */
+static kiln_status pack_mat(kiln_model *m, kiln_threadpool **tp, kiln_mat *w, kiln_error *err) {
+    if (!w->data || w->dtype != KILN_DTYPE_F16 || w->layout != KILN_LAYOUT_ROWS || w->n_out <= 0 ||
+        w->n_in <= 0)
+        return KILN_OK;
+    size_t bytes = kiln_cpu_layout_bytes(KILN_LAYOUT_F16_R64, w->dtype, w->n_out, w->n_in);
+    if (bytes == 0) return KILN_OK; /* too large to describe: the row layout still works */
+    char *raw = model_alloc(m, bytes + 63);
+    if (!raw) return oom(m, err);
+    void *dst = (void *)(((uintptr_t)raw + 63) & ~(uintptr_t)63);
+    kiln_advise_hugepages(dst, bytes);
+    if (!*tp && kiln_physical_cores() > 1) { /* packing is memory-bound: use every core */
+        kiln_error perr;
+        if (kiln_threadpool_create(kiln_physical_cores(), tp, &perr) != KILN_OK) *tp = NULL;
+    }
+    kiln_cpu_pack_f16_r64(*tp, w->n_out, w->n_in, w->data, dst);
+    if (m->gguf)
+        kiln_mapped_file_release(((kiln_gguf *)m->gguf)->owned_map, w->data,
+                                 (size_t)w->n_out * (size_t)w->n_in * 2);
+    w->data = dst;
+    w->layout = KILN_LAYOUT_F16_R64;
+    return KILN_OK;
+}
+
+/* Every F16 matrix the forward pass multiplies by (not the token embedding, whose rows are
+ * read one by one; a tied output head stays in the row layout with it). */
+static kiln_status pack_weights(kiln_model *m, kiln_error *err) {
+    if (!kiln_cpu_f16_pack_default() || !m->layers) return KILN_OK;
+    kiln_threadpool *tp = NULL; /* created on the first F16 matrix (single-threaded if that fails) */
+    kiln_status st = KILN_OK;
+    for (int32_t l = 0; l < m->cfg.n_layer && st == KILN_OK; l++) {
+        kiln_layer_weights *L = &m->layers[l];
+        kiln_mat *mats[] = {&L->wq,         &L->wk,         &L->wv,          &L->wo,
+                            &L->w_gate,     &L->w_up,       &L->w_down,      &L->w_router,
+                            &L->shexp_gate, &L->shexp_up,   &L->shexp_down,  &L->shexp_router,
+                            &L->ssm_in_qkvz, &L->ssm_in_ba, &L->ssm_out};
+        for (size_t i = 0; i < sizeof mats / sizeof mats[0] && st == KILN_OK; i++)
+            st = pack_mat(m, &tp, mats[i], err);
+        kiln_mat *experts[] = {L->exp_gate, L->exp_up, L->exp_down};
+        for (int i = 0; i < 3; i++)
+            for (int32_t e = 0; experts[i] && e < m->cfg.n_expert && st == KILN_OK; e++)
+                st = pack_mat(m, &tp, &experts[i][e], err);
+    }
+    if (st == KILN_OK && m->output.data != m->tok_embd.data) st = pack_mat(m, &tp, &m->output, err);
+    kiln_threadpool_destroy(tp);
+    return st;
+}
+
 kiln_status kiln_model_open(const char *path, const kiln_model_load_params *params,
                             kiln_model **out, kiln_error *err) {
     *out = NULL;
@@ -936,6 +993,7 @@ kiln_status kiln_model_open(const char *path, const kiln_model_load_params *para
         }
         if (st == KILN_OK) st = init_rope(m, ff, err);
         if (st == KILN_OK) init_state_layout(m);
+        if (st == KILN_OK) st = pack_weights(m, err);
     }
     if (st == KILN_OK && m->tokenizer && kiln_tokenizer_n_vocab(m->tokenizer) > m->cfg.n_vocab)
         st = kiln_error_set(err, KILN_ERR_FORMAT,

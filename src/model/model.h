@@ -10,6 +10,7 @@
 #include <stdint.h>
 
 #include "kiln.h"
+#include "backend/cpu/cpu.h"
 #include "kv/kv_pool.h"
 #include "model/batch.h"
 #include "model/config.h"
@@ -17,12 +18,14 @@
 #include "tokenizer/tokenizer.h"
 #include "util/threadpool.h"
 
-/** A weight matrix [n_out, n_in] of rows of n_in elements (row-major, as W in y = W x). */
+/** A weight matrix [n_out, n_in] (as W in y = W x): rows of n_in elements (row-major), or,
+ *  for F16 weights after loading, the CPU backend's packed layout (layout). */
 typedef struct kiln_mat {
     const void *data; /* borrowed from a mapping or owned by the model */
     kiln_dtype dtype;
     int64_t n_out, n_in;
-    const char *name; /* for messages */
+    const char *name;       /* for messages */
+    kiln_cpu_layout layout; /* KILN_LAYOUT_ROWS, or KILN_LAYOUT_F16_R64 (backend/cpu/cpu.h) */
 } kiln_mat;
 
 /** Weights of one layer. Pointers that a configuration does not use are NULL / zero. Norm

@@ -2,6 +2,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -49,6 +50,27 @@ kiln_status kiln_mapped_file_open(const char *path, kiln_mapped_file **out, kiln
     close(fd);
     *out = f;
     return KILN_OK;
+}
+
+void kiln_mapped_file_release(const kiln_mapped_file *f, const void *p, size_t n) {
+    if (!f || !f->data || !p) return;
+    uintptr_t base = (uintptr_t)f->data, a = (uintptr_t)p;
+    if (a < base || a - base > f->size || n > f->size - (a - base)) return;
+    long ps = sysconf(_SC_PAGESIZE);
+    if (ps <= 0) return;
+    uintptr_t lo = (a + (uintptr_t)ps - 1) / (uintptr_t)ps * (uintptr_t)ps;
+    uintptr_t hi = (a + n) / (uintptr_t)ps * (uintptr_t)ps;
+    if (hi > lo) (void)madvise((void *)lo, hi - lo, MADV_DONTNEED);
+}
+
+void kiln_advise_hugepages(void *p, size_t n) {
+#ifdef MADV_HUGEPAGE
+    const uintptr_t huge = (uintptr_t)2 << 20, a = (uintptr_t)p;
+    uintptr_t lo = (a + huge - 1) & ~(huge - 1), hi = (a + n) & ~(huge - 1);
+    if (p && hi > lo) (void)madvise((void *)lo, hi - lo, MADV_HUGEPAGE);
+#else
+    (void)p, (void)n;
+#endif
 }
 
 void kiln_mapped_file_close(kiln_mapped_file *f) {

@@ -20,6 +20,22 @@ typedef struct kiln_mapped_file {
  */
 kiln_status kiln_mapped_file_open(const char *path, kiln_mapped_file **out, kiln_error *err);
 
+/**
+ * Drop the whole pages of [p, p + n) that lie inside f's mapping from this process's memory
+ * (madvise(2) MADV_DONTNEED): for data copied elsewhere (packed weights) whose pages need not
+ * stay resident. The bytes stay readable: a later read maps them from the file again. Pages
+ * only partly inside the range, and ranges outside the mapping, are left alone. NULL f is a
+ * no-op.
+ */
+void kiln_mapped_file_release(const kiln_mapped_file *f, const void *p, size_t n);
+
+/**
+ * Ask for transparent huge pages (madvise(2) MADV_HUGEPAGE) on the 2 MiB-aligned part of
+ * [p, p + n), before it is first written: a large buffer then takes one page fault per 2 MiB
+ * instead of per 4 KiB. Only a hint: ignored where unsupported.
+ */
+void kiln_advise_hugepages(void *p, size_t n);
+
 /** Unmap and free. NULL is a no-op. */
 void kiln_mapped_file_close(kiln_mapped_file *f);
 

@@ -191,7 +191,7 @@ static void check_multi(kiln_threadpool *pools[4]) {
             for (int i = 0; i < NW; i++) {
                 kiln_cpu_matmul(NULL, w[i], ts[i], n_outs[i], n_in, x, nt, ref[i]);
                 for (int64_t j = 0; j < nt * n_outs[i]; j++) y[i][j] = NAN;
-                outs[i] = (kiln_cpu_mm_out){w[i], ts[i], n_outs[i], y[i]};
+                outs[i] = (kiln_cpu_mm_out){w[i], ts[i], n_outs[i], y[i], KILN_LAYOUT_ROWS};
             }
             kiln_cpu_matmul_multi(pools[th], outs, NW, n_in, x, nt);
             for (int i = 0; i < NW; i++)

@@ -185,12 +185,63 @@ void kiln_cpu_matmul_ex(kiln_threadpool *tp, kiln_simd path, kiln_act_mode act, 
                         kiln_dtype wt, int64_t n_out, int64_t n_in, const float *x, int64_t n_tok,
                         float *y);
 
-/** One weight of kiln_cpu_matmul_multi: y[t * n_out + o] = dot(row o of w, x row t). */
+/*
+ * ---------------------------------------------------------------- packed F16 weights
+ *
+ * KILN_LAYOUT_F16_R64: an F16 weight [n_out, n_in] rewritten once, at model load, as
+ * ceil(n_out / 64) groups of 64 rows, each group column-interleaved: element (o, k) at half
+ * index (o / 64) * 64 * n_in + k * 64 + o % 64 (the rows past n_out in the last group are
+ * zero). A group is one contiguous stream of 128 bytes per input element, and a 16-lane
+ * vector holds 16 rows at one k, so the kernels broadcast one activation value against 16
+ * rows (an outer-product micro-kernel, as in BLIS/GotoBLAS: Goto and van de Geijn, "Anatomy
+ * of high-performance matrix multiplication", ACM TOMS 34(3), 2008) instead of reducing 16
+ * products of one row across lanes.
+ *
+ * Reduction order of every (t, o), on every path and for every tile shape: acc = +0, then
+ * acc = fma(fp32(w[o][k]), x[t][k], acc) for k = 0, 1, ..., n_in - 1 (one rounding per step);
+ * y = acc. The scalar, AVX2 and AVX-512 kernels therefore return the same bits (the f16 -> f32
+ * conversion and the fused multiply-add are exact/correctly rounded everywhere), whatever
+ * n_tok, the thread count or the tiling. This is a different order from the row layout's
+ * dot kernels (kiln_cpu_vec_dot), so the two layouts agree to float rounding only.
+ */
+typedef enum kiln_cpu_layout {
+    KILN_LAYOUT_ROWS = 0,    /* n_out rows of n_in elements, row stride kiln_dtype_row_size */
+    KILN_LAYOUT_F16_R64 = 1, /* F16 only: 64-row column-interleaved groups (above) */
+} kiln_cpu_layout;
+
+/** Rows per group of KILN_LAYOUT_F16_R64. */
+#define KILN_CPU_R64 64
+
+/**
+ * Bytes of weight [n_out, n_in] of dtype wt in layout: for KILN_LAYOUT_ROWS n_out times the
+ * row size; for KILN_LAYOUT_F16_R64 (wt must be F16) ceil(n_out / 64) * 64 * n_in * 2. 0 when
+ * the layout does not apply to wt, a size is negative or the size overflows.
+ */
+size_t kiln_cpu_layout_bytes(kiln_cpu_layout layout, kiln_dtype wt, int64_t n_out, int64_t n_in);
+
+/**
+ * Rewrite an F16 weight [n_out, n_in] in the row layout (w, any alignment) into dst
+ * (kiln_cpu_layout_bytes(KILN_LAYOUT_F16_R64, ...) bytes; 64-byte aligned keeps each k's 128
+ * bytes on two cache lines) in KILN_LAYOUT_F16_R64, zero padding the last group. Bit copies:
+ * no value changes. The groups are split over tp's threads (tp may be NULL).
+ */
+void kiln_cpu_pack_f16_r64(kiln_threadpool *tp, int64_t n_out, int64_t n_in, const void *w,
+                           void *dst);
+
+/**
+ * True when model loading should pack F16 weights (env KILN_F16_PACK is not "0"; read once).
+ * KILN_F16_PACK=0 keeps the row layout, for benchmarks and comparisons.
+ */
+bool kiln_cpu_f16_pack_default(void);
+
+/** One weight of kiln_cpu_matmul_multi: y[t * n_out + o] = dot(row o of w, x row t).
+ *  layout says how w is stored (zero: KILN_LAYOUT_ROWS). */
 typedef struct kiln_cpu_mm_out {
     const void *w;
     kiln_dtype wt;
     int64_t n_out;
     float *y;
+    kiln_cpu_layout layout;
 } kiln_cpu_mm_out;
 
 /* weights per fused call (more are done in further calls) */
@@ -205,5 +256,15 @@ typedef struct kiln_cpu_mm_out {
  */
 void kiln_cpu_matmul_multi(kiln_threadpool *tp, const kiln_cpu_mm_out *outs, int n, int64_t n_in,
                            const float *x, int64_t n_tok);
+
+/**
+ * kiln_cpu_matmul_multi with an explicit path and activation mode (tests comparing paths;
+ * a path this CPU does not support fills the y buffers with NaN). A KILN_LAYOUT_F16_R64
+ * weight runs the packed kernels (same bits on every path, see above) in either mode; a
+ * layout that does not fit wt (a non-F16 weight marked F16_R64) fills its y with NaN.
+ */
+void kiln_cpu_matmul_outs(kiln_threadpool *tp, kiln_simd path, kiln_act_mode act,
+                          const kiln_cpu_mm_out *outs, int n, int64_t n_in, const float *x,
+                          int64_t n_tok);
 
 #endif

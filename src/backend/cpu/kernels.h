@@ -86,6 +86,33 @@ const kiln_cpu_kernel *kiln_cpu_kernel_avx512(kiln_dtype t);
 /* The kernel for (t, path) when the path is supported by this CPU, else NULL. */
 const kiln_cpu_kernel *kiln_cpu_kernel_get(kiln_dtype t, kiln_simd path);
 
+/* ---------------------------------------------------------------- packed F16 (cpu.h) */
+
+/*
+ * One group of a KILN_LAYOUT_F16_R64 weight (g: its first byte, 64 * n * 2 bytes, 64-byte
+ * aligned) against ntok (1..max_tok) activation rows x + r * ldx:
+ *   y[r * ldy + j] = sum over k of w[j][k] * x[r * ldx + k] for lo <= j < hi (0 <= lo < hi
+ *   <= 64), in cpu.h's order; other y entries untouched.
+ * pf > 0 adds an NTA software prefetch pf bytes ahead of the read position in the group's
+ * stream, issued only for addresses below pf_end (the end of the weight); it does no
+ * arithmetic.
+ */
+typedef void (*kiln_r64_tile_fn)(int64_t n, const uint8_t *g, const float *x, int64_t ldx,
+                                 int ntok, float *y, int64_t ldy, int lo, int hi,
+                                 const uint8_t *pf_end, size_t pf);
+
+typedef struct kiln_cpu_r64_kernel {
+    kiln_r64_tile_fn tile;
+    int max_tok;
+} kiln_cpu_r64_kernel;
+
+const kiln_cpu_r64_kernel *kiln_cpu_r64_kernel_scalar(void);
+const kiln_cpu_r64_kernel *kiln_cpu_r64_kernel_avx2(void);   /* NULL when not compiled */
+const kiln_cpu_r64_kernel *kiln_cpu_r64_kernel_avx512(void); /* NULL when not compiled */
+
+/* The packed-F16 kernel for path when the path is supported by this CPU, else NULL. */
+const kiln_cpu_r64_kernel *kiln_cpu_r64_kernel_get(kiln_simd path);
+
 /* ---------------------------------------------------------------- q8 activations */
 
 /* Byte offsets inside one quantized activation row (layout in cpu.h). */

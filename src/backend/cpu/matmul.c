@@ -32,6 +32,7 @@ enum { PANEL_BYTES = 256 * 1024, MAX_TILE = 64, MAX_SEG = KILN_CPU_MM_MAX_OUTS }
 typedef struct mm_seg {
     const kiln_cpu_kernel *k;     /* f32 mode */
     const kiln_cpu_q8_kernel *k8; /* q8 mode */
+    const kiln_cpu_r64_kernel *kp; /* KILN_LAYOUT_F16_R64 (either mode) */
     const uint8_t *w;
     size_t row_bytes;
     int64_t n_out;
@@ -43,6 +44,7 @@ typedef struct mm_ctx {
     int nseg;
     mm_seg seg[MAX_SEG];
     int64_t total; /* rows of all segments */
+    bool align_groups; /* a packed segment: split the rows between threads at multiples of 64 */
     int64_t n_in, n_tok;
     const float *x;    /* f32 mode */
     const uint8_t *xq; /* q8 mode */
@@ -258,15 +260,59 @@ static void mm_q8_rows(const mm_ctx *c, const mm_seg *s, int64_t o0, int64_t o1)
     }
 }
 
+/* ---------------------------------------------------------------- packed F16 */
+
+/* Rows [o0, o1) of a KILN_LAYOUT_F16_R64 segment (f32 activations). A group the range only
+ * partly covers is computed whole and only the range's rows stored. One token reads each
+ * group's stream once with the software prefetch; several tokens visit panels of about
+ * PANEL_BYTES of groups (kept in L2), every token tile over each group of the panel, the
+ * first tile with the prefetch. */
+static void mm_r64_rows(const mm_ctx *c, const mm_seg *s, int64_t o0, int64_t o1) {
+    const kiln_cpu_r64_kernel *k = s->kp;
+    const size_t gb = (size_t)c->n_in * KILN_CPU_R64 * 2; /* bytes per group */
+    const int64_t ng = (s->n_out + KILN_CPU_R64 - 1) / KILN_CPU_R64;
+    const uint8_t *end = s->w + gb * (size_t)ng;
+    const int64_t g0 = o0 / KILN_CPU_R64, g1 = (o1 + KILN_CPU_R64 - 1) / KILN_CPU_R64;
+    const size_t pf = gemv_pf();
+    int64_t panel = gb ? (int64_t)(PANEL_BYTES / gb) : 1;
+    if (panel < 1) panel = 1;
+    /* token tiles of nearly equal size (512 tokens: 82 of 6 and 4 of 5, not 85 of 6 and one of
+     * 2, whose 8 accumulators leave most of the FMA units idle) */
+    const int64_t ntiles = (c->n_tok + k->max_tok - 1) / k->max_tok;
+    for (int64_t pb = g0; pb < g1; pb += panel) {
+        int64_t pe = pb + panel < g1 ? pb + panel : g1;
+        for (int64_t ti = 0; ti < ntiles; ti++) {
+            const int64_t t = c->n_tok * ti / ntiles;
+            const int nt = (int)(c->n_tok * (ti + 1) / ntiles - t);
+            for (int64_t g = pb; g < pe; g++) {
+                int64_t r0 = g * KILN_CPU_R64;
+                int lo = o0 > r0 ? (int)(o0 - r0) : 0;
+                int hi = o1 - r0 < KILN_CPU_R64 ? (int)(o1 - r0) : KILN_CPU_R64;
+                k->tile(c->n_in, s->w + gb * (size_t)g, c->x + t * c->n_in, c->n_in, nt,
+                        s->y + t * s->n_out + r0, s->n_out, lo, hi, end, t == 0 ? pf : 0);
+            }
+        }
+    }
+}
+
+/* thread ith's share of the rows (i / nth of them, at a multiple of 64 when c->align_groups) */
+static int64_t split_at(const mm_ctx *c, int i, int nth) {
+    if (i >= nth) return c->total;
+    int64_t g = c->total * i / nth;
+    return c->align_groups ? g / KILN_CPU_R64 * KILN_CPU_R64 : g;
+}
+
 /* thread ith's contiguous share of all segments' rows, end to end */
 static void mm_worker(void *p, int ith, int nth) {
     const mm_ctx *c = p;
-    int64_t g0 = c->total * ith / nth, g1 = c->total * (ith + 1) / nth, off = 0;
+    int64_t g0 = split_at(c, ith, nth), g1 = split_at(c, ith + 1, nth), off = 0;
     for (int i = 0; i < c->nseg && off < g1; off += c->seg[i].n_out, i++) {
         const mm_seg *s = &c->seg[i];
         int64_t o0 = g0 - off > 0 ? g0 - off : 0, o1 = g1 - off < s->n_out ? g1 - off : s->n_out;
         if (o0 >= o1) continue;
-        if (!c->xq)
+        if (s->kp)
+            mm_r64_rows(c, s, o0, o1);
+        else if (!c->xq)
             mm_rows(c, s, o0, o1);
         else if (c->pk && s->pk_rows > 0)
             mm_q8_packed(c, s, c->pk + (size_t)ith * c->pk_bytes, o0, o1);
@@ -298,7 +344,10 @@ static bool use_pool(kiln_threadpool *tp, double work, int64_t n_items) {
 /* run the segments of c (x or xq set) over the pool */
 static void mm_run(kiln_threadpool *tp, mm_ctx *c) {
     c->total = 0;
-    for (int i = 0; i < c->nseg; i++) c->total += c->seg[i].n_out;
+    for (int i = 0; i < c->nseg; i++) {
+        c->total += c->seg[i].n_out;
+        if (c->seg[i].kp) c->align_groups = true;
+    }
     /* small products are not worth waking the workers for (results are the same) */
     bool pool = use_pool(tp, (double)c->total * (double)c->n_in * (double)c->n_tok, c->total);
     uint8_t *pk = NULL;
@@ -410,9 +459,13 @@ static bool make_seg(kiln_simd path, kiln_act_mode act, const kiln_cpu_mm_out *o
     s->n_out = out->n_out;
     s->y = out->y;
     s->row_bytes = kiln_dtype_row_size(out->wt, n_in);
-    *q8 = act == KILN_ACT_Q8 && kiln_cpu_q8_supported(out->wt);
+    *q8 = act == KILN_ACT_Q8 && kiln_cpu_q8_supported(out->wt) && out->layout == KILN_LAYOUT_ROWS;
     bool ok = n_in >= 0 && (s->row_bytes != 0 || n_in == 0);
-    if (*q8)
+    if (out->layout != KILN_LAYOUT_ROWS)
+        ok = ok && out->layout == KILN_LAYOUT_F16_R64 && out->wt == KILN_DTYPE_F16 &&
+             (kiln_cpu_layout_bytes(out->layout, out->wt, out->n_out, n_in) != 0 || n_in == 0) &&
+             (s->kp = kiln_cpu_r64_kernel_get(path)) != NULL;
+    else if (*q8)
         ok = ok && (s->k8 = kiln_cpu_q8_kernel_get(out->wt, path)) != NULL;
     else
         ok = ok && (s->k = kiln_cpu_kernel_get(out->wt, path)) != NULL;
@@ -450,7 +503,7 @@ static void matmul_outs(kiln_threadpool *tp, kiln_simd path, kiln_act_mode act,
 void kiln_cpu_matmul_ex(kiln_threadpool *tp, kiln_simd path, kiln_act_mode act, const void *w,
                         kiln_dtype wt, int64_t n_out, int64_t n_in, const float *x, int64_t n_tok,
                         float *y) {
-    const kiln_cpu_mm_out out = {w, wt, n_out, y};
+    const kiln_cpu_mm_out out = {w, wt, n_out, y, KILN_LAYOUT_ROWS};
     matmul_outs(tp, path, act, &out, 1, n_in, x, n_tok);
 }
 
@@ -464,9 +517,14 @@ void kiln_cpu_matmul(kiln_threadpool *tp, const void *w, kiln_dtype wt, int64_t 
     kiln_cpu_matmul_ex(tp, kiln_simd_active(), KILN_ACT_AUTO, w, wt, n_out, n_in, x, n_tok, y);
 }
 
+void kiln_cpu_matmul_outs(kiln_threadpool *tp, kiln_simd path, kiln_act_mode act,
+                          const kiln_cpu_mm_out *outs, int n, int64_t n_in, const float *x,
+                          int64_t n_tok) {
+    for (int i = 0; i < n; i += MAX_SEG)
+        matmul_outs(tp, path, act, outs + i, n - i < MAX_SEG ? n - i : MAX_SEG, n_in, x, n_tok);
+}
+
 void kiln_cpu_matmul_multi(kiln_threadpool *tp, const kiln_cpu_mm_out *outs, int n, int64_t n_in,
                            const float *x, int64_t n_tok) {
-    for (int i = 0; i < n; i += MAX_SEG)
-        matmul_outs(tp, kiln_simd_active(), KILN_ACT_AUTO, outs + i,
-                    n - i < MAX_SEG ? n - i : MAX_SEG, n_in, x, n_tok);
+    kiln_cpu_matmul_outs(tp, kiln_simd_active(), KILN_ACT_AUTO, outs, n, n_in, x, n_tok);
 }
