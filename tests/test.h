@@ -9,31 +9,31 @@
 
 static int kiln_test_failures = 0;
 
-#define CHECK(cond)                                                                         \
-    do {                                                                                    \
-        if (!(cond)) {                                                                      \
-            fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond);        \
-            kiln_test_failures++;                                                           \
-        }                                                                                   \
+#define CHECK(cond)                                                                                \
+    do {                                                                                           \
+        if (!(cond)) {                                                                             \
+            fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond);               \
+            kiln_test_failures++;                                                                  \
+        }                                                                                          \
     } while (0)
 
-#define CHECKF(cond, ...)                                                                   \
-    do {                                                                                    \
-        if (!(cond)) {                                                                      \
-            fprintf(stderr, "%s:%d: CHECK failed: %s: ", __FILE__, __LINE__, #cond);        \
-            fprintf(stderr, __VA_ARGS__);                                                   \
-            fputc('\n', stderr);                                                            \
-            kiln_test_failures++;                                                           \
-        }                                                                                   \
+#define CHECKF(cond, ...)                                                                          \
+    do {                                                                                           \
+        if (!(cond)) {                                                                             \
+            fprintf(stderr, "%s:%d: CHECK failed: %s: ", __FILE__, __LINE__, #cond);               \
+            fprintf(stderr, __VA_ARGS__);                                                          \
+            fputc('\n', stderr);                                                                   \
+            kiln_test_failures++;                                                                  \
+        }                                                                                          \
     } while (0)
 
 /* Fatal check: stop the test now. */
-#define REQUIRE(cond)                                                                       \
-    do {                                                                                    \
-        if (!(cond)) {                                                                      \
-            fprintf(stderr, "%s:%d: REQUIRE failed: %s\n", __FILE__, __LINE__, #cond);      \
-            exit(1);                                                                        \
-        }                                                                                   \
+#define REQUIRE(cond)                                                                              \
+    do {                                                                                           \
+        if (!(cond)) {                                                                             \
+            fprintf(stderr, "%s:%d: REQUIRE failed: %s\n", __FILE__, __LINE__, #cond);             \
+            exit(1);                                                                               \
+        }                                                                                          \
     } while (0)
 
 /* Path under ../shared (an absolute path is kept as it is, for files a test fixture made in

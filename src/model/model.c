@@ -149,8 +149,8 @@ static kiln_status get_experts(kiln_model *m, find_fn find, const char *name, in
                               m->path, name, kiln_dtype_name(t.dtype));
     const size_t per = (size_t)n_out * kiln_dtype_row_size(t.dtype, n_in);
     for (int64_t e = 0; e < n_expert; e++)
-        out[e] = (kiln_mat){(const char *)t.data + (size_t)e * per, t.dtype, n_out, n_in, name,
-                            KILN_LAYOUT_ROWS};
+        out[e] = (kiln_mat){
+            (const char *)t.data + (size_t)e * per, t.dtype, n_out, n_in, name, KILN_LAYOUT_ROWS};
     return KILN_OK;
 }
 
@@ -916,13 +916,14 @@ static kiln_status pack_mat(kiln_model *m, kiln_threadpool **tp, kiln_mat *w, ki
  * read one by one; a tied output head stays in the row layout with it). */
 static kiln_status pack_weights(kiln_model *m, kiln_error *err) {
     if (!kiln_cpu_f16_pack_default() || !m->layers) return KILN_OK;
-    kiln_threadpool *tp = NULL; /* created on the first F16 matrix (single-threaded if that fails) */
+    kiln_threadpool *tp =
+        NULL; /* created on the first F16 matrix (single-threaded if that fails) */
     kiln_status st = KILN_OK;
     for (int32_t l = 0; l < m->cfg.n_layer && st == KILN_OK; l++) {
         kiln_layer_weights *L = &m->layers[l];
-        kiln_mat *mats[] = {&L->wq,         &L->wk,         &L->wv,          &L->wo,
-                            &L->w_gate,     &L->w_up,       &L->w_down,      &L->w_router,
-                            &L->shexp_gate, &L->shexp_up,   &L->shexp_down,  &L->shexp_router,
+        kiln_mat *mats[] = {&L->wq,          &L->wk,        &L->wv,         &L->wo,
+                            &L->w_gate,      &L->w_up,      &L->w_down,     &L->w_router,
+                            &L->shexp_gate,  &L->shexp_up,  &L->shexp_down, &L->shexp_router,
                             &L->ssm_in_qkvz, &L->ssm_in_ba, &L->ssm_out};
         for (size_t i = 0; i < sizeof mats / sizeof mats[0] && st == KILN_OK; i++)
             st = pack_mat(m, &tp, mats[i], err);

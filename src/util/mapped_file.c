@@ -15,7 +15,8 @@
 kiln_status kiln_mapped_file_open(const char *path, kiln_mapped_file **out, kiln_error *err) {
     *out = NULL;
     int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return kiln_error_set(err, KILN_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    if (fd < 0)
+        return kiln_error_set(err, KILN_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
     struct stat st;
     if (fstat(fd, &st) != 0) {
         int e = errno;
@@ -24,7 +25,8 @@ kiln_status kiln_mapped_file_open(const char *path, kiln_mapped_file **out, kiln
     }
     if (S_ISDIR(st.st_mode)) {
         close(fd);
-        return kiln_error_set(err, KILN_ERR_INVALID_ARGUMENT, "%s: is a directory, not a file", path);
+        return kiln_error_set(err, KILN_ERR_INVALID_ARGUMENT, "%s: is a directory, not a file",
+                              path);
     }
     kiln_mapped_file *f = calloc(1, sizeof *f);
     char *p = strdup(path);

@@ -114,9 +114,11 @@ static int check_shape(kiln_simd path, kiln_threadpool *pools[4], int64_t n_out,
             int bad = 0;
             for (int i = 0; i < nt * n_out; i++)
                 if (memcmp(&y[i], &ref[i], sizeof(float)) != 0 && bad++ < 2)
-                    fprintf(stderr, "%s n_out %lld n_in %lld n_tok %d threads %d (t %d, o %d): "
-                            "%.9g != %.9g\n", kiln_simd_name(path), (long long)n_out,
-                            (long long)n_in, nt, th, i / (int)n_out, i % (int)n_out, y[i], ref[i]);
+                    fprintf(stderr,
+                            "%s n_out %lld n_in %lld n_tok %d threads %d (t %d, o %d): "
+                            "%.9g != %.9g\n",
+                            kiln_simd_name(path), (long long)n_out, (long long)n_in, nt, th,
+                            i / (int)n_out, i % (int)n_out, y[i], ref[i]);
             if (bad) fails++;
         }
     /* tokens at other batch positions: rows 5..17 as a 13-token batch */
@@ -185,8 +187,8 @@ int main(void) {
                kiln_simd_name(p), shapes);
         check_outs(p, pools);
     }
-    CHECK(kiln_cpu_f16_pack_default() == !(getenv("KILN_F16_PACK") &&
-                                           strcmp(getenv("KILN_F16_PACK"), "0") == 0));
+    CHECK(kiln_cpu_f16_pack_default() ==
+          !(getenv("KILN_F16_PACK") && strcmp(getenv("KILN_F16_PACK"), "0") == 0));
     for (int th = 1; th <= 3; th++) kiln_threadpool_destroy(pools[th]);
     return kiln_test_finish("test_f16_packed");
 }

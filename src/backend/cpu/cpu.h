@@ -91,8 +91,8 @@ kiln_vec_dot_fn kiln_cpu_vec_dot(kiln_dtype t, kiln_simd path);
  *     group (nb % 16 blocks) is plain (block b at 32 b), for the kernels' per-block tail.
  *   then nbp f32 scales d_x (the fp16 d converted to f32), then nbp int32 per block: plain, the
  *   sum of the block's quants; t16, -8 times that sum (the Q4_0 correction, ready to add;
- *   the Q8_0 VNNI kernel shifts it left by 4). Used by the Q4_0 and VNNI kernels. Padding blocks are all zero.
- * Rows are 64-byte aligned when the buffer is (40 * nbp is a multiple of 64).
+ *   the Q8_0 VNNI kernel shifts it left by 4). Used by the Q4_0 and VNNI kernels. Padding blocks
+ * are all zero. Rows are 64-byte aligned when the buffer is (40 * nbp is a multiple of 64).
  */
 
 /** True when weight dtype t has q8-activation kernels (Q8_0 and Q4_0). */

@@ -97,9 +97,9 @@ const kiln_cpu_kernel *kiln_cpu_kernel_get(kiln_dtype t, kiln_simd path);
  * stream, issued only for addresses below pf_end (the end of the weight); it does no
  * arithmetic.
  */
-typedef void (*kiln_r64_tile_fn)(int64_t n, const uint8_t *g, const float *x, int64_t ldx,
-                                 int ntok, float *y, int64_t ldy, int lo, int hi,
-                                 const uint8_t *pf_end, size_t pf);
+typedef void (*kiln_r64_tile_fn)(int64_t n, const uint8_t *g, const float *x, int64_t ldx, int ntok,
+                                 float *y, int64_t ldy, int lo, int hi, const uint8_t *pf_end,
+                                 size_t pf);
 
 typedef struct kiln_cpu_r64_kernel {
     kiln_r64_tile_fn tile;

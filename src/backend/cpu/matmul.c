@@ -30,8 +30,8 @@ enum { PANEL_BYTES = 256 * 1024, MAX_TILE = 64, MAX_SEG = KILN_CPU_MM_MAX_OUTS }
 
 /* one weight of a call: rows [0, n_out) of w into y[t * n_out + o] */
 typedef struct mm_seg {
-    const kiln_cpu_kernel *k;     /* f32 mode */
-    const kiln_cpu_q8_kernel *k8; /* q8 mode */
+    const kiln_cpu_kernel *k;      /* f32 mode */
+    const kiln_cpu_q8_kernel *k8;  /* q8 mode */
     const kiln_cpu_r64_kernel *kp; /* KILN_LAYOUT_F16_R64 (either mode) */
     const uint8_t *w;
     size_t row_bytes;
@@ -43,7 +43,7 @@ typedef struct mm_seg {
 typedef struct mm_ctx {
     int nseg;
     mm_seg seg[MAX_SEG];
-    int64_t total; /* rows of all segments */
+    int64_t total;     /* rows of all segments */
     bool align_groups; /* a packed segment: split the rows between threads at multiples of 64 */
     int64_t n_in, n_tok;
     const float *x;    /* f32 mode */
