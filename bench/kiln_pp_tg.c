@@ -14,7 +14,8 @@
  *          G steps that each carry one new token of every sequence (one forward of B tokens,
  *          B logits rows); aggregate tok/s = B * G / time.
  * Token ids are pseudo-random (xorshift, fixed seed), as llama-bench's are random.
- * Every test runs once untimed (warm-up: page faults, caches), then REPS timed repetitions.
+ * Every test runs once untimed (warm-up: page faults, caches), then REPS timed repetitions
+ * (the batched levels' repetitions interleaved: rep r of every level, then rep r + 1).
  * Output: one JSON object per line per test, {"test": ..., "tps": [per repetition], ...}.
  */
 #include <stdio.h>
@@ -200,21 +201,30 @@ int main(int argc, char **argv) {
         print_tps(name, base, threads, tps, reps, NULL);
     }
     if (strstr(what, "batched")) {
-        const char *p = batched;
-        while (*p) {
+        /* the levels' repetitions interleave (rep r of every level, then rep r + 1), so each
+         * level's samples span the same time window: this machine's memory bandwidth drifts by
+         * tens of percent within minutes, and the ratios between levels are what is compared */
+        enum { MAX_LEVELS = 16 };
+        int levels[MAX_LEVELS], nl = 0;
+        for (const char *p = batched; *p && nl < MAX_LEVELS;) {
             int B = atoi(p);
-            if (B >= 1) {
-                run_batched(m, tp, kvt, B, BP, 2);
-                for (int r = 0; r < reps; r++) tps[r] = run_batched(m, tp, kvt, B, BP, BG);
-                char extra[96];
-                snprintf(extra, sizeof extra, "\"sequences\": %d, \"prompt\": %d, \"steps\": %d", B,
-                         BP, BG);
-                print_tps("batched", base, threads, tps, reps, extra);
-            }
+            if (B >= 1) levels[nl++] = B;
             p = strchr(p, ',');
             if (!p) break;
             p++;
         }
+        double *lt = malloc(sizeof(double) * (size_t)(nl * reps + 1));
+        if (!lt) die("out of memory", NULL);
+        for (int i = 0; i < nl; i++) run_batched(m, tp, kvt, levels[i], BP, 2);
+        for (int r = 0; r < reps; r++)
+            for (int i = 0; i < nl; i++) lt[i * reps + r] = run_batched(m, tp, kvt, levels[i], BP, BG);
+        for (int i = 0; i < nl; i++) {
+            char extra[96];
+            snprintf(extra, sizeof extra, "\"sequences\": %d, \"prompt\": %d, \"steps\": %d",
+                     levels[i], BP, BG);
+            print_tps("batched", base, threads, lt + i * reps, reps, extra);
+        }
+        free(lt);
     }
     free(logits);
     kiln_threadpool_destroy(tp);
