@@ -281,7 +281,7 @@ int kiln_cmd_inspect(int argc, char **argv) {
         return cli_check_stdout();
     }
     kiln_model *m = NULL;
-    kiln_model_load_params lp = {0};
+    kiln_model_load_params lp = {.keep_file_layout = true};
     if (kiln_model_open(path, &lp, &m, &err) != KILN_OK) return cli_fail(&err);
     print_config(m);
     kiln_model_close(m);

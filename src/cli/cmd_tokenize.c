@@ -25,7 +25,7 @@ int kiln_cmd_tokenize(int argc, char **argv) {
         {"help", no_argument, 0, 'h'},        {0, 0, 0, 0},
     };
     const char *model_path = NULL;
-    kiln_model_load_params lp = {.require_tokenizer = true};
+    kiln_model_load_params lp = {.require_tokenizer = true, .keep_file_layout = true};
     bool add_special = false, parse_special = false;
     optind = 1;
     opterr = 0;

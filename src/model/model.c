@@ -886,55 +886,85 @@ static kiln_status open_hf(kiln_model *m, const kiln_model_load_params *p, kiln_
 
 /* ---- packed F16 weights ---------------------------------------------------------------- */
 
-/* Pack one F16 matrix into the CPU backend's KILN_LAYOUT_F16_R64 (an owned, 64-byte aligned
- * copy; the mapped pages of the source are then released), so the matmuls run the
- * outer-product kernels (backend/cpu/cpu.h). Other dtypes and empty mats are left alone. */
-static kiln_status pack_mat(kiln_model *m, kiln_threadpool **tp, kiln_mat *w, kiln_error *err) {
-    if (!w->data || w->dtype != KILN_DTYPE_F16 || w->layout != KILN_LAYOUT_ROWS || w->n_out <= 0 ||
-        w->n_in <= 0)
-        return KILN_OK;
-    size_t bytes = kiln_cpu_layout_bytes(KILN_LAYOUT_F16_R64, w->dtype, w->n_out, w->n_in);
-    if (bytes == 0) return KILN_OK; /* too large to describe: the row layout still works */
-    char *raw = model_alloc(m, bytes + 63);
-    if (!raw) return oom(m, err);
-    void *dst = (void *)(((uintptr_t)raw + 63) & ~(uintptr_t)63);
-    kiln_advise_hugepages(dst, bytes);
-    if (!*tp && kiln_physical_cores() > 1) { /* packing is memory-bound: use every core */
-        kiln_error perr;
-        if (kiln_threadpool_create(kiln_physical_cores(), tp, &perr) != KILN_OK) *tp = NULL;
-    }
-    kiln_cpu_pack_f16_r64(*tp, w->n_out, w->n_in, w->data, dst);
-    if (m->gguf)
-        kiln_mapped_file_release(((kiln_gguf *)m->gguf)->owned_map, w->data,
-                                 (size_t)w->n_out * (size_t)w->n_in * 2);
-    w->data = dst;
-    w->layout = KILN_LAYOUT_F16_R64;
-    return KILN_OK;
+/* Drop the mapped pages of [p, p + n) (the source of a packed copy) from whichever file
+ * mapping holds them: the GGUF file or a safetensors shard; owned memory is never touched. */
+static void release_source(const kiln_model *m, const void *p, size_t n) {
+    if (m->gguf) kiln_mapped_file_release(((const kiln_gguf *)m->gguf)->owned_map, p, n);
+    const kiln_safetensors *st = m->safetensors;
+    for (size_t i = 0; st && i < st->n_shards; i++) kiln_mapped_file_release(st->shards[i], p, n);
 }
 
-/* Every F16 matrix the forward pass multiplies by (not the token embedding, whose rows are
- * read one by one; a tied output head stays in the row layout with it). */
-static kiln_status pack_weights(kiln_model *m, kiln_error *err) {
-    if (!kiln_cpu_f16_pack_default() || !m->layers) return KILN_OK;
-    kiln_threadpool *tp =
-        NULL; /* created on the first F16 matrix (single-threaded if that fails) */
-    kiln_status st = KILN_OK;
-    for (int32_t l = 0; l < m->cfg.n_layer && st == KILN_OK; l++) {
+/* state of pack_weights' passes over the F16 matrices */
+typedef struct pack_ctx {
+    kiln_threadpool *tp; /* created on the first matrix packed */
+    size_t total;        /* bytes of the packed copies */
+} pack_ctx;
+
+/* Pack one F16 matrix into the CPU backend's KILN_LAYOUT_F16_R64 (an owned, 64-byte aligned
+ * copy; the mapped pages of the source are then released), so the matmuls run the
+ * outer-product kernels (backend/cpu/cpu.h). A matrix whose copy cannot be allocated stays in
+ * the row layout (which works too, only slower). */
+static void pack_mat(kiln_model *m, kiln_mat *w, void *ctx) {
+    pack_ctx *c = ctx;
+    size_t bytes = kiln_cpu_layout_bytes(KILN_LAYOUT_F16_R64, w->dtype, w->n_out, w->n_in);
+    if (bytes == 0 || bytes > SIZE_MAX - 63) return;
+    char *raw = model_alloc(m, bytes + 63);
+    if (!raw) return;
+    void *dst = (void *)(((uintptr_t)raw + 63) & ~(uintptr_t)63);
+    kiln_advise_hugepages(dst, bytes);
+    if (!c->tp && kiln_physical_cores() > 1) { /* packing is memory-bound: use every core */
+        kiln_error perr;
+        if (kiln_threadpool_create(kiln_physical_cores(), &c->tp, &perr) != KILN_OK) c->tp = NULL;
+    }
+    kiln_cpu_pack_f16_r64(c->tp, w->n_out, w->n_in, w->data, dst);
+    release_source(m, w->data, (size_t)w->n_out * (size_t)w->n_in * 2);
+    w->data = dst;
+    w->layout = KILN_LAYOUT_F16_R64;
+}
+
+static void add_packed_size(kiln_model *m, kiln_mat *w, void *ctx) {
+    (void)m;
+    ((pack_ctx *)ctx)->total +=
+        kiln_cpu_layout_bytes(KILN_LAYOUT_F16_R64, w->dtype, w->n_out, w->n_in);
+}
+
+typedef void (*mat_visit_fn)(kiln_model *m, kiln_mat *w, void *ctx);
+
+static void visit_f16(kiln_model *m, kiln_mat *w, mat_visit_fn visit, void *ctx) {
+    if (w->data && w->dtype == KILN_DTYPE_F16 && w->layout == KILN_LAYOUT_ROWS && w->n_out > 0 &&
+        w->n_in > 0)
+        visit(m, w, ctx);
+}
+
+/* visit(m, mat, ctx) for every row-layout F16 matrix the forward pass multiplies by (not the
+ * token embedding, whose rows are read one by one; a tied output head stays with it) */
+static void each_f16_mat(kiln_model *m, mat_visit_fn visit, void *ctx) {
+    for (int32_t l = 0; l < m->cfg.n_layer; l++) {
         kiln_layer_weights *L = &m->layers[l];
         kiln_mat *mats[] = {&L->wq,          &L->wk,        &L->wv,         &L->wo,
                             &L->w_gate,      &L->w_up,      &L->w_down,     &L->w_router,
                             &L->shexp_gate,  &L->shexp_up,  &L->shexp_down, &L->shexp_router,
                             &L->ssm_in_qkvz, &L->ssm_in_ba, &L->ssm_out};
-        for (size_t i = 0; i < sizeof mats / sizeof mats[0] && st == KILN_OK; i++)
-            st = pack_mat(m, &tp, mats[i], err);
+        for (size_t i = 0; i < sizeof mats / sizeof mats[0]; i++) visit_f16(m, mats[i], visit, ctx);
         kiln_mat *experts[] = {L->exp_gate, L->exp_up, L->exp_down};
         for (int i = 0; i < 3; i++)
-            for (int32_t e = 0; experts[i] && e < m->cfg.n_expert && st == KILN_OK; e++)
-                st = pack_mat(m, &tp, &experts[i][e], err);
+            for (int32_t e = 0; experts[i] && e < m->cfg.n_expert; e++)
+                visit_f16(m, &experts[i][e], visit, ctx);
     }
-    if (st == KILN_OK && m->output.data != m->tok_embd.data) st = pack_mat(m, &tp, &m->output, err);
-    kiln_threadpool_destroy(tp);
-    return st;
+    if (m->output.data != m->tok_embd.data) visit_f16(m, &m->output, visit, ctx);
+}
+
+/* Pack the F16 matrices (KILN_F16_PACK, README), unless the caller only inspects the model or
+ * the copies would not fit in three quarters of the memory the system has available: packed
+ * copies are private memory, while the mapped file's pages can be evicted and shared. */
+static void pack_weights(kiln_model *m, const kiln_model_load_params *p) {
+    if (!kiln_cpu_f16_pack_default() || !m->layers || (p && p->keep_file_layout)) return;
+    pack_ctx c = {NULL, 0};
+    each_f16_mat(m, add_packed_size, &c);
+    size_t avail = kiln_mem_available();
+    if (c.total == 0 || (avail > 0 && c.total > avail / 4 * 3)) return;
+    each_f16_mat(m, pack_mat, &c);
+    kiln_threadpool_destroy(c.tp);
 }
 
 kiln_status kiln_model_open(const char *path, const kiln_model_load_params *params,
@@ -994,7 +1024,7 @@ kiln_status kiln_model_open(const char *path, const kiln_model_load_params *para
         }
         if (st == KILN_OK) st = init_rope(m, ff, err);
         if (st == KILN_OK) init_state_layout(m);
-        if (st == KILN_OK) st = pack_weights(m, err);
+        if (st == KILN_OK) pack_weights(m, params);
     }
     if (st == KILN_OK && m->tokenizer && kiln_tokenizer_n_vocab(m->tokenizer) > m->cfg.n_vocab)
         st = kiln_error_set(err, KILN_ERR_FORMAT,

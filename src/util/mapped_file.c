@@ -75,6 +75,17 @@ void kiln_advise_hugepages(void *p, size_t n) {
 #endif
 }
 
+size_t kiln_mem_available(void) {
+    FILE *f = fopen("/proc/meminfo", "r");
+    if (!f) return 0;
+    char line[256];
+    unsigned long long kb = 0;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1) break;
+    fclose(f);
+    return kb > SIZE_MAX / 1024 ? SIZE_MAX : (size_t)kb * 1024;
+}
+
 void kiln_mapped_file_close(kiln_mapped_file *f) {
     if (!f) return;
     if (f->data) munmap((void *)f->data, f->size);

@@ -36,6 +36,12 @@ void kiln_mapped_file_release(const kiln_mapped_file *f, const void *p, size_t n
  */
 void kiln_advise_hugepages(void *p, size_t n);
 
+/**
+ * Memory the system can still give this process without swapping, in bytes: MemAvailable
+ * of /proc/meminfo (Linux proc(5): free memory plus reclaimable caches). 0 when unknown.
+ */
+size_t kiln_mem_available(void);
+
 /** Unmap and free. NULL is a no-op. */
 void kiln_mapped_file_close(kiln_mapped_file *f);
 

@@ -202,7 +202,11 @@ void kiln_cpu_matmul_ex(kiln_threadpool *tp, kiln_simd path, kiln_act_mode act, 
  * y = acc. The scalar, AVX2 and AVX-512 kernels therefore return the same bits (the f16 -> f32
  * conversion and the fused multiply-add are exact/correctly rounded everywhere), whatever
  * n_tok, the thread count or the tiling. This is a different order from the row layout's
- * dot kernels (kiln_cpu_vec_dot), so the two layouts agree to float rounding only.
+ * dot kernels (kiln_cpu_vec_dot), so the two layouts agree to float rounding only, and one
+ * chain per output is less accurate than the row layout's 16 lane sums and tree: against a
+ * double-precision dot, |error| / sum|w x| measured rms 2.5e-8 / max 1.9e-7 (n_in 2048 to
+ * 14336) vs 6.5e-9 / 2.8e-8 for the row layout (AVX-512), far below the f16 rounding of the
+ * weights themselves (llama.cpp's F16 matmul rounds the activations to f16 as well).
  */
 typedef enum kiln_cpu_layout {
     KILN_LAYOUT_ROWS = 0,    /* n_out rows of n_in elements, row stride kiln_dtype_row_size */
@@ -234,8 +238,8 @@ void kiln_cpu_pack_f16_r64(kiln_threadpool *tp, int64_t n_out, int64_t n_in, con
  */
 bool kiln_cpu_f16_pack_default(void);
 
-/** One weight of kiln_cpu_matmul_multi: y[t * n_out + o] = dot(row o of w, x row t).
- *  layout says how w is stored (zero: KILN_LAYOUT_ROWS). */
+/** One weight of kiln_cpu_matmul_multi: y[t * n_out + o] = dot(row o of w, x row t), w
+ *  stored as layout says (zero: KILN_LAYOUT_ROWS). */
 typedef struct kiln_cpu_mm_out {
     const void *w;
     kiln_dtype wt;
@@ -250,9 +254,11 @@ typedef struct kiln_cpu_mm_out {
 /**
  * kiln_cpu_matmul for n weights that read the same activations x ([n_tok, n_in]), e.g. the
  * q, k and v projections: in q8 mode x is quantized once for all of them, and all their rows
- * are split over tp's threads in one fork/join. Each outs[i].y is bit-identical to
- * kiln_cpu_matmul(tp, outs[i].w, outs[i].wt, outs[i].n_out, n_in, x, n_tok, outs[i].y).
- * The y buffers must not overlap x or each other.
+ * are split over tp's threads in one fork/join. Each outs[i].y is bit-identical to the same
+ * weight alone (for the row layout: kiln_cpu_matmul(tp, outs[i].w, outs[i].wt, outs[i].n_out,
+ * n_in, x, n_tok, outs[i].y)). With a packed weight among them, the rows are split between
+ * threads at multiples of 64 of the concatenated rows. The y buffers must not overlap x or each
+ * other.
  */
 void kiln_cpu_matmul_multi(kiln_threadpool *tp, const kiln_cpu_mm_out *outs, int n, int64_t n_in,
                            const float *x, int64_t n_tok);

@@ -89,8 +89,8 @@ const kiln_cpu_kernel *kiln_cpu_kernel_get(kiln_dtype t, kiln_simd path);
 /* ---------------------------------------------------------------- packed F16 (cpu.h) */
 
 /*
- * One group of a KILN_LAYOUT_F16_R64 weight (g: its first byte, 64 * n * 2 bytes, 64-byte
- * aligned) against ntok (1..max_tok) activation rows x + r * ldx:
+ * One group of a KILN_LAYOUT_F16_R64 weight (g: its first byte, 64 * n * 2 bytes; 64-byte
+ * alignment is for speed, any address works) against ntok (1..max_tok) activation rows x + r * ldx:
  *   y[r * ldy + j] = sum over k of w[j][k] * x[r * ldx + k] for lo <= j < hi (0 <= lo < hi
  *   <= 64), in cpu.h's order; other y entries untouched.
  * pf > 0 adds an NTA software prefetch pf bytes ahead of the read position in the group's

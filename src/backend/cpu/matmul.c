@@ -12,6 +12,11 @@
  * (one stream, software prefetch KILN_GEMV_PF bytes ahead). The reduction of each (t, o) is
  * the kernel's own fixed order, so none of this changes any output bit. In q8 mode each
  * activation row is quantized on its own (same bits whatever the batch).
+ *
+ * Packed F16 weights (KILN_LAYOUT_F16_R64, cpu.h; the default for F16 model weights) go
+ * through mm_r64_rows instead: 64-row groups, panels of groups, token tiles of nearly equal
+ * size, and the threads' row ranges split at multiples of 64. The F16 figures quoted below
+ * for the row kernels (panels, gemv) are those of the file layout (KILN_F16_PACK=0).
  */
 #include <errno.h>
 #include <math.h>
