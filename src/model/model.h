@@ -91,18 +91,19 @@ typedef struct kiln_model {
 typedef struct kiln_model_load_params {
     const char *tokenizer_path; /* llama2.c tokenizer.bin; NULL = look beside the model */
     bool require_tokenizer;     /* fail when no tokenizer can be found */
-    bool keep_file_layout;      /* never repack weights (commands that run no forward pass) */
+    bool keep_file_layout;      /* weights stay mapped as in the file (no forward pass) */
 } kiln_model_load_params;
 
 /**
  * Load a model from a GGUF file, a llama2.c checkpoint, or a Hugging Face directory
- * (config.json + model.safetensors or a sharded index). Weights stay memory-mapped, except:
+ * (config.json + model.safetensors or a sharded index). Weights are memory-mapped, then:
  * norm vectors stored in f16/bf16 are converted to f32 copies; transposed (GPT-2 Conv1D)
- * matrices are copied in the row layout; and F16 matrices the forward pass multiplies by are
- * copied into the CPU backend's packed layout (KILN_LAYOUT_F16_R64, backend/cpu/cpu.h; the
- * mapped pages of each source are then released), unless env KILN_F16_PACK=0,
- * params->keep_file_layout, or the copies would exceed 3/4 of MemAvailable; a copy that
- * cannot be allocated leaves its matrix in the row layout.
+ * matrices are copied in the row layout; and the matrices the forward pass multiplies by are
+ * moved into owned memory with transparent huge pages, F16 ones packed into the CPU
+ * backend's KILN_LAYOUT_F16_R64 (backend/cpu/cpu.h), the others copied as they are (the
+ * mapped pages of each source are released), unless env KILN_REPACK=0,
+ * params->keep_file_layout, or the copies would exceed 3/4 of MemAvailable; a matrix whose
+ * copy cannot be allocated stays mapped.
  * For llama2.c checkpoints the tokenizer is params->tokenizer_path, else tokenizer.bin in the
  * model's directory, else the single tok*.bin there.
  * Errors: KILN_ERR_IO, KILN_ERR_FORMAT (missing tensor, wrong shape: named), KILN_ERR_UNSUPPORTED

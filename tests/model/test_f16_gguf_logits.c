@@ -6,7 +6,7 @@
  * with logits of every position: max |logit difference| <= 1e-4 (test_hf_dtypes' bound for
  * F16 weights against F32 of the same values) and the same greedy ids; and that the F16
  * model's projection matrices really are packed (and the F32 ones are not), unless
- * KILN_F16_PACK=0, when both are in the row layout.
+ * KILN_REPACK=0, when both are in the row layout.
  * Usage: test_f16_gguf_logits F16.gguf F32.gguf
  */
 #include <math.h>
@@ -43,7 +43,8 @@ int main(int argc, char **argv) {
     REQUIRE(kiln_model_open(argv[1], &lp, &a, &err) == KILN_OK);
     REQUIRE(kiln_model_open(argv[2], &lp, &b, &err) == KILN_OK);
     REQUIRE(a->cfg.n_vocab == b->cfg.n_vocab);
-    const bool packing = kiln_cpu_f16_pack_default();
+    const char *env = getenv("KILN_REPACK");
+    const bool packing = !(env && strcmp(env, "0") == 0);
     const kiln_mat *wa = &a->layers[0].wq, *wb = &b->layers[0].wq;
     CHECKF(wa->dtype == KILN_DTYPE_F16 && wb->dtype == KILN_DTYPE_F32, "dtypes %s / %s",
            kiln_dtype_name(wa->dtype), kiln_dtype_name(wb->dtype));

@@ -232,12 +232,6 @@ size_t kiln_cpu_layout_bytes(kiln_cpu_layout layout, kiln_dtype wt, int64_t n_ou
 void kiln_cpu_pack_f16_r64(kiln_threadpool *tp, int64_t n_out, int64_t n_in, const void *w,
                            void *dst);
 
-/**
- * True when model loading should pack F16 weights (env KILN_F16_PACK is not "0"; read once).
- * KILN_F16_PACK=0 keeps the row layout, for benchmarks and comparisons.
- */
-bool kiln_cpu_f16_pack_default(void);
-
 /** One weight of kiln_cpu_matmul_multi: y[t * n_out + o] = dot(row o of w, x row t), w
  *  stored as layout says (zero: KILN_LAYOUT_ROWS). */
 typedef struct kiln_cpu_mm_out {

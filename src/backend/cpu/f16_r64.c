@@ -4,7 +4,6 @@
  * reproduces bit for bit (acc = fma(w[o][k], x[t][k], acc) for k = 0, 1, ...).
  */
 #include <math.h>
-#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -76,18 +75,6 @@ void kiln_cpu_pack_f16_r64(kiln_threadpool *tp, int64_t n_out, int64_t n_in, con
         kiln_threadpool_run(tp, pack_worker, &c);
     else
         pack_worker(&c, 0, 1);
-}
-
-static bool g_pack = true;
-static pthread_once_t g_pack_once = PTHREAD_ONCE_INIT;
-static void pack_init(void) {
-    const char *e = getenv("KILN_F16_PACK");
-    if (e && strcmp(e, "0") == 0) g_pack = false;
-}
-
-bool kiln_cpu_f16_pack_default(void) {
-    pthread_once(&g_pack_once, pack_init);
-    return g_pack;
 }
 
 /* The reference: one (row, token) at a time, in cpu.h's order. fmaf is correctly rounded

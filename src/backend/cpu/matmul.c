@@ -16,7 +16,7 @@
  * Packed F16 weights (KILN_LAYOUT_F16_R64, cpu.h; the default for F16 model weights) go
  * through mm_r64_rows instead: 64-row groups, panels of groups, token tiles of nearly equal
  * size, and the threads' row ranges split at multiples of 64. The F16 figures quoted below
- * for the row kernels (panels, gemv) are those of the file layout (KILN_F16_PACK=0).
+ * for the row kernels (panels, gemv) are those of the file layout (KILN_REPACK=0).
  */
 #include <errno.h>
 #include <math.h>
