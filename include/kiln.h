@@ -71,7 +71,8 @@ KILN_API const char *kiln_status_name(kiln_status status);
 /* ---------------------------------------------------------------------------------------- */
 /* Models                                                                                    */
 
-/** A loaded model: weights (memory-mapped), config and tokenizer. Immutable after loading;
+/** A loaded model: weights (memory-mapped; the matrices moved into huge-page memory at load,
+ *  README KILN_REPACK), config and tokenizer. Immutable after loading;
  *  any number of engines and threads may share it. */
 typedef struct kiln_model kiln_model;
 

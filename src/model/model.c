@@ -897,27 +897,44 @@ static void release_source(const kiln_model *m, const void *p, size_t n) {
     if (m->llama2c) kiln_mapped_file_release(((const kiln_llama2c *)m->llama2c)->map, p, n);
 }
 
+static bool in_file(const kiln_mapped_file *f, const void *p, size_t n) {
+    uintptr_t a = (uintptr_t)p, b = f ? (uintptr_t)f->data : 0;
+    return f && f->data && a >= b && a - b <= f->size && n <= f->size - (a - b);
+}
+
 /* true when [p, p + n) lies in one of the model's file mappings */
 static bool in_mapping(const kiln_model *m, const void *p, size_t n) {
-    const kiln_mapped_file *maps[64];
-    size_t nm = 0;
-    if (m->gguf) maps[nm++] = ((const kiln_gguf *)m->gguf)->owned_map;
-    if (m->llama2c) maps[nm++] = ((const kiln_llama2c *)m->llama2c)->map;
+    if (m->gguf && in_file(((const kiln_gguf *)m->gguf)->owned_map, p, n)) return true;
+    if (m->llama2c && in_file(((const kiln_llama2c *)m->llama2c)->map, p, n)) return true;
     const kiln_safetensors *st = m->safetensors;
-    for (size_t i = 0; st && i < st->n_shards && nm < 64; i++) maps[nm++] = st->shards[i];
-    for (size_t i = 0; i < nm; i++) {
-        const kiln_mapped_file *f = maps[i];
-        uintptr_t a = (uintptr_t)p, b = f ? (uintptr_t)f->data : 0;
-        if (f && f->data && a >= b && a - b <= f->size && n <= f->size - (a - b)) return true;
-    }
+    for (size_t i = 0; st && i < st->n_shards; i++)
+        if (in_file(st->shards[i], p, n)) return true;
     return false;
 }
 
 /* state of place_weights' passes over the matrices */
 typedef struct place_ctx {
     kiln_threadpool *tp; /* created on the first F16 matrix packed */
-    size_t total;        /* bytes of the copies */
+    size_t total;        /* bytes of the copies, each rounded up to 64 */
+    char *arena;         /* one huge-page-hinted block for all copies, or NULL */
+    size_t arena_left;
 } place_ctx;
+
+/* 64-byte aligned memory for one copy: from the arena, else its own allocation (NULL when
+ * that fails) */
+static void *place_alloc(kiln_model *m, place_ctx *c, size_t bytes) {
+    size_t r = (bytes + 63) & ~(size_t)63;
+    if (c->arena && r <= c->arena_left) {
+        void *p = c->arena;
+        c->arena += r, c->arena_left -= r;
+        return p;
+    }
+    char *raw = model_alloc(m, bytes + 63);
+    if (!raw) return NULL;
+    void *dst = (void *)(((uintptr_t)raw + 63) & ~(uintptr_t)63);
+    kiln_advise_hugepages(dst, bytes);
+    return dst;
+}
 
 /* bytes of w's copy: the packed layout for F16, the row layout for every other dtype */
 static size_t placed_bytes(const kiln_mat *w) {
@@ -936,10 +953,8 @@ static void place_mat(kiln_model *m, kiln_mat *w, void *ctx) {
     place_ctx *c = ctx;
     size_t bytes = placed_bytes(w);
     if (bytes == 0 || bytes > SIZE_MAX - 63) return;
-    char *raw = model_alloc(m, bytes + 63);
-    if (!raw) return;
-    void *dst = (void *)(((uintptr_t)raw + 63) & ~(uintptr_t)63);
-    kiln_advise_hugepages(dst, bytes);
+    void *dst = place_alloc(m, c, bytes);
+    if (!dst) return;
     size_t src_bytes = kiln_cpu_layout_bytes(KILN_LAYOUT_ROWS, w->dtype, w->n_out, w->n_in);
     if (w->dtype == KILN_DTYPE_F16) {
         if (!c->tp && kiln_physical_cores() > 1) { /* packing is memory-bound: every core */
@@ -960,6 +975,7 @@ static void add_placed_size(kiln_model *m, kiln_mat *w, void *ctx) {
     (void)m;
     place_ctx *c = ctx;
     size_t b = placed_bytes(w);
+    b = b > SIZE_MAX - 63 ? SIZE_MAX : (b + 63) & ~(size_t)63;
     c->total = b > SIZE_MAX - c->total ? SIZE_MAX : c->total + b;
 }
 
@@ -1008,10 +1024,19 @@ static void repack_init(void) {
 static void place_weights(kiln_model *m, const kiln_model_load_params *p) {
     pthread_once(&g_repack_once, repack_init);
     if (!g_repack || !m->layers || (p && p->keep_file_layout)) return;
-    place_ctx c = {NULL, 0};
+    place_ctx c = {NULL, 0, NULL, 0};
     each_mat(m, add_placed_size, &c);
     size_t avail = kiln_mem_available();
     if (c.total == 0 || (avail > 0 && c.total > avail / 4 * 3)) return;
+    /* one block, 2 MiB aligned, so small matrices (MoE experts) get huge pages too and the
+     * process one mapping instead of one per matrix; per-matrix copies if it cannot be had */
+    const size_t huge = (size_t)2 << 20;
+    char *raw = c.total <= SIZE_MAX - huge ? model_alloc(m, c.total + huge) : NULL;
+    if (raw) {
+        c.arena = (char *)(((uintptr_t)raw + huge - 1) & ~(uintptr_t)(huge - 1));
+        c.arena_left = c.total;
+        kiln_advise_hugepages(c.arena, c.total);
+    }
     each_mat(m, place_mat, &c);
     kiln_threadpool_destroy(c.tp);
 }
@@ -1073,7 +1098,6 @@ kiln_status kiln_model_open(const char *path, const kiln_model_load_params *para
         }
         if (st == KILN_OK) st = init_rope(m, ff, err);
         if (st == KILN_OK) init_state_layout(m);
-        if (st == KILN_OK) place_weights(m, params);
     }
     if (st == KILN_OK && m->tokenizer && kiln_tokenizer_n_vocab(m->tokenizer) > m->cfg.n_vocab)
         st = kiln_error_set(err, KILN_ERR_FORMAT,
@@ -1083,6 +1107,7 @@ kiln_status kiln_model_open(const char *path, const kiln_model_load_params *para
         kiln_model_close(m);
         return st;
     }
+    place_weights(m, params); /* last: a load that fails never pays for the copies */
     *out = m;
     return KILN_OK;
 }

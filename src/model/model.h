@@ -1,7 +1,8 @@
 /*
  * model.h - a loaded model of one of the supported families (config.h): config, weight
- * views into the mapped file(s), the tokenizer, and the forward pass of the one
- * configurable transformer block.
+ * views into the mapped file(s) or, for the matrices, into owned huge-page copies made at load
+ * (kiln_model_open), the tokenizer, and the forward pass of the one configurable transformer
+ * block.
  */
 #ifndef KILN_MODEL_MODEL_H
 #define KILN_MODEL_MODEL_H

@@ -1,4 +1,5 @@
-/* mapped_file.h - read-only memory mapping of a whole file. */
+/* mapped_file.h - read-only memory mapping of a whole file, and memory hints for large buffers
+ * (releasing mapped pages, huge pages, available memory). */
 #ifndef KILN_UTIL_MAPPED_FILE_H
 #define KILN_UTIL_MAPPED_FILE_H
 
