@@ -15,22 +15,15 @@
 #include <string.h>
 
 #include "model/model.h"
+#include "model_test_util.h"
 #include "test.h"
 
 enum { T = 24 };
 
 static float *run(const kiln_model *m) {
-    kiln_error err = {0};
-    kiln_kv_seq *kv = NULL;
-    REQUIRE(kiln_kv_seq_create(m, T, KILN_DTYPE_F32, &kv, &err) == KILN_OK);
     int32_t tok[T];
     for (int i = 0; i < T; i++) tok[i] = (int32_t)((i * 7919 + 13) % m->cfg.n_vocab);
-    float *logits = malloc(sizeof(float) * (size_t)T * (size_t)m->cfg.n_vocab);
-    REQUIRE(logits);
-    CHECKF(kiln_model_forward(m, kv, NULL, tok, T, 0, true, logits, &err) == KILN_OK, "forward: %s",
-           err.message);
-    kiln_kv_seq_destroy(kv);
-    return logits;
+    return forward_all(m, tok, T, KILN_DTYPE_F32);
 }
 
 int main(int argc, char **argv) {
