@@ -887,29 +887,17 @@ static kiln_status open_hf(kiln_model *m, const kiln_model_load_params *p, kiln_
 
 /* ---- weight placement ------------------------------------------------------------------ */
 
-/* Drop the mapped pages of [p, p + n) (the source of a copy) from whichever file mapping holds
- * them: the GGUF file, a safetensors shard or the llama2.c checkpoint; owned memory is never
- * touched. */
-static void release_source(const kiln_model *m, const void *p, size_t n) {
-    if (m->gguf) kiln_mapped_file_release(((const kiln_gguf *)m->gguf)->owned_map, p, n);
-    const kiln_safetensors *st = m->safetensors;
-    for (size_t i = 0; st && i < st->n_shards; i++) kiln_mapped_file_release(st->shards[i], p, n);
-    if (m->llama2c) kiln_mapped_file_release(((const kiln_llama2c *)m->llama2c)->map, p, n);
-}
-
-static bool in_file(const kiln_mapped_file *f, const void *p, size_t n) {
-    uintptr_t a = (uintptr_t)p, b = f ? (uintptr_t)f->data : 0;
-    return f && f->data && a >= b && a - b <= f->size && n <= f->size - (a - b);
-}
-
-/* true when [p, p + n) lies in one of the model's file mappings */
-static bool in_mapping(const kiln_model *m, const void *p, size_t n) {
-    if (m->gguf && in_file(((const kiln_gguf *)m->gguf)->owned_map, p, n)) return true;
-    if (m->llama2c && in_file(((const kiln_llama2c *)m->llama2c)->map, p, n)) return true;
+/* The file mapping (GGUF file, safetensors shard or llama2.c checkpoint) that holds
+ * [p, p + n), or NULL for owned memory. */
+static const kiln_mapped_file *source_map(const kiln_model *m, const void *p, size_t n) {
+    const kiln_mapped_file *f = m->gguf ? ((const kiln_gguf *)m->gguf)->owned_map : NULL;
+    if (kiln_mapped_file_contains(f, p, n)) return f;
+    f = m->llama2c ? ((const kiln_llama2c *)m->llama2c)->map : NULL;
+    if (kiln_mapped_file_contains(f, p, n)) return f;
     const kiln_safetensors *st = m->safetensors;
     for (size_t i = 0; st && i < st->n_shards; i++)
-        if (in_file(st->shards[i], p, n)) return true;
-    return false;
+        if (kiln_mapped_file_contains(st->shards[i], p, n)) return st->shards[i];
+    return NULL;
 }
 
 /* state of place_weights' passes over the matrices */
@@ -967,7 +955,8 @@ static void place_mat(kiln_model *m, kiln_mat *w, void *ctx) {
     } else {
         memcpy(dst, w->data, bytes);
     }
-    release_source(m, w->data, src_bytes);
+    /* drop the source's mapped pages (owned sources, i.e. F16 GPT-2 copies, stay) */
+    kiln_mapped_file_release(source_map(m, w->data, src_bytes), w->data, src_bytes);
     w->data = dst;
 }
 
@@ -986,7 +975,7 @@ typedef void (*mat_visit_fn)(kiln_model *m, kiln_mat *w, void *ctx);
 static void visit_mat(kiln_model *m, kiln_mat *w, mat_visit_fn visit, void *ctx) {
     if (!w->data || w->layout != KILN_LAYOUT_ROWS || w->n_out <= 0 || w->n_in <= 0) return;
     if (w->dtype == KILN_DTYPE_F16 ||
-        in_mapping(m, w->data,
+        source_map(m, w->data,
                    kiln_cpu_layout_bytes(KILN_LAYOUT_ROWS, w->dtype, w->n_out, w->n_in)))
         visit(m, w, ctx);
 }

@@ -54,10 +54,15 @@ kiln_status kiln_mapped_file_open(const char *path, kiln_mapped_file **out, kiln
     return KILN_OK;
 }
 
-void kiln_mapped_file_release(const kiln_mapped_file *f, const void *p, size_t n) {
-    if (!f || !f->data || !p) return;
+bool kiln_mapped_file_contains(const kiln_mapped_file *f, const void *p, size_t n) {
+    if (!f || !f->data || !p) return false;
     uintptr_t base = (uintptr_t)f->data, a = (uintptr_t)p;
-    if (a < base || a - base > f->size || n > f->size - (a - base)) return;
+    return a >= base && a - base <= f->size && n <= f->size - (a - base);
+}
+
+void kiln_mapped_file_release(const kiln_mapped_file *f, const void *p, size_t n) {
+    if (!kiln_mapped_file_contains(f, p, n)) return;
+    uintptr_t a = (uintptr_t)p;
     long ps = sysconf(_SC_PAGESIZE);
     if (ps <= 0) return;
     uintptr_t lo = (a + (uintptr_t)ps - 1) / (uintptr_t)ps * (uintptr_t)ps;

@@ -3,6 +3,7 @@
 #ifndef KILN_UTIL_MAPPED_FILE_H
 #define KILN_UTIL_MAPPED_FILE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 #include "kiln.h"
@@ -20,6 +21,9 @@ typedef struct kiln_mapped_file {
  *         KILN_ERR_INVALID_ARGUMENT (path is a directory), KILN_ERR_OUT_OF_MEMORY.
  */
 kiln_status kiln_mapped_file_open(const char *path, kiln_mapped_file **out, kiln_error *err);
+
+/** True when [p, p + n) lies inside f's mapping (overflow-safe). NULL f: false. */
+bool kiln_mapped_file_contains(const kiln_mapped_file *f, const void *p, size_t n);
 
 /**
  * Drop the whole pages of [p, p + n) that lie inside f's mapping from this process's memory
