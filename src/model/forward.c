@@ -183,7 +183,13 @@ typedef struct attn_job {
 
 /* Work items: (sequence, tile of up to attn_tile consecutive new tokens, KV head); each runs
  * kiln_attention_group for the tile's tokens and the KV head's query heads. Every (token,
- * head) result is independent of the tiling (ops.h), so any split gives the same bits. */
+ * head) result is independent of the tiling (ops.h), so any split gives the same bits.
+ * With at least two sequences per thread, the KV heads of a (sequence, tile) all go to one
+ * thread, tiles dealt round-robin: a KV block row holds every head's slice of a token, so
+ * one core then reads whole rows instead of two cores each reading every other 128 bytes of
+ * them. tinyllama Q4_0, 2 threads, 16 sequences decoding: attention 14.3% -> 11.8% of the
+ * step at 128-256 keys (perf); A/B 1.10x (3 pairs) at 512-544 keys, 1.00-1.04x at 128-192.
+ * Fewer sequences (one decoding, or one prompt's prefill) deal the heads round-robin. */
 static void attn_worker(void *ctx, int ith, int nth) {
     attn_job *j = ctx;
     fwd *f = j->f;
@@ -192,12 +198,13 @@ static void attn_worker(void *ctx, int ith, int nth) {
     const int64_t q_dim = (int64_t)c->n_head * hd, kv_dim = (int64_t)c->n_head_kv * hd;
     float *scratch = f->attn_scratch + (size_t)ith * f->attn_scratch_floats;
     int64_t w = 0;
+    const int64_t per = f->b->n_seqs >= 2 * nth ? c->n_head_kv : 1; /* items per share */
     for (int32_t s = 0; s < f->b->n_seqs; s++) {
         const kiln_batch_seq *sq = &f->b->seqs[s];
         const int32_t tiles = (sq->n_new + M - 1) / M;
         for (int32_t tl = 0; tl < tiles; tl++) {
             for (int32_t g = 0; g < c->n_head_kv; g++, w++) {
-                if (w % nth != ith) continue;
+                if (w / per % nth != ith) continue;
                 const int32_t i0 = sq->first + tl * M;
                 const int32_t nt = sq->first + sq->n_new - i0 < M ? sq->first + sq->n_new - i0 : M;
                 int32_t begin[KILN_ATTN_MAX_TILE], end[KILN_ATTN_MAX_TILE];
