@@ -46,6 +46,31 @@ def loadavg():
         return float("nan")
 
 
+def bandwidth(peaks, threads):
+    """Median read bandwidth (GB/s) from bench/cpu_peaks just now, or NaN without it."""
+    if not peaks:
+        return float("nan")
+    for line in run([peaks, str(threads), "1024", "bandwidth"]).splitlines():
+        if line.startswith("read bandwidth"):
+            return float(line.split()[2])
+    return float("nan")
+
+
+def roofline(peaks, threads):
+    """bench/cpu_peaks' lines (FMA, int8, bandwidth) as {name: median}, or {} without it."""
+    out = {}
+    keys = {"f32 FMA": "fma_gflops", "int8 MAC": "int8_gmacs", "read bandwidth": "bw_gbs"}
+    for line in run([peaks, str(threads)]).splitlines() if peaks else []:
+        for key, name in keys.items():
+            words = line[len(key):].split()
+            if line.startswith(key) and words and words[-1] != "VNNI":
+                try:
+                    out[name] = float(next(w for w in words if w[0].isdigit()))
+                except (StopIteration, ValueError):
+                    pass
+    return out
+
+
 def run(cmd, timeout=3600):
     p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                        timeout=timeout)
@@ -147,6 +172,7 @@ def main():
 
     kiln = find_exe(a.kiln_build, ["kiln"])
     pptg = find_exe(a.kiln_build, ["kiln_pp_tg"])
+    peaks = find_exe(a.kiln_build, ["cpu_peaks"])  # optional: the roofline columns
     if not kiln or not pptg:
         sys.exit("kiln and bench/kiln_pp_tg not found in %s (build targets kiln kiln_pp_tg)"
                  % a.kiln_build)
@@ -161,7 +187,7 @@ def main():
     pp, tg = "pp%d" % a.n_prompt, "tg%d" % a.n_gen
 
     report = {"threads": threads, "rounds": a.rounds, "reps": a.reps, "rows": [],
-              "batched": [], "engine": [], "load": []}
+              "batched": [], "engine": [], "load": [], "roofline": []}
     if lb:
         try:
             info = json.loads(run([lb, "-m", models[types[0]], "-p", "1", "-n", "0", "-r", "1",
@@ -171,11 +197,13 @@ def main():
             report["llama_cpp_commit"] = None
     print("threads %d, %d rounds x %d reps, load average %.2f at start" %
           (threads, a.rounds, a.reps, loadavg()), flush=True)
+    report["roofline"].append(roofline(peaks, threads))
 
     for t in types:
         m = models[t]
         samples = {("llama.cpp", pp): [], ("llama.cpp", tg): [], ("kiln", pp): [],
                    ("kiln", tg): []}
+        bw = {"llama.cpp": [], "kiln": []}  # read bandwidth just before each run
         cmds = {}
         for r in range(a.rounds):
             # alternate which engine goes first, so that drifts in machine load hit both
@@ -184,6 +212,7 @@ def main():
                 if eng == "llama.cpp" and not lb:
                     continue
                 report["load"].append(loadavg())
+                bw[eng].append(bandwidth(peaks, threads))
                 if eng == "llama.cpp":
                     res, cmd = llama_bench(lb, m, threads, a.reps, a.n_prompt, a.n_gen)
                 else:
@@ -199,6 +228,7 @@ def main():
                 "type": t, "test": test, "kiln": k, "llama_cpp": l,
                 "kiln_median": med(k), "llama_cpp_median": med(l) if l else None,
                 "ratio": med(k) / med(l) if l else None,
+                "bw_kiln": bw["kiln"], "bw_llama_cpp": bw["llama.cpp"],
                 "kiln_cmd": cmds.get("kiln"), "llama_cpp_cmd": cmds.get("llama.cpp")})
 
     levels = [x for x in a.batched.split(",") if x]
@@ -206,10 +236,12 @@ def main():
         if not levels or t not in models:
             continue
         # as many samples per level as the pp/tg cells have (rounds x reps), interleaved
+        bw_before = bandwidth(peaks, threads)
         res, cmd = kiln_pp_tg(pptg, models[t], threads, a.rounds * a.reps, a.n_prompt, a.n_gen,
                               ["--what", "batched", "--batched", ",".join(levels),
                                "--batch-prompt", str(a.batch_prompt), "--batch-gen",
                                str(a.batch_gen)])
+        bw_after = bandwidth(peaks, threads)
         base = res.get("batched%s" % levels[0], [])
         for lv in levels:
             s = res.get("batched%s" % lv, [])
@@ -221,6 +253,7 @@ def main():
                                       "median": med(s), "x_single_per_rep": ratios,
                                       "x_single": med(ratios) if ratios else float("nan"),
                                       "x_single_of_medians": med(s) / med(base),
+                                      "bw_before": bw_before, "bw_after": bw_after,
                                       "cmd": " ".join(cmd)})
         if a.engine:
             cmd = [kiln, "bench", "-m", models[t], "--concurrency", ",".join(levels),
@@ -233,6 +266,8 @@ def main():
             except ValueError:
                 report["engine"].append({"type": t, "cmd": " ".join(cmd), "raw": out})
 
+    report["roofline"].append(roofline(peaks, threads))
+
     # ---- report
     print()
     if lb:
@@ -240,14 +275,26 @@ def main():
     print("threads: %d; medians over %d rounds x %d reps; spread = (max - min) / median" %
           (threads, a.rounds, a.reps))
     print()
-    print("| model | test | kiln t/s | spread | llama.cpp t/s | spread | kiln / llama.cpp |")
-    print("|---|---|---:|---:|---:|---:|---:|")
+    for when, r in zip(("start", "end"), report["roofline"]):
+        if r:
+            print("roofline at the %s (bench/cpu_peaks, %d threads): f32 FMA %s GFLOP/s, int8 "
+                  "MAC %s GMAC/s, read bandwidth %s GB/s" % (
+                      when, threads, r.get("fma_gflops", "-"), r.get("int8_gmacs", "-"),
+                      r.get("bw_gbs", "-")))
+    print()
+    print("| model | test | kiln t/s | spread | llama.cpp t/s | spread | kiln / llama.cpp "
+          "| read GB/s before kiln / llama.cpp runs |")
+    print("|---|---|---:|---:|---:|---:|---:|---|")
     for row in report["rows"]:
         l = row["llama_cpp"]
-        print("| tinyllama-1.1b %s | %s | %.2f | %.0f%% | %s | %s | %s |" % (
+        bws = [b for b in row["bw_kiln"] + row["bw_llama_cpp"] if b == b]
+        print("| tinyllama-1.1b %s | %s | %.2f | %.0f%% | %s | %s | %s | %s |" % (
             row["type"].upper(), row["test"], row["kiln_median"], spread(row["kiln"]),
             "%.2f" % row["llama_cpp_median"] if l else "-", "%.0f%%" % spread(l) if l else "-",
-            "%.2fx" % row["ratio"] if l else "-"))
+            "%.2fx" % row["ratio"] if l else "-",
+            "%s / %s" % (" ".join("%.0f" % b for b in row["bw_kiln"]),
+                         " ".join("%.0f" % b for b in row["bw_llama_cpp"]) or "-")
+            if bws else "-"))
     if report["batched"]:
         print()
         print("kiln batched decode (forward pass, %d-token prompts, %d steps timed):" %
@@ -261,6 +308,11 @@ def main():
                 b["type"].upper(), b["sequences"], b["median"], spread(b["tps"]),
                 b["x_single"], " ".join("%.2f" % r for r in b["x_single_per_rep"]),
                 b["x_single_of_medians"]))
+        b = report["batched"][-1]
+        if b["bw_before"] == b["bw_before"]:
+            print()
+            print("read bandwidth before / after the batched runs: %.1f / %.1f GB/s" %
+                  (b["bw_before"], b["bw_after"]))
     for e in report["engine"]:
         print()
         print("kiln bench (engine), %s: %s" % (e["type"], e["cmd"]))
