@@ -186,10 +186,11 @@ typedef struct attn_job {
  * head) result is independent of the tiling (ops.h), so any split gives the same bits.
  * With at least two sequences per thread, the KV heads of a (sequence, tile) all go to one
  * thread, tiles dealt round-robin: a KV block row holds every head's slice of a token, so
- * one core then reads whole rows instead of two cores each reading every other 128 bytes of
- * them. tinyllama Q4_0, 2 threads, 16 sequences decoding: attention 14.3% -> 11.8% of the
- * step at 128-256 keys (perf); A/B 1.10x (3 pairs) at 512-544 keys, 1.00-1.04x at 128-192.
- * Fewer sequences (one decoding, or one prompt's prefill) deal the heads round-robin. */
+ * one core then reads whole rows instead of two cores each reading every other head's slice
+ * (128 bytes in f16, 256 in f32 for head_dim 64). tinyllama Q4_0, 2 threads, 16 sequences
+ * decoding: attention 14.3% -> 11.8% of the step at 128-256 keys (perf); A/B 1.10x (3 pairs)
+ * at 512-544 keys, 1.00-1.04x at 128-192. Fewer sequences (one decoding, or one prompt's
+ * prefill) deal the heads round-robin. */
 static void attn_worker(void *ctx, int ith, int nth) {
     attn_job *j = ctx;
     fwd *f = j->f;
