@@ -46,29 +46,41 @@ def loadavg():
         return float("nan")
 
 
-def bandwidth(peaks, threads):
-    """Median read bandwidth (GB/s) from bench/cpu_peaks just now, or NaN without it."""
+def roofline(peaks, threads, what="all"):
+    """bench/cpu_peaks' medians as {"fma_gflops", "int8_gmacs", "bw_gbs"} (the lines it could
+    measure), or {} without it. The probe is optional: a failure only loses its figures."""
     if not peaks:
-        return float("nan")
-    for line in run([peaks, str(threads), "1024", "bandwidth"]).splitlines():
-        if line.startswith("read bandwidth"):
-            return float(line.split()[2])
-    return float("nan")
-
-
-def roofline(peaks, threads):
-    """bench/cpu_peaks' lines (FMA, int8, bandwidth) as {name: median}, or {} without it."""
+        return {}
+    try:
+        p = subprocess.run([peaks, str(threads), "1024", what], stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True, timeout=600)
+    except (OSError, subprocess.SubprocessError) as e:
+        sys.stderr.write("cpu_peaks failed (%s); continuing without it\n" % e)
+        return {}
+    if p.returncode != 0:
+        sys.stderr.write("cpu_peaks failed (%d): %s" % (p.returncode, p.stderr[-500:]))
+        return {}
     out = {}
     keys = {"f32 FMA": "fma_gflops", "int8 MAC": "int8_gmacs", "read bandwidth": "bw_gbs"}
-    for line in run([peaks, str(threads)]).splitlines() if peaks else []:
+    for line in p.stdout.splitlines():
         for key, name in keys.items():
+            if not line.startswith(key):
+                continue
+            # "<name> [(<what>)]  <median> <unit>  (min ..., max ...)"; else it says why not
             words = line[len(key):].split()
-            if line.startswith(key) and words and words[-1] != "VNNI":
-                try:
-                    out[name] = float(next(w for w in words if w[0].isdigit()))
-                except (StopIteration, ValueError):
-                    pass
+            for i in range(1, len(words)):
+                if words[i] in ("GFLOP/s", "GMAC/s", "GB/s"):
+                    try:
+                        out[name] = float(words[i - 1])
+                    except ValueError:
+                        pass
+                    break
     return out
+
+
+def bandwidth(peaks, threads):
+    """Median read bandwidth (GB/s) measured by bench/cpu_peaks just now, or None."""
+    return roofline(peaks, threads, "bandwidth").get("bw_gbs")
 
 
 def run(cmd, timeout=3600):
@@ -287,14 +299,12 @@ def main():
     print("|---|---|---:|---:|---:|---:|---:|---|")
     for row in report["rows"]:
         l = row["llama_cpp"]
-        bws = [b for b in row["bw_kiln"] + row["bw_llama_cpp"] if b == b]
-        print("| tinyllama-1.1b %s | %s | %.2f | %.0f%% | %s | %s | %s | %s |" % (
+        gbs = lambda xs: " ".join("-" if b is None else "%.0f" % b for b in xs) or "-"
+        print("| tinyllama-1.1b %s | %s | %.2f | %.0f%% | %s | %s | %s | %s / %s |" % (
             row["type"].upper(), row["test"], row["kiln_median"], spread(row["kiln"]),
             "%.2f" % row["llama_cpp_median"] if l else "-", "%.0f%%" % spread(l) if l else "-",
-            "%.2fx" % row["ratio"] if l else "-",
-            "%s / %s" % (" ".join("%.0f" % b for b in row["bw_kiln"]),
-                         " ".join("%.0f" % b for b in row["bw_llama_cpp"]) or "-")
-            if bws else "-"))
+            "%.2fx" % row["ratio"] if l else "-", gbs(row["bw_kiln"]),
+            gbs(row["bw_llama_cpp"])))
     if report["batched"]:
         print()
         print("kiln batched decode (forward pass, %d-token prompts, %d steps timed):" %
@@ -308,11 +318,12 @@ def main():
                 b["type"].upper(), b["sequences"], b["median"], spread(b["tps"]),
                 b["x_single"], " ".join("%.2f" % r for r in b["x_single_per_rep"]),
                 b["x_single_of_medians"]))
-        b = report["batched"][-1]
-        if b["bw_before"] == b["bw_before"]:
-            print()
-            print("read bandwidth before / after the batched runs: %.1f / %.1f GB/s" %
-                  (b["bw_before"], b["bw_after"]))
+        print()
+        for b in report["batched"]:
+            if b["sequences"] == int(levels[0]):  # one line per model (same for every level)
+                print("read bandwidth before / after the %s batched runs: %s / %s GB/s" % (
+                    b["type"].upper(), *("-" if v is None else "%.1f" % v
+                                         for v in (b["bw_before"], b["bw_after"]))))
     for e in report["engine"]:
         print()
         print("kiln bench (engine), %s: %s" % (e["type"], e["cmd"]))

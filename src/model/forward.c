@@ -181,16 +181,40 @@ typedef struct attn_job {
     int32_t window;
 } attn_job;
 
+/* Whether dealing whole (sequence, tile) units round-robin keeps nth threads balanced: at
+ * least two sequences per thread, and no thread with more than 5/4 of the mean work, a
+ * unit's work taken as its tokens x the keys of its last token (sequences of very different
+ * lengths, e.g. 2000/50/50/50 keys, would give one thread ~1.9x the mean). Every thread
+ * computes the same answer. */
+static bool whole_units_balanced(const kiln_batch *b, int32_t M, int nth) {
+    enum { MAX_NTH = 64 };
+    if (b->n_seqs < 2 * nth || nth > MAX_NTH) return false;
+    double load[MAX_NTH] = {0}, total = 0;
+    int64_t u = 0;
+    for (int32_t s = 0; s < b->n_seqs; s++) {
+        const kiln_batch_seq *sq = &b->seqs[s];
+        for (int32_t t0 = 0; t0 < sq->n_new; t0 += M, u++) {
+            const int32_t nt = sq->n_new - t0 < M ? sq->n_new - t0 : M;
+            const double work = (double)nt * (double)(sq->n_past + t0 + nt);
+            load[u % nth] += work;
+            total += work;
+        }
+    }
+    for (int i = 0; i < nth; i++)
+        if (load[i] * nth > 1.25 * total) return false;
+    return true;
+}
+
 /* Work items: (sequence, tile of up to attn_tile consecutive new tokens, KV head); each runs
  * kiln_attention_group for the tile's tokens and the KV head's query heads. Every (token,
  * head) result is independent of the tiling (ops.h), so any split gives the same bits.
- * With at least two sequences per thread, the KV heads of a (sequence, tile) all go to one
- * thread, tiles dealt round-robin: a KV block row holds every head's slice of a token, so
- * one core then reads whole rows instead of two cores each reading every other head's slice
- * (128 bytes in f16, 256 in f32 for head_dim 64). tinyllama Q4_0, 2 threads, 16 sequences
- * decoding: attention 14.3% -> 11.8% of the step at 128-256 keys (perf); A/B 1.10x (3 pairs)
- * at 512-544 keys, 1.00-1.04x at 128-192. Fewer sequences (one decoding, or one prompt's
- * prefill) deal the heads round-robin. */
+ * With at least two sequences per thread (and a balanced deal: whole_units_balanced), the
+ * KV heads of a (sequence, tile) all go to one thread, tiles dealt round-robin: a KV block row
+ * holds every head's slice of a token, so one core then reads whole rows instead of two cores each
+ * reading every other head's slice (128 bytes in f16, 256 in f32 for head_dim 64). tinyllama Q4_0,
+ * 2 threads, 16 sequences decoding: attention 14.3% -> 11.8% of the step at 128-256 keys (perf);
+ * A/B 1.10x (3 pairs) at 512-544 keys, 1.00-1.04x at 128-192. Otherwise (one sequence decoding, one
+ * prompt's prefill, lengths far apart) the items are dealt round-robin one by one. */
 static void attn_worker(void *ctx, int ith, int nth) {
     attn_job *j = ctx;
     fwd *f = j->f;
@@ -199,7 +223,7 @@ static void attn_worker(void *ctx, int ith, int nth) {
     const int64_t q_dim = (int64_t)c->n_head * hd, kv_dim = (int64_t)c->n_head_kv * hd;
     float *scratch = f->attn_scratch + (size_t)ith * f->attn_scratch_floats;
     int64_t w = 0;
-    const int64_t per = f->b->n_seqs >= 2 * nth ? c->n_head_kv : 1; /* items per share */
+    const int64_t per = whole_units_balanced(f->b, M, nth) ? c->n_head_kv : 1; /* per share */
     for (int32_t s = 0; s < f->b->n_seqs; s++) {
         const kiln_batch_seq *sq = &f->b->seqs[s];
         const int32_t tiles = (sq->n_new + M - 1) / M;
