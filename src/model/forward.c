@@ -123,6 +123,7 @@ typedef struct fwd {
     int32_t *rsel, *erow;          /* MoE: [n, n_expert_used] selections; [n] gather list */
     float *ssm_p, *ssm_ba, *ssm_c; /* delta net: [n, 2kd+2vd], [n, 2nv], [n, conv_dim] */
     int32_t attn_tile;             /* query tokens per attention work item */
+    int32_t attn_per;              /* attention items dealt together (attn_worker) */
     size_t attn_scratch_floats;    /* per thread, a multiple of 16 */
     float *attn_scratch;           /* [nth, attn_scratch_floats] */
     float *scratch;                /* [nth, 4 * max(k_head_dim, v_head_dim)] delta-net per thread */
@@ -184,8 +185,8 @@ typedef struct attn_job {
 /* Whether dealing whole (sequence, tile) units round-robin keeps nth threads balanced: at
  * least two sequences per thread, and no thread with more than 5/4 of the mean work, a
  * unit's work taken as its tokens x the keys of its last token (sequences of very different
- * lengths, e.g. 2000/50/50/50 keys, would give one thread ~1.9x the mean). Every thread
- * computes the same answer. */
+ * lengths, e.g. 2000/50/50/50 keys, would give one thread ~1.9x the mean). Decided once per
+ * batch (f->attn_per), so every thread of every layer uses the same deal. */
 static bool whole_units_balanced(const kiln_batch *b, int32_t M, int nth) {
     enum { MAX_NTH = 64 };
     if (b->n_seqs < 2 * nth || nth > MAX_NTH) return false;
@@ -208,8 +209,8 @@ static bool whole_units_balanced(const kiln_batch *b, int32_t M, int nth) {
 /* Work items: (sequence, tile of up to attn_tile consecutive new tokens, KV head); each runs
  * kiln_attention_group for the tile's tokens and the KV head's query heads. Every (token,
  * head) result is independent of the tiling (ops.h), so any split gives the same bits.
- * With at least two sequences per thread (and a balanced deal: whole_units_balanced), the
- * KV heads of a (sequence, tile) all go to one thread, tiles dealt round-robin: a KV block row
+ * With at least two sequences per thread (and a balanced deal: whole_units_balanced, f->attn_per),
+ * the KV heads of a (sequence, tile) all go to one thread, tiles dealt round-robin: a KV block row
  * holds every head's slice of a token, so one core then reads whole rows instead of two cores each
  * reading every other head's slice (128 bytes in f16, 256 in f32 for head_dim 64). tinyllama Q4_0,
  * 2 threads, 16 sequences decoding: attention 14.3% -> 11.8% of the step at 128-256 keys (perf);
@@ -223,7 +224,7 @@ static void attn_worker(void *ctx, int ith, int nth) {
     const int64_t q_dim = (int64_t)c->n_head * hd, kv_dim = (int64_t)c->n_head_kv * hd;
     float *scratch = f->attn_scratch + (size_t)ith * f->attn_scratch_floats;
     int64_t w = 0;
-    const int64_t per = whole_units_balanced(f->b, M, nth) ? c->n_head_kv : 1; /* per share */
+    const int64_t per = f->attn_per;
     for (int32_t s = 0; s < f->b->n_seqs; s++) {
         const kiln_batch_seq *sq = &f->b->seqs[s];
         const int32_t tiles = (sq->n_new + M - 1) / M;
@@ -681,6 +682,7 @@ kiln_status kiln_model_forward_batch(const kiln_model *m, kiln_kv_pool *pool, ki
         const int32_t G = c->n_head / c->n_head_kv;
         f->attn_tile = G >= 4 ? 4 : 16 / (G > 0 ? G : 1);
         if (f->attn_tile > KILN_ATTN_MAX_TILE) f->attn_tile = KILN_ATTN_MAX_TILE;
+        f->attn_per = whole_units_balanced(b, f->attn_tile, f->nth) ? c->n_head_kv : 1;
         size_t fl = kiln_attention_group_scratch(f->attn_tile, G, c->head_dim,
                                                  f->max_keys > 0 ? f->max_keys : 1);
         f->attn_scratch_floats = (fl + 15) & ~(size_t)15;
