@@ -217,7 +217,8 @@ int main(int argc, char **argv) {
         if (!lt) die("out of memory", NULL);
         for (int i = 0; i < nl; i++) run_batched(m, tp, kvt, levels[i], BP, 2);
         for (int r = 0; r < reps; r++)
-            for (int i = 0; i < nl; i++) lt[i * reps + r] = run_batched(m, tp, kvt, levels[i], BP, BG);
+            for (int i = 0; i < nl; i++)
+                lt[i * reps + r] = run_batched(m, tp, kvt, levels[i], BP, BG);
         for (int i = 0; i < nl; i++) {
             char extra[96];
             snprintf(extra, sizeof extra, "\"sequences\": %d, \"prompt\": %d, \"steps\": %d",
