@@ -25,6 +25,7 @@
 
 #include "kiln.h"
 #include "kv/kv_pool.h"
+#include "backend/runner.h"
 #include "model/model.h"
 #include "util/threadpool.h"
 
@@ -57,7 +58,7 @@ static void print_tps(const char *test, const char *model, int threads, const do
 }
 
 /* pp: one forward of P tokens, last logits. Returns tok/s. */
-static double run_pp(const kiln_model *m, kiln_threadpool *tp, kiln_dtype kvt, int32_t P,
+static double run_pp(const kiln_model *m, kiln_backend *tp, kiln_dtype kvt, int32_t P,
                      float *logits) {
     kiln_error err = {0};
     kiln_kv_seq *kv;
@@ -73,7 +74,7 @@ static double run_pp(const kiln_model *m, kiln_threadpool *tp, kiln_dtype kvt, i
 }
 
 /* tg: N single-token forwards from an empty cache. Returns tok/s. */
-static double run_tg(const kiln_model *m, kiln_threadpool *tp, kiln_dtype kvt, int32_t N,
+static double run_tg(const kiln_model *m, kiln_backend *tp, kiln_dtype kvt, int32_t N,
                      float *logits) {
     kiln_error err = {0};
     kiln_kv_seq *kv;
@@ -89,7 +90,7 @@ static double run_tg(const kiln_model *m, kiln_threadpool *tp, kiln_dtype kvt, i
 }
 
 /* batched decode: B sequences, prompt P each (untimed), then G steps of B tokens. */
-static double run_batched(const kiln_model *m, kiln_threadpool *tp, kiln_dtype kvt, int32_t B,
+static double run_batched(const kiln_model *m, kiln_backend *tp, kiln_dtype kvt, int32_t B,
                           int32_t P, int32_t G) {
     kiln_error err = {0};
     const int32_t bs = KILN_KV_DEFAULT_BLOCK_SIZE;
@@ -181,8 +182,9 @@ int main(int argc, char **argv) {
     kiln_error err = {0};
     kiln_model *m;
     if (kiln_model_open(path, NULL, &m, &err)) die("open", &err);
-    kiln_threadpool *tp;
-    if (kiln_threadpool_create(threads, &tp, &err)) die("threadpool", &err);
+    kiln_backend *tp;
+    const kiln_backend_params bp = {.kind = KILN_BACKEND_CPU, .n_threads = threads};
+    if (kiln_backend_create(&bp, &tp, &err)) die("backend", &err);
     float *logits = malloc((size_t)m->cfg.n_vocab * sizeof(float));
     const char *base = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
     double tps[100];
@@ -228,7 +230,7 @@ int main(int argc, char **argv) {
         free(lt);
     }
     free(logits);
-    kiln_threadpool_destroy(tp);
+    kiln_backend_destroy(tp);
     kiln_model_close(m);
     return 0;
 }

@@ -159,7 +159,8 @@ typedef struct kiln_engine kiln_engine;
 /** Storage of the KV cache. */
 typedef enum kiln_kv_type {
     KILN_KV_F32 = 0,
-    KILN_KV_F16 = 1, /* half the memory; attention runs on f16 operands with f32 sums */
+    KILN_KV_F16 = 1,  /* half the memory; attention runs on f16 operands with f32 sums */
+    KILN_KV_BF16 = 2, /* half the memory; attention runs on bf16 operands with f32 sums */
 } kiln_kv_type;
 
 typedef struct kiln_engine_params {

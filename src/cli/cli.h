@@ -6,6 +6,7 @@
 #include <stdint.h>
 
 #include "model/model.h"
+#include "backend/backend.h"
 #include "util/threadpool.h"
 
 /* Exit codes: 0 success, 1 runtime error (bad model, bad input), 2 usage error. */
@@ -44,6 +45,11 @@ char *cli_read_stdin(size_t *len);
 
 /** Threads: n > 0 as given, else kiln_physical_cores(). Prints errors; NULL tp means 1 thread. */
 int cli_threadpool(int n, kiln_threadpool **tp);
+/** A CPU backend context of n threads (n > 0 as given, else kiln_physical_cores()). Prints
+ *  errors and returns non-zero on failure. */
+int cli_backend(int n, kiln_backend **be);
+/** "f32", "f16", "bf16". */
+const char *cli_kv_type_name(kiln_kv_type t);
 
 double cli_now_ms(void);
 

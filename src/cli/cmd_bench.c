@@ -42,7 +42,7 @@ static void bench_usage(FILE *f) {
         "      --prompt-tokens N   prompt length of every request (default 128)\n"
         "      --gen-tokens N      tokens generated per request (default 128)\n"
         "  -t, --threads N         compute threads (default: physical cores; 1 below ~4M weights)\n"
-        "      --kv-type T         KV cache storage, f32 (default) or f16\n"
+        "      --kv-type T         KV cache storage, f32 (default), f16 or bf16\n"
         "      --kv-memory BYTES   KV pool size in bytes (default: enough for the largest level)\n"
         "      --kv-tokens N       KV pool size in positions\n"
         "      --step-tokens N     tokens per engine step (default 512)\n"
@@ -356,7 +356,7 @@ int kiln_cmd_bench(int argc, char **argv) {
                 printf("kiln bench: %s | prompt %lld, gen %lld tokens | %d threads | KV %s, %d "
                        "blocks of %d | step %d tokens\n",
                        model_path, (long long)prompt_tokens, (long long)gen_tokens, n_threads,
-                       ep.kv_type == KILN_KV_F16 ? "f16" : "f32", st.kv_blocks_total, st.block_size,
+                       cli_kv_type_name(ep.kv_type), st.kv_blocks_total, st.block_size,
                        ep.step_tokens ? ep.step_tokens : 512);
                 printf("%11s %8s %8s %14s %16s %12s %12s %12s %8s\n", "concurrency", "wall s",
                        "CPU s", "total gen t/s", "per-req gen t/s", "prefill t/s", "TTFT p50 ms",
@@ -383,8 +383,8 @@ int kiln_cmd_bench(int argc, char **argv) {
         json_t *o = json_pack("{s:s, s:I, s:I, s:i, s:s, s:i, s:i, s:o}", "model", model_path,
                               "prompt_tokens", (json_int_t)prompt_tokens, "gen_tokens",
                               (json_int_t)gen_tokens, "threads", n_threads, "kv_type",
-                              ep.kv_type == KILN_KV_F16 ? "f16" : "f32", "kv_blocks_total",
-                              st.kv_blocks_total, "block_size", st.block_size, "levels", arr);
+                              cli_kv_type_name(ep.kv_type), "kv_blocks_total", st.kv_blocks_total,
+                              "block_size", st.block_size, "levels", arr);
         char *s = o ? json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
         if (!s) {
             fprintf(stderr, "kiln: error: cannot build the JSON output\n");

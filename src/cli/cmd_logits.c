@@ -4,13 +4,14 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/runner.h"
 #include "cli/cli.h"
 #include "format/safetensors_write.h"
 #include "util/error.h"
 
 static void logits_usage(FILE *f) {
     fprintf(f, "usage: kiln logits -m MODEL (--ids 1,2,3 | -p PROMPT) -o OUT.safetensors\n"
-               "                   [--tokenizer FILE] [-t N] [--kv-type f32|f16]\n"
+               "                   [--tokenizer FILE] [-t N] [--kv-type f32|f16|bf16]\n"
                "\n"
                "Runs one forward over the tokens and writes input_ids [T] (I32) and\n"
                "logits [T, n_vocab] (F32) for every position.\n");
@@ -75,7 +76,8 @@ int kiln_cmd_logits(int argc, char **argv) {
             break;
         case 'K':
             if (!cli_parse_kv_type(optarg, &kv_type))
-                return cli_usage_error("logits", "--kv-type must be f32 or f16 (got '%s')", optarg);
+                return cli_usage_error("logits", "--kv-type must be f32, f16 or bf16 (got '%s')",
+                                       optarg);
             break;
         case 'h':
             logits_usage(stdout);
@@ -99,7 +101,7 @@ int kiln_cmd_logits(int argc, char **argv) {
     lp.require_tokenizer = prompt != NULL;
     kiln_error err = {0};
     kiln_model *m = NULL;
-    kiln_threadpool *tp = NULL;
+    kiln_backend *be = NULL;
     kiln_kv_seq *kv = NULL;
     float *logits = NULL;
     int rc = 0;
@@ -112,7 +114,7 @@ int kiln_cmd_logits(int argc, char **argv) {
         rc = cli_fail(&err);
         goto done;
     }
-    if ((rc = cli_threadpool((int)threads, &tp))) goto done;
+    if ((rc = cli_backend((int)threads, &be))) goto done;
     const int64_t T = (int64_t)ids.n, V = m->cfg.n_vocab;
     logits = malloc((size_t)T * (size_t)V * sizeof *logits);
     if (!logits) {
@@ -122,7 +124,7 @@ int kiln_cmd_logits(int argc, char **argv) {
         goto done;
     }
     if (kiln_kv_seq_create(m, (int32_t)T, kv_type, &kv, &err) != KILN_OK ||
-        kiln_model_forward(m, kv, tp, ids.data, (int32_t)T, 0, true, logits, &err) != KILN_OK) {
+        kiln_model_forward(m, kv, be, ids.data, (int32_t)T, 0, true, logits, &err) != KILN_OK) {
         rc = cli_fail(&err);
         goto done;
     }
@@ -135,7 +137,7 @@ int kiln_cmd_logits(int argc, char **argv) {
 done:
     free(logits);
     kiln_kv_seq_destroy(kv);
-    kiln_threadpool_destroy(tp);
+    kiln_backend_destroy(be);
     kiln_model_close(m);
     kiln_ivec_free(&ids);
     return rc;

@@ -28,7 +28,7 @@ static void run_usage(FILE *f) {
             "      --seed S            random seed (default: random, printed)\n"
             "  -t, --threads N         threads (default: physical cores; 1 below ~4M weights)\n"
             "      --ctx N             context length (default: the model's)\n"
-            "      --kv-type T         KV cache storage, f32 (default) or f16\n"
+            "      --kv-type T         KV cache storage, f32 (default), f16 or bf16\n"
             "      --kv-memory BYTES   KV pool size in bytes (default: prompt + max tokens)\n"
             "      --kv-tokens N       KV pool size in positions\n"
             "      --step-tokens N     tokens per engine step (default 512)\n"

@@ -41,7 +41,7 @@ static void serve_usage(FILE *f) {
            "  -t, --threads N           compute threads (default: physical cores; 1 below\n"
            "                            ~4M weights)\n"
            "      --ctx N               positions per sequence (default: the model's)\n"
-           "      --kv-type T           KV cache storage, f32 (default) or f16\n"
+           "      --kv-type T           KV cache storage, f32 (default), f16 or bf16\n"
            "      --kv-memory BYTES     KV pool size in bytes\n"
            "      --kv-tokens N         KV pool size in positions (default: 16 contexts or\n"
            "                            2 GiB, whichever is smaller)\n"

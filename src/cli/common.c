@@ -101,11 +101,26 @@ double cli_now_ms(void) {
     return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
 }
 
+const char *cli_kv_type_name(kiln_kv_type t) {
+    return t == KILN_KV_F16 ? "f16" : t == KILN_KV_BF16 ? "bf16" : "f32";
+}
+
+int cli_backend(int n, kiln_backend **be) {
+    *be = NULL;
+    if (n <= 0) n = kiln_physical_cores();
+    kiln_error err = {0};
+    const kiln_backend_params p = {.kind = KILN_BACKEND_CPU, .n_threads = n};
+    if (kiln_backend_create(&p, be, &err) != KILN_OK) return cli_fail(&err);
+    return 0;
+}
+
 bool cli_parse_kv_type(const char *s, kiln_dtype *out) {
     if (!strcmp(s, "f32"))
         *out = KILN_DTYPE_F32;
     else if (!strcmp(s, "f16"))
         *out = KILN_DTYPE_F16;
+    else if (!strcmp(s, "bf16"))
+        *out = KILN_DTYPE_BF16;
     else
         return false;
     return true;
@@ -165,8 +180,10 @@ int cli_engine_option(const char *cmd, int opt, const char *arg, kiln_engine_par
     if (opt == CLI_OPT_KV_TYPE) {
         kiln_dtype t;
         if (!cli_parse_kv_type(arg, &t))
-            return cli_usage_error(cmd, "--kv-type must be f32 or f16 (got '%s')", arg);
-        ep->kv_type = t == KILN_DTYPE_F16 ? KILN_KV_F16 : KILN_KV_F32;
+            return cli_usage_error(cmd, "--kv-type must be f32, f16 or bf16 (got '%s')", arg);
+        ep->kv_type = t == KILN_DTYPE_F16    ? KILN_KV_F16
+                      : t == KILN_DTYPE_BF16 ? KILN_KV_BF16
+                                             : KILN_KV_F32;
         return 0;
     }
     for (size_t i = 0; i < sizeof lim / sizeof lim[0]; i++) {

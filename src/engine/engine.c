@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "engine/engine_internal.h"
+#include "util/threadpool.h"
 #include "util/error.h"
 
 #define DEFAULT_STEP_TOKENS 512
@@ -44,9 +45,9 @@ static kiln_status resolve_params(const kiln_model *m, const kiln_engine_params 
     CHECK_RANGE(n_threads, 0, 512)
     CHECK_RANGE(n_ctx, 0, 1 << 24)
 #undef CHECK_RANGE
-    if (p->kv_type != KILN_KV_F32 && p->kv_type != KILN_KV_F16)
+    if (p->kv_type != KILN_KV_F32 && p->kv_type != KILN_KV_F16 && p->kv_type != KILN_KV_BF16)
         return kiln_error_set(err, KILN_ERR_INVALID_ARGUMENT,
-                              "kv_type must be KILN_KV_F32 or KILN_KV_F16 (got %d)",
+                              "kv_type must be KILN_KV_F32, KILN_KV_F16 or KILN_KV_BF16 (got %d)",
                               (int)p->kv_type);
     if (!p->block_size) p->block_size = KILN_KV_DEFAULT_BLOCK_SIZE;
     if (!p->step_tokens) p->step_tokens = DEFAULT_STEP_TOKENS;
@@ -69,7 +70,9 @@ static kiln_status resolve_params(const kiln_model *m, const kiln_engine_params 
                               "embeddings for",
                               p->n_ctx, m->cfg.n_ctx_train);
 
-    kiln_dtype dt = p->kv_type == KILN_KV_F16 ? KILN_DTYPE_F16 : KILN_DTYPE_F32;
+    kiln_dtype dt = p->kv_type == KILN_KV_F16    ? KILN_DTYPE_F16
+                    : p->kv_type == KILN_KV_BF16 ? KILN_DTYPE_BF16
+                                                 : KILN_DTYPE_F32;
     int64_t kv_dim = (int64_t)m->cfg.n_head_kv * m->cfg.head_dim;
     int64_t block_bytes = kiln_kv_block_bytes(m->cfg.n_layer, kv_dim, p->block_size, dt);
     if (block_bytes <= 0)
@@ -141,12 +144,16 @@ kiln_status kiln_engine_create_debug(const kiln_model *m, const kiln_engine_para
         .kv_dim = (int64_t)m->cfg.n_head_kv * m->cfg.head_dim,
         .block_size = p.block_size,
         .n_blocks = n_blocks,
-        .dtype = p.kv_type == KILN_KV_F16 ? KILN_DTYPE_F16 : KILN_DTYPE_F32,
+        .dtype = p.kv_type == KILN_KV_F16    ? KILN_DTYPE_F16
+                 : p.kv_type == KILN_KV_BF16 ? KILN_DTYPE_BF16
+                                             : KILN_DTYPE_F32,
     };
-    if ((st = kiln_kv_pool_create(&pp, &e->pool, err))) {
+    const kiln_backend_params bp = {.kind = KILN_BACKEND_CPU, .n_threads = p.n_threads};
+    if ((st = kiln_backend_create(&bp, &e->be, err))) goto fail;
+    pp.backend = e->be;
+    if ((st = kiln_kv_pool_create(&pp, &e->pool, err))) goto fail;
+    if ((st = kiln_runner_create(m, e->be, e->pool, p.step_tokens, p.n_ctx, &e->runner, err)))
         goto fail;
-    }
-    if (p.n_threads > 1 && (st = kiln_threadpool_create(p.n_threads, &e->tp, err))) goto fail;
     if ((st = kiln_sampler_scratch_create(e->n_vocab, &e->scratch, err))) goto fail;
     e->running = calloc((size_t)p.max_seqs, sizeof *e->running);
     e->b_tokens = malloc((size_t)p.step_tokens * sizeof *e->b_tokens);
@@ -213,8 +220,9 @@ void kiln_engine_destroy(kiln_engine *e) {
         pthread_mutex_unlock(&e->mu);
         pthread_join(e->thread, NULL);
     }
+    kiln_runner_destroy(e->runner);
     kiln_kv_pool_destroy(e->pool);
-    kiln_threadpool_destroy(e->tp);
+    kiln_backend_destroy(e->be);
     kiln_sampler_scratch_destroy(e->scratch);
     free(e->running);
     free(e->b_tokens);

@@ -22,7 +22,7 @@
 #include "kv/kv_pool.h"
 #include "model/model.h"
 #include "tokenizer/tokenizer.h"
-#include "util/threadpool.h"
+#include "backend/runner.h"
 #include "util/vec.h"
 
 /* ---- request snapshot (request.c) ---------------------------------------------------- */
@@ -172,7 +172,8 @@ struct kiln_engine {
     int32_t n_vocab;
     int64_t rec_state_floats; /* per-sequence recurrent state size; 0 for most models */
     kiln_kv_pool *pool;
-    kiln_threadpool *tp;
+    kiln_backend *be;     /* the compute backend context (threads, arena) */
+    kiln_runner *runner; /* executes the scheduler's batches on be and pool */
     kiln_engine_debug debug;
 
     pthread_t thread;

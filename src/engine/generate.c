@@ -35,7 +35,7 @@ bool kiln_model_is_eog(const kiln_model *m, int32_t id) {
     return id == m->cfg.eos_id;
 }
 
-kiln_status kiln_generate(const kiln_model *m, kiln_threadpool *tp, const int32_t *prompt,
+kiln_status kiln_generate(const kiln_model *m, kiln_backend *be, const int32_t *prompt,
                           int32_t n_prompt, const kiln_generate_params *p, kiln_token_fn on_token,
                           void *user, kiln_generate_result *res, kiln_error *err) {
     memset(res, 0, sizeof *res);
@@ -61,15 +61,24 @@ kiln_status kiln_generate(const kiln_model *m, kiln_threadpool *tp, const int32_
 
     kiln_kv_seq *kv = NULL;
     kiln_sampler_scratch *scratch = NULL;
+    kiln_backend *own = NULL;
+    if (!be) {
+        const kiln_backend_params bp = {.kind = KILN_BACKEND_CPU, .n_threads = 1};
+        if ((st = kiln_backend_create(&bp, &own, err))) return st;
+        be = own;
+    }
     float *logits = malloc((size_t)m->cfg.n_vocab * sizeof *logits);
-    if (!logits) return kiln_error_set(err, KILN_ERR_OUT_OF_MEMORY, "out of memory");
+    if (!logits) {
+        kiln_backend_destroy(own);
+        return kiln_error_set(err, KILN_ERR_OUT_OF_MEMORY, "out of memory");
+    }
     if ((st = kiln_kv_seq_create(m, (int32_t)n_ctx, p->kv_type ? p->kv_type : KILN_DTYPE_F32, &kv,
                                  err)))
         goto done;
     if ((st = kiln_sampler_scratch_create(m->cfg.n_vocab, &scratch, err))) goto done;
 
     double t0 = now_ms();
-    if ((st = kiln_model_forward(m, kv, tp, prompt, n_prompt, 0, false, logits, err))) goto done;
+    if ((st = kiln_model_forward(m, kv, be, prompt, n_prompt, 0, false, logits, err))) goto done;
     double t1 = now_ms();
     res->prompt_ms = t1 - t0;
     int32_t pos = n_prompt;
@@ -91,7 +100,7 @@ kiln_status kiln_generate(const kiln_model *m, kiln_threadpool *tp, const int32_
             res->finish = KILN_FINISH_LENGTH;
             break;
         }
-        if ((st = kiln_model_forward(m, kv, tp, &tok, 1, pos, false, logits, err))) goto done;
+        if ((st = kiln_model_forward(m, kv, be, &tok, 1, pos, false, logits, err))) goto done;
         pos++;
     }
     res->gen_ms = now_ms() - t1;
@@ -100,5 +109,6 @@ done:
     free(logits);
     kiln_kv_seq_destroy(kv);
     kiln_sampler_scratch_destroy(scratch);
+    kiln_backend_destroy(own);
     return st;
 }

@@ -10,6 +10,7 @@
 #include <stdint.h>
 
 #include "engine/sampler.h"
+#include "backend/runner.h"
 #include "model/model.h"
 #include "util/vec.h"
 
@@ -41,8 +42,10 @@ typedef bool (*kiln_token_fn)(void *user, int32_t token);
  * config's eos_id without a tokenizer); for llama2.c checkpoints also BOS (id 1), as run.c
  * stops. Errors: KILN_ERR_INVALID_ARGUMENT (empty prompt, id out of range, max_tokens < 1,
  * sampler ranges, prompt longer than the context), KILN_ERR_OUT_OF_MEMORY.
+ * be: the backend context to run on (borrowed); NULL makes a one-thread CPU context for the
+ * call.
  */
-kiln_status kiln_generate(const kiln_model *m, kiln_threadpool *tp, const int32_t *prompt,
+kiln_status kiln_generate(const kiln_model *m, kiln_backend *be, const int32_t *prompt,
                           int32_t n_prompt, const kiln_generate_params *p, kiln_token_fn on_token,
                           void *user, kiln_generate_result *res, kiln_error *err);
 

@@ -209,8 +209,8 @@ static void forward_each(kiln_engine *e, const plan_state *ps) {
                 ? KILN_OK
                 : kiln_error_set(&err, KILN_ERR_INTERNAL, "too many logits rows (%d)", s->n_logits);
         if (!st)
-            st = kiln_model_forward_batch(e->model, e->pool, e->tp, &b,
-                                          e->logits_buf + (size_t)s->out_row * e->n_vocab, &err);
+            st = kiln_runner_step(e->runner, &b, e->logits_buf + (size_t)s->out_row * e->n_vocab,
+                                  &err);
         if (st) {
             s->failed_forward = true;
             kiln_seq_finish(s, KILN_FINISH_ERROR, st, err.message);
@@ -264,7 +264,7 @@ void kiln_engine_step(kiln_engine *e) {
                         .seqs = e->b_seqs,
                         .n_out = ps.n_out,
                         .out = e->b_out};
-        st = kiln_model_forward_batch(e->model, e->pool, e->tp, &b, e->logits_buf, &err);
+        st = kiln_runner_step(e->runner, &b, e->logits_buf, &err);
         if (st && e->rec_state_floats == 0) {
             forward_each(e, &ps);
         } else if (st) {

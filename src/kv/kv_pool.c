@@ -2,11 +2,13 @@
 #include "kv/kv_pool.h"
 
 #include <inttypes.h>
+#include <stdbool.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "kv/kv_format.h"
 #include "util/error.h"
 
 struct kiln_kv_pool {
@@ -15,6 +17,7 @@ struct kiln_kv_pool {
     int32_t block_size;
     int32_t n_blocks;
     kiln_dtype dtype;
+    kiln_backend *be; /* borrowed; NULL: host memory */
 
     size_t region_bytes; /* one (layer, block) region of K (or V), padded */
     size_t total_bytes;  /* of each of k and v */
@@ -31,14 +34,8 @@ struct kiln_kv_pool {
 };
 
 static size_t elem_size(kiln_dtype t) {
-    switch (t) {
-    case KILN_DTYPE_F32:
-        return 4;
-    case KILN_DTYPE_F16:
-        return 2;
-    default:
-        return 0;
-    }
+    const kiln_kv_format_traits *f = kiln_kv_format_of(t);
+    return f ? f->elem_bytes : 0;
 }
 
 /* Padded bytes of one (layer, block) region, or 0 on overflow / bad args. */
@@ -97,9 +94,10 @@ kiln_status kiln_kv_pool_create(const kiln_kv_pool_params *p, kiln_kv_pool **out
         return kiln_error_set(err, KILN_ERR_INVALID_ARGUMENT,
                               "kv pool: n_blocks must be >= 1 (got %" PRId32 ")", p->n_blocks);
     if (elem_size(p->dtype) == 0)
-        return kiln_error_set(err, KILN_ERR_INVALID_ARGUMENT,
-                              "kv pool: dtype must be f32 or f16 (got %s, id %d)",
-                              kiln_dtype_name((int32_t)p->dtype), (int)p->dtype);
+        return kiln_error_set(
+            err, KILN_ERR_INVALID_ARGUMENT,
+            "kv pool: dtype must be a KV page format: f32, f16 or bf16 (got %s, id %d)",
+            kiln_dtype_name((int32_t)p->dtype), (int)p->dtype);
 
     int32_t bs = p->block_size ? p->block_size : KILN_KV_DEFAULT_BLOCK_SIZE;
     size_t region = region_bytes_of(p->kv_dim, bs, p->dtype);
@@ -125,10 +123,22 @@ kiln_status kiln_kv_pool_create(const kiln_kv_pool_params *p, kiln_kv_pool **out
     pool->region_bytes = region;
     pool->total_bytes = (size_t)total;
 
-    /* total is a multiple of KILN_KV_ALIGNMENT, as aligned_alloc requires */
-    pool->k = aligned_alloc(KILN_KV_ALIGNMENT, pool->total_bytes);
-    pool->v = pool->k ? aligned_alloc(KILN_KV_ALIGNMENT, pool->total_bytes) : NULL;
-    if (!pool->k || !pool->v) {
+    pool->be = p->backend;
+    bool ok;
+    if (pool->be) {
+        kiln_error ignored;
+        void *k = NULL, *v = NULL;
+        ok = pool->be->ops->buf_alloc(pool->be, pool->total_bytes, &k, &ignored) == KILN_OK &&
+             pool->be->ops->buf_alloc(pool->be, pool->total_bytes, &v, &ignored) == KILN_OK;
+        pool->k = k;
+        pool->v = v;
+    } else {
+        /* total is a multiple of KILN_KV_ALIGNMENT, as aligned_alloc requires */
+        pool->k = aligned_alloc(KILN_KV_ALIGNMENT, pool->total_bytes);
+        pool->v = pool->k ? aligned_alloc(KILN_KV_ALIGNMENT, pool->total_bytes) : NULL;
+        ok = pool->k && pool->v;
+    }
+    if (!ok) {
         kiln_kv_pool_destroy(pool);
         return kiln_error_set(err, KILN_ERR_OUT_OF_MEMORY,
                               "kv pool: allocating %" PRIu64 " bytes of KV storage failed "
@@ -161,8 +171,13 @@ kiln_status kiln_kv_pool_create(const kiln_kv_pool_params *p, kiln_kv_pool **out
 
 void kiln_kv_pool_destroy(kiln_kv_pool *pool) {
     if (!pool) return;
-    free(pool->k);
-    free(pool->v);
+    if (pool->be) {
+        pool->be->ops->buf_free(pool->be, pool->k);
+        pool->be->ops->buf_free(pool->be, pool->v);
+    } else {
+        free(pool->k);
+        free(pool->v);
+    }
     free(pool->refcount);
     free(pool->format);
     free(pool->free_list);

@@ -5,7 +5,9 @@
  * [block_size][kv_dim] and V storage [block_size][kv_dim] in the pool's dtype. Blocks are
  * refcounted (a shared prefix is one block with several owners) and carry a format tag.
  *
- * Storage: one 64-byte aligned allocation for all K and one for all V. The (layer, block)
+ * Storage: one 64-byte aligned allocation for all K and one for all V, made through the
+ * pool's backend (kiln_kv_pool_params.backend: host memory on the CPU, device memory on a GPU)
+ * or, without one, on the host. The (layer, block)
  * region is block_size * kv_dim elements, contiguous, row-major, padded up to a multiple of
  * KILN_KV_ALIGNMENT bytes so every region starts 64-byte aligned; region (l, b) sits at
  * offset (l * n_blocks + b) * region_bytes. Contents are unspecified until written (the
@@ -25,6 +27,7 @@
 #include <stdint.h>
 
 #include "kiln.h"
+#include "backend/backend.h"
 #include "tensor/dtype.h"
 
 #define KILN_KV_DEFAULT_BLOCK_SIZE 16
@@ -34,11 +37,13 @@
 typedef struct kiln_kv_pool kiln_kv_pool;
 
 typedef struct kiln_kv_pool_params {
-    int32_t n_layer;    /* >= 1 */
-    int64_t kv_dim;     /* n_head_kv * head_dim, >= 1 */
-    int32_t block_size; /* tokens per block; 0 = KILN_KV_DEFAULT_BLOCK_SIZE */
-    int32_t n_blocks;   /* >= 1 */
-    kiln_dtype dtype;   /* KILN_DTYPE_F32 or KILN_DTYPE_F16 */
+    int32_t n_layer;       /* >= 1 */
+    int64_t kv_dim;        /* n_head_kv * head_dim, >= 1 */
+    int32_t block_size;    /* tokens per block; 0 = KILN_KV_DEFAULT_BLOCK_SIZE */
+    int32_t n_blocks;      /* >= 1 */
+    kiln_dtype dtype;      /* a KV page format (kv/kv_format.h): F32, F16 or BF16 */
+    kiln_backend *backend; /* borrowed, must outlive the pool; storage is allocated through
+                              it (buf_alloc). NULL: host memory (aligned_alloc) */
 } kiln_kv_pool_params;
 
 typedef struct kiln_kv_pool_stats {
@@ -65,7 +70,7 @@ void kiln_kv_pool_destroy(kiln_kv_pool *pool);
  * Bytes one block takes (K and V, all layers, region padding included):
  * 2 * n_layer * round_up(block_size * kv_dim * sizeof(dtype), KILN_KV_ALIGNMENT).
  * block_size 0 means KILN_KV_DEFAULT_BLOCK_SIZE. Returns 0 for an invalid argument
- * (n_layer < 1, kv_dim < 1, block_size < 0, dtype not f32/f16) or when the size overflows.
+ * (n_layer < 1, kv_dim < 1, block_size < 0, dtype not a KV page format) or when the size overflows.
  */
 int64_t kiln_kv_block_bytes(int32_t n_layer, int64_t kv_dim, int32_t block_size, kiln_dtype dtype);
 
@@ -118,7 +123,8 @@ kiln_dtype kiln_kv_pool_dtype(const kiln_kv_pool *pool);
 int32_t kiln_kv_pool_n_blocks(const kiln_kv_pool *pool);
 
 /** Base of K (or V) rows of `block` in `layer`: block_size rows of kv_dim elements of the
- *  pool's dtype (float or uint16_t half), KILN_KV_ALIGNMENT-aligned. Row r holds position
+ *  block's format (kv/kv_format.h: float, or uint16_t f16/bf16), KILN_KV_ALIGNMENT-aligned,
+ *  in backend memory (host memory for the CPU backend or no backend). Row r holds position
  *  block_index*block_size + r, where block_index is the block's index in a sequence's table.
  *  NULL for a NULL pool or an out-of-range layer/block. */
 void *kiln_kv_pool_k(kiln_kv_pool *pool, int32_t layer, int32_t block);

@@ -1,4 +1,6 @@
 #include "model/model.h"
+#include "backend/cpu/cpu.h" /* weight placement: moves to backend/cpu (issue 12) */
+#include "util/threadpool.h"
 
 #include <dirent.h>
 #include <errno.h>

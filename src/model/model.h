@@ -11,23 +11,11 @@
 #include <stdint.h>
 
 #include "kiln.h"
-#include "backend/cpu/cpu.h"
+#include "backend/backend.h"
 #include "kv/kv_pool.h"
-#include "model/batch.h"
 #include "model/config.h"
 #include "tensor/dtype.h"
 #include "tokenizer/tokenizer.h"
-#include "util/threadpool.h"
-
-/** A weight matrix [n_out, n_in] (as W in y = W x): rows of n_in elements (row-major), or,
- *  for F16 weights after loading, the CPU backend's packed layout (layout). */
-typedef struct kiln_mat {
-    const void *data; /* borrowed from a mapping or owned by the model */
-    kiln_dtype dtype;
-    int64_t n_out, n_in;
-    const char *name;       /* for messages */
-    kiln_cpu_layout layout; /* KILN_LAYOUT_ROWS, or KILN_LAYOUT_F16_R64 (backend/cpu/cpu.h) */
-} kiln_mat;
 
 /** Weights of one layer. Pointers that a configuration does not use are NULL / zero. Norm
  *  vectors are f32 with any (1 + w) offset already applied. */
@@ -117,69 +105,37 @@ kiln_status kiln_model_open(const char *path, const kiln_model_load_params *para
 /** Free the model and its sources. NULL is a no-op. */
 void kiln_model_close(kiln_model *m);
 
-/** KV cache of one sequence: a private block pool holding exactly its n_ctx positions.
- *  (The engine shares one pool among many sequences; this is the single-sequence path.) */
-typedef struct kiln_kv_seq {
-    int32_t n_ctx;
-    kiln_kv_pool *pool;
-    kiln_block_table table;
-    float *rec_state; /* kiln_model_seq_state_floats(m) floats, or NULL */
-} kiln_kv_seq;
-
 /**
  * Floats of per-sequence recurrent state the model needs (kiln_batch_seq.rec_state): for
  * every gated-delta-net layer, the conv window (conv_dim x (conv_kernel - 1)) and the delta
- * rule state (n_v_heads x k_head_dim x v_head_dim), plus a small header. 0 for models
- * without recurrent layers.
+ * rule state (n_v_heads x k_head_dim x v_head_dim), plus a small header
+ * (KILN_MODEL_STATE_HEADER_FLOATS floats; its first int32 counts the positions consumed).
+ * 0 for models without recurrent layers.
  */
 int64_t kiln_model_seq_state_floats(const kiln_model *m);
 
-/**
- * Allocate a cache for n_ctx positions stored as dtype (F32, or F16: half the memory; the
- * attention then runs with f16 operands, see kiln_attention_paged).
- * Errors: KILN_ERR_INVALID_ARGUMENT (n_ctx < 1, other dtype), KILN_ERR_OUT_OF_MEMORY.
- */
-kiln_status kiln_kv_seq_create(const kiln_model *m, int32_t n_ctx, kiln_dtype dtype,
-                               kiln_kv_seq **out, kiln_error *err);
-void kiln_kv_seq_destroy(kiln_kv_seq *kv);
+#define KILN_MODEL_STATE_HEADER_FLOATS 16
 
 /**
- * Run the transformer over n tokens of one sequence at positions pos0 .. pos0+n-1, writing
- * their K/V into kv and attending causally over kv positions [0, pos].
- * logits: if non-NULL, [n_out_rows, n_vocab] f32 receives the logits of the rows selected by
- * want_all (every row, n_out_rows = n) or only the last row (n_out_rows = 1).
- * tp may be NULL (single thread).
- * Errors: KILN_ERR_INVALID_ARGUMENT (token id out of [0, n_vocab), n < 1, pos0 + n > n_ctx),
- * KILN_ERR_OUT_OF_MEMORY.
+ * The backend reservation (backend.h) a step of up to max_tokens flat tokens over sequences
+ * of up to max_keys positions needs: the activation bytes of this model's layout, the
+ * attention geometry and the delta-net head size. Pure; never fails.
  */
-kiln_status kiln_model_forward(const kiln_model *m, kiln_kv_seq *kv, kiln_threadpool *tp,
-                               const int32_t *tokens, int32_t n, int32_t pos0, bool want_all,
-                               float *logits, kiln_error *err);
+kiln_backend_reserve kiln_model_reserve(const kiln_model *m, int32_t max_tokens, int32_t max_keys);
 
 /**
- * One forward over a flat batch (DESIGN.md principle 1): every sequence's new tokens are
- * embedded, their K/V rows written into the sequence's paged KV blocks at positions
- * n_past .. n_past+n_new-1, and each token at position p attends causally over positions
- * [0, p], or (p - W, p] in a layer with sliding window W (only those blocks are read; the
- * table must still cover every position). Linear-attention layers (gated delta net) read
- * and advance the sequence's rec_state instead of the KV pool (their pool slots stay
- * unused).
- * Logits are computed only for the rows listed in batch->out, into logits[n_out, n_vocab].
- *
- * Batch invariance (principle 3): a token's logits depend only on its sequence's tokens
- * and KV, never on the other sequences in the batch, on how its prompt was chunked, or on
- * the thread count: every reduction has a fixed order per output element.
- *
- * Preconditions checked (KILN_ERR_INVALID_ARGUMENT, naming the sequence/token): token ids in
- * [0, n_vocab); seqs partition [0, n_tokens) in order; each block table covers
- * n_past + n_new positions of the pool; the pool's n_layer and kv_dim match the model; out
- * indices ascending and in range; positions below the model's learned-position limit
- * (GPT-2); for models with recurrent layers, a rec_state per sequence holding exactly n_past
- * positions (or n_past == 0). Errors also: KILN_ERR_OUT_OF_MEMORY. On error the KV
- * blocks of this step's positions may have been partly written; callers roll those
- * sequences back (their n_past is unchanged).
+ * The model's dataflow for one prepared step (DESIGN.md principle 1): every token is
+ * embedded, each layer's mixer (attention over the paged KV, writing the step's K/V rows at
+ * their positions; or the gated delta net over each sequence's rec_state) and FFN run, and
+ * the logits of the rows st->b->out are written to logits ([n_out, n_vocab], backend memory;
+ * NULL: none). Activations are carved from be's arena, which must hold
+ * kiln_model_reserve(m, st->n_tokens, st->max_keys); step_begin must have been called for st.
+ * Written once over the operations table: it calls nothing else. The batch must have been
+ * checked (backend/runner.h does). Sources: Touvron et al. 2023 (LLaMA), Radford et al. 2019
+ * (GPT-2), Gemma Team 2024, Jiang et al. 2024 (Mixtral), Yang et al. 2024 (Gated Delta
+ * Networks), transformers' modeling_*.py for the order of operations.
  */
-kiln_status kiln_model_forward_batch(const kiln_model *m, kiln_kv_pool *pool, kiln_threadpool *tp,
-                                     const kiln_batch *batch, float *logits, kiln_error *err);
+void kiln_model_forward_step(const kiln_model *m, kiln_backend *be, kiln_kv_pool *pool,
+                             const kiln_step *st, float *logits);
 
 #endif

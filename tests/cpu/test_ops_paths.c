@@ -137,7 +137,7 @@ static void free_store(kvstore *s) {
 static void ref_one(float *out, const float *q, const kvstore *st, int bs, int64_t kv_dim, int hd,
                     int64_t head_off, int begin, int end, float div, float cap, int f16) {
     float *scores = malloc(sizeof(float) * (size_t)end);
-    uint16_t q16[512];
+    float q16[512];
     kiln_attention_paged(out, q, (const void *const *)st->kb, (const void *const *)st->vb, bs,
                          kv_dim, head_off, begin, end, hd, div, cap, f16, scores, q16);
     free(scores);

@@ -8,6 +8,7 @@
 #include "cli/cli_test_util.h"
 #include "format/fmt_util.h"
 #include "format/gguf.h"
+#include "backend/runner.h"
 #include "model/model.h"
 #include "test.h"
 

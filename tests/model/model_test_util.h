@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "format/safetensors.h"
+#include "backend/runner.h"
 #include "model/model.h"
 #include "test.h"
 

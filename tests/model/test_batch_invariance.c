@@ -30,7 +30,7 @@ typedef struct step {
 } step;
 
 /* Run steps over seqs; rows of seqs[0] go to out[pos * V]. */
-static void run(const kiln_model *m, kiln_kv_pool *pool, kiln_threadpool *tp, seq *seqs,
+static void run(const kiln_model *m, kiln_kv_pool *pool, kiln_backend *tp, seq *seqs,
                 int32_t n_seqs, const step *steps, int32_t n_steps, float *out) {
     const int32_t V = m->cfg.n_vocab;
     kiln_error err = {0};
@@ -85,7 +85,7 @@ static void run(const kiln_model *m, kiln_kv_pool *pool, kiln_threadpool *tp, se
     }
 }
 
-static void check_arch(const char *arch, kiln_dtype kv_type, kiln_threadpool *tp2) {
+static void check_arch(const char *arch, kiln_dtype kv_type, kiln_backend *tp2) {
     char dir[256], refp[256];
     snprintf(dir, sizeof dir, "reference/hf/%s", arch);
     snprintf(refp, sizeof refp, "reference/hf/%s/reference.safetensors", arch);
@@ -208,15 +208,16 @@ static void check_arch(const char *arch, kiln_dtype kv_type, kiln_threadpool *tp
 int main(int argc, char **argv) {
     static const char *DEFAULT[] = {"mistral", "gemma2",    "mixtral",
                                     "gemma3",  "qwen3_moe", "qwen3_next"};
-    kiln_threadpool *tp2 = NULL;
+    kiln_backend *tp2 = NULL;
     kiln_error err = {0};
-    REQUIRE(kiln_threadpool_create(2, &tp2, &err) == KILN_OK);
+    const kiln_backend_params bp = {.kind = KILN_BACKEND_CPU, .n_threads = 2};
+    REQUIRE(kiln_backend_create(&bp, &tp2, &err) == KILN_OK);
     const char **archs = argc > 1 ? (const char **)argv + 1 : DEFAULT;
     const int n = argc > 1 ? argc - 1 : (int)(sizeof DEFAULT / sizeof DEFAULT[0]);
     for (int i = 0; i < n; i++) {
         check_arch(archs[i], KILN_DTYPE_F32, tp2);
         check_arch(archs[i], KILN_DTYPE_F16, tp2);
     }
-    kiln_threadpool_destroy(tp2);
+    kiln_backend_destroy(tp2);
     return kiln_test_finish("test_batch_invariance");
 }

@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/cpu/cpu.h"
 #include "model/model.h"
 #include "model_test_util.h"
 #include "test.h"

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/cpu/cpu.h"
 #include "format/gguf.h"
 #include "format/llama2c.h"
 #include "format/safetensors.h"

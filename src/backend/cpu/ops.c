@@ -131,51 +131,70 @@ void kiln_softcap(float *x, int64_t n, float cap) {
     for (int64_t i = 0; i < n; i++) x[i] = cap * tanhf(x[i] / cap);
 }
 
-void kiln_attention_paged(float *out, const float *q, const void *const *k_blocks,
-                          const void *const *v_blocks, int32_t block_size, int64_t row_stride,
-                          int64_t head_off, int32_t key_begin, int32_t n_keys, int32_t head_dim,
-                          float score_div, float softcap, int kv_is_f16, float *scores,
-                          uint16_t *q16) {
+/* one element of a row of the given operand kind (kv/kv_format.h kiln_kv_operand values) */
+static inline float kv_elem(const void *row, int32_t d, const int operand) {
+    if (operand == 1) return kiln_fp16_to_fp32(((const uint16_t *)row)[d]);
+    if (operand == 2) return kiln_bf16_to_fp32(((const uint16_t *)row)[d]);
+    return ((const float *)row)[d];
+}
+
+/* v rounded to the operand's precision (f16, bf16: round to nearest even; f32: v) */
+static inline float kv_round(float v, const int operand) {
+    if (operand == 1) return kiln_fp16_to_fp32(kiln_fp32_to_fp16(v));
+    if (operand == 2) return kiln_bf16_to_fp32(kiln_fp32_to_bf16(v));
+    return v;
+}
+
+static inline const void *kv_row_ref(const void *const *blocks, int32_t block_size,
+                                     int64_t row_stride, int64_t head_off, int32_t t, size_t esz) {
+    return (const char *)blocks[t / block_size] +
+           (size_t)(head_off + (int64_t)(t % block_size) * row_stride) * esz;
+}
+
+/* the reference body for one operand kind (a constant, so each kind gets its own loops) */
+static inline void attention_ref(float *out, const float *q, const void *const *k_blocks,
+                                 const void *const *v_blocks, int32_t block_size,
+                                 int64_t row_stride, int64_t head_off, int32_t key_begin,
+                                 int32_t n_keys, int32_t head_dim, float score_div, float softcap,
+                                 const int operand, float *scores, float *qr) {
     const int32_t n = n_keys - key_begin;
-    if (kv_is_f16) {
-        for (int32_t d = 0; d < head_dim; d++) q16[d] = kiln_fp32_to_fp16(q[d]);
-        for (int32_t t = key_begin; t < n_keys; t++) {
-            const uint16_t *kt = (const uint16_t *)k_blocks[t / block_size] + head_off +
-                                 (int64_t)(t % block_size) * row_stride;
-            float s = 0.0f;
-            for (int32_t d = 0; d < head_dim; d++)
-                s += kiln_fp16_to_fp32(q16[d]) * kiln_fp16_to_fp32(kt[d]);
-            scores[t - key_begin] = s / score_div;
-        }
-    } else {
-        for (int32_t t = key_begin; t < n_keys; t++) {
-            const float *kt = (const float *)k_blocks[t / block_size] + head_off +
-                              (int64_t)(t % block_size) * row_stride;
-            float s = 0.0f;
-            for (int32_t d = 0; d < head_dim; d++) s += q[d] * kt[d];
-            scores[t - key_begin] = s / score_div;
-        }
+    const size_t esz = operand ? 2 : 4;
+    for (int32_t d = 0; d < head_dim; d++) qr[d] = kv_round(q[d], operand);
+    for (int32_t t = key_begin; t < n_keys; t++) {
+        const void *kt = kv_row_ref(k_blocks, block_size, row_stride, head_off, t, esz);
+        float s = 0.0f;
+        for (int32_t d = 0; d < head_dim; d++) s += qr[d] * kv_elem(kt, d, operand);
+        scores[t - key_begin] = s / score_div;
     }
     if (softcap > 0.0f) kiln_softcap(scores, n, softcap);
     kiln_softmax(scores, n);
     memset(out, 0, (size_t)head_dim * sizeof *out);
     for (int32_t t = key_begin; t < n_keys; t++) {
-        if (kv_is_f16) {
-            const uint16_t *vt = (const uint16_t *)v_blocks[t / block_size] + head_off +
-                                 (int64_t)(t % block_size) * row_stride;
-            float a = kiln_fp16_to_fp32(kiln_fp32_to_fp16(scores[t - key_begin]));
-            for (int32_t d = 0; d < head_dim; d++) out[d] += a * kiln_fp16_to_fp32(vt[d]);
-        } else {
-            const float *vt = (const float *)v_blocks[t / block_size] + head_off +
-                              (int64_t)(t % block_size) * row_stride;
-            float a = scores[t - key_begin];
-            for (int32_t d = 0; d < head_dim; d++) out[d] += a * vt[d];
-        }
+        const void *vt = kv_row_ref(v_blocks, block_size, row_stride, head_off, t, esz);
+        const float a = kv_round(scores[t - key_begin], operand);
+        for (int32_t d = 0; d < head_dim; d++) out[d] += a * kv_elem(vt, d, operand);
     }
 }
 
+void kiln_attention_paged(float *out, const float *q, const void *const *k_blocks,
+                          const void *const *v_blocks, int32_t block_size, int64_t row_stride,
+                          int64_t head_off, int32_t key_begin, int32_t n_keys, int32_t head_dim,
+                          float score_div, float softcap, int operand, float *scores,
+                          float *q_round) {
+#define KILN_ATT_REF(OP)                                                                           \
+    attention_ref(out, q, k_blocks, v_blocks, block_size, row_stride, head_off, key_begin, n_keys, \
+                  head_dim, score_div, softcap, OP, scores, q_round)
+    if (operand == 1)
+        KILN_ATT_REF(1);
+    else if (operand == 2)
+        KILN_ATT_REF(2);
+    else
+        KILN_ATT_REF(0);
+#undef KILN_ATT_REF
+}
+
 size_t kiln_attention_group_scratch(int32_t n_tok, int32_t G, int32_t head_dim, int32_t max_keys) {
-    size_t ref = (size_t)max_keys + (size_t)head_dim + 16; /* scores + q16 of the reference */
+    size_t ref = (size_t)max_keys + (size_t)head_dim + 16; /* scores + rounded q (reference) */
     if (!use_avx512()) return ref;
     size_t v = kiln_attention_group_scratch_avx512(n_tok, G, head_dim, max_keys);
     return v > ref ? v : ref;
@@ -192,12 +211,12 @@ void kiln_attention_group(float *out, int64_t out_stride, const float *q, int64_
     int32_t max_keys = 0;
     for (int32_t i = 0; i < n_tok; i++)
         if (end[i] > max_keys) max_keys = end[i];
-    uint16_t *q16 = (uint16_t *)(scratch + max_keys);
+    float *q_round = scratch + max_keys;
     for (int32_t i = 0; i < n_tok; i++)
         for (int32_t h = 0; h < G; h++)
             kiln_attention_paged(out + i * out_stride + (int64_t)h * kv->head_dim,
                                  q + i * q_stride + (int64_t)h * kv->head_dim, kv->k_blocks,
                                  kv->v_blocks, kv->block_size, kv->row_stride, kv->head_off,
-                                 begin[i], end[i], kv->head_dim, score_div, softcap, kv->kv_is_f16,
-                                 scratch, q16);
+                                 begin[i], end[i], kv->head_dim, score_div, softcap, kv->operand,
+                                 scratch, q_round);
 }

@@ -87,19 +87,20 @@ void kiln_softcap(float *x, int64_t n, float cap);
  *   out[d] = sum_t softmax_t(s) * v_t[d]
  * score_div is usually sqrtf(head_dim); dividing, as llama2.c run.c does. Reduction is
  * sequential over t and d, so the result does not depend on how keys are split into blocks.
- * kv_type KILN_DTYPE_F32: f32 rows. KILN_DTYPE_F16: half rows, computed as an f16 matmul
- * pipeline does: q is rounded to f16 before q . k and the softmax probabilities are rounded
- * to f16 before they weight v, with f32 accumulation (llama.cpp's CPU path with its f16 KV
- * cache computes this; FlashAttention-2 likewise casts P to half before P.V).
- * scores: scratch of n_keys - key_begin floats; q16: scratch of head_dim halves (F16 only).
+ * operand (kv/kv_format.h kiln_kv_operand): 0 f32 rows. 1 f16 rows, computed as an f16
+ * matmul pipeline does: q is rounded to f16 before q . k and the softmax probabilities are
+ * rounded to f16 before they weight v, with f32 accumulation (llama.cpp's CPU path with its
+ * f16 KV cache computes this; FlashAttention-2 likewise casts P to half before P.V). 2 bf16
+ * rows, the same pipeline with bf16 rounding (round to nearest even) of q and P.
+ * scores: scratch of n_keys - key_begin floats; q_round: scratch of head_dim floats.
  * Requires 0 <= key_begin < n_keys.
  * This is the scalar reference; the forward pass uses kiln_attention_group.
  */
 void kiln_attention_paged(float *out, const float *q, const void *const *k_blocks,
                           const void *const *v_blocks, int32_t block_size, int64_t row_stride,
                           int64_t head_off, int32_t key_begin, int32_t n_keys, int32_t head_dim,
-                          float score_div, float softcap, int kv_is_f16, float *scores,
-                          uint16_t *q16);
+                          float score_div, float softcap, int operand, float *scores,
+                          float *q_round);
 
 /** Paged K/V of one KV head (see kiln_attention_paged for the addressing). */
 typedef struct kiln_attn_kv {
@@ -108,7 +109,7 @@ typedef struct kiln_attn_kv {
     int64_t row_stride; /* elements from one position's row to the next (kv_dim) */
     int64_t head_off;   /* elements from a row's start to this head's head_dim elements */
     int32_t head_dim;
-    int kv_is_f16; /* rows of halves (else f32) */
+    int operand; /* kv/kv_format.h kiln_kv_operand: 0 f32, 1 f16, 2 bf16 rows */
 } kiln_attn_kv;
 
 /** Scratch floats kiln_attention_group needs for n_tok tokens, G heads, keys below max_keys. */
@@ -120,7 +121,7 @@ size_t kiln_attention_group_scratch(int32_t n_tok, int32_t G, int32_t head_dim, 
  * at q + i * q_stride + h * head_dim and writes out + i * out_stride + h * head_dim, attending
  * over keys [begin[i], end[i]) (0 <= begin[i] < end[i]; begin and end non-decreasing in i, as
  * for consecutive positions of one sequence under a causal mask and an optional window),
- * with the semantics of kiln_attention_paged (score_div, softcap, f16 operand rounding).
+ * with the semantics of kiln_attention_paged (score_div, softcap, f16/bf16 operand rounding).
  * scratch: kiln_attention_group_scratch(n_tok, G, head_dim, max(end)) floats, 64-byte aligned.
  *
  * AVX-512 path (ops_avx512.c): keys in chunks of 16 at absolute positions, each chunk's K

@@ -136,10 +136,12 @@ void kiln_swiglu_avx512(float *g, const float *u, int64_t n) {
  * Order per (token, head) row, independent of the other rows, of n_tok, of the block size
  * and of the chunk's other keys (DESIGN.md principle 3):
  *   s_t = a_t / score_div, a_t = fma chain over d = 0 .. hd-1 from +0: a = fma(q[d], k_t[d], a)
- *         (F16: q rounded to f16 first); softcap (if any) s = cap * tanhf(s / cap);
+ *         (F16 / BF16 rows: q rounded to f16 / bf16 first); softcap (if any)
+ *         s = cap * tanhf(s / cap);
  *   m = max over [begin, end); p_t = exp16(s_t - m); l = hsum16 of the lane-wise sum over
  *         chunks ascending, lane = t % 16 (keys outside the range contribute +0);
- *   p_t = p_t / l (F16: rounded to f16); out[d] = fma chain over t = begin .. end-1 from +0.
+ *   p_t = p_t / l (F16 / BF16: rounded to f16 / bf16); out[d] = fma chain over t = begin .. end-1
+ * from +0.
  */
 
 KA __m512 perm2(__m512 a, __m512 b, const int B, const int hi) {
@@ -167,8 +169,32 @@ KA void transpose16(__m512 r[16]) {
     }
 }
 
-KA __m512 load_row16(const void *p, int64_t d, __mmask16 m, const int F16) {
-    if (F16) return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, (const uint16_t *)p + d));
+/* v rounded to bf16 (round to nearest even; NaN made quiet), widened back: the value
+ * kiln_bf16_to_fp32(kiln_fp32_to_bf16(v)) lane by lane (tensor/dtype.c) */
+KA __m512 round_bf16(__m512 v) {
+    const __m512i u = _mm512_castps_si512(v), hi = _mm512_set1_epi32((int)0xFFFF0000u);
+    const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+    __m512i r = _mm512_add_epi32(u, _mm512_add_epi32(_mm512_set1_epi32(0x7FFF), lsb));
+    const __mmask16 nan = _mm512_cmpgt_epu32_mask(
+        _mm512_and_si512(u, _mm512_set1_epi32(0x7FFFFFFF)), _mm512_set1_epi32(0x7F800000));
+    r = _mm512_mask_or_epi32(r, nan, u, _mm512_set1_epi32(0x00400000));
+    return _mm512_castsi512_ps(_mm512_and_si512(r, hi));
+}
+
+/* v rounded to the rows' operand precision (FMT 1: f16, 2: bf16; 0: v) */
+KA __m512 round_operand(__m512 v, const int FMT) {
+    if (FMT == 1)
+        return _mm512_cvtph_ps(_mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    if (FMT == 2) return round_bf16(v);
+    return v;
+}
+
+/* FMT: the rows' kiln_kv_operand (0 f32, 1 f16, 2 bf16) */
+KA __m512 load_row16(const void *p, int64_t d, __mmask16 m, const int FMT) {
+    if (FMT == 1) return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, (const uint16_t *)p + d));
+    if (FMT == 2)
+        return _mm512_castsi512_ps(_mm512_slli_epi32(
+            _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, (const uint16_t *)p + d)), 16));
     return _mm512_maskz_loadu_ps(m, (const float *)p + d);
 }
 
@@ -179,15 +205,15 @@ KA const void *kv_row(const kiln_attn_kv *kv, const void *const *blocks, int32_t
 
 /* Kt[d * 16 + l] = key (t0 + l)'s dimension d for l in [lo, hi) (absolute keys t0 + lo ..),
  * +0 elsewhere; d < hd */
-KA void load_kt(float *Kt, const kiln_attn_kv *kv, int32_t t0, int lo, int hi, const int F16) {
-    const size_t esz = F16 ? 2 : 4;
+KA void load_kt(float *Kt, const kiln_attn_kv *kv, int32_t t0, int lo, int hi, const int FMT) {
+    const size_t esz = FMT ? 2 : 4;
     const int hd = kv->head_dim, nc = (hd + 15) / 16;
     for (int c = 0; c < nc; c++) {
         const int dn = hd - 16 * c < 16 ? hd - 16 * c : 16;
         const __mmask16 m = tail_mask(dn);
         __m512 r[16];
         _Pragma("GCC unroll 16") for (int l = 0; l < 16; l++) r[l] =
-            l >= lo && l < hi ? load_row16(kv_row(kv, kv->k_blocks, t0 + l, esz), 16 * c, m, F16)
+            l >= lo && l < hi ? load_row16(kv_row(kv, kv->k_blocks, t0 + l, esz), 16 * c, m, FMT)
                               : _mm512_setzero_ps();
         transpose16(r);
         for (int d = 0; d < dn; d++) _mm512_store_ps(Kt + (size_t)(16 * c + d) * 16, r[d]);
@@ -198,8 +224,8 @@ KA void load_kt(float *Kt, const kiln_attn_kv *kv, int32_t t0, int lo, int hi, c
  * strided by the KV width, which the hardware prefetchers miss in decode (each step streams
  * every sequence's whole cache) */
 KA void prefetch_chunk(const kiln_attn_kv *kv, const void *const *blocks, int32_t t0, int lo,
-                       int hi, const int F16) {
-    const size_t esz = F16 ? 2 : 4, bytes = (size_t)kv->head_dim * esz;
+                       int hi, const int FMT) {
+    const size_t esz = FMT ? 2 : 4, bytes = (size_t)kv->head_dim * esz;
     for (int l = lo; l < hi; l++) {
         const char *r = kv_row(kv, blocks, t0 + l, esz);
         for (size_t b = 0; b < bytes; b += 64) _mm_prefetch(r + b, _MM_HINT_T0);
@@ -210,7 +236,7 @@ enum { SROWS = 8 }; /* score rows computed together (accumulators in registers) 
 
 /* one row's scores: row buffer sc (chunks from base = begin & ~15), lanes outside
  * [begin, end) = -inf */
-KA void attn_softmax_row(float *sc, int32_t begin, int32_t end, float softcap, const int F16) {
+KA void attn_softmax_row(float *sc, int32_t begin, int32_t end, float softcap, const int FMT) {
     const int32_t base = begin & ~15, nch = (end - base + 15) / 16;
     if (softcap > 0.0f)
         for (int32_t t = begin; t < end; t++)
@@ -231,8 +257,7 @@ KA void attn_softmax_row(float *sc, int32_t begin, int32_t end, float softcap, c
     const __m512 lv = _mm512_set1_ps(hsum16(sum));
     for (int32_t j = 0; j < nch; j++) {
         __m512 p = _mm512_div_ps(_mm512_load_ps(sc + 16 * j), lv);
-        if (F16)
-            p = _mm512_cvtph_ps(_mm512_cvtps_ph(p, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+        p = round_operand(p, FMT);
         _mm512_store_ps(sc + 16 * j, p);
     }
 }
@@ -242,8 +267,8 @@ KA void attn_softmax_row(float *sc, int32_t begin, int32_t end, float softcap, c
  * stay in registers) */
 KA void attn_pv_tile(float *out, int64_t head_stride, const float *sc, int64_t sc_stride,
                      int32_t begin, int32_t end, const kiln_attn_kv *kv, int c0, int nc,
-                     __mmask16 last, const int NH, const int NCC, const int F16) {
-    const size_t esz = F16 ? 2 : 4;
+                     __mmask16 last, const int NH, const int NCC, const int FMT) {
+    const size_t esz = FMT ? 2 : 4;
     const int32_t base = begin & ~15;
     __m512 acc[4][4];
     _Pragma("GCC unroll 4") for (int h = 0; h < NH; h++)
@@ -256,7 +281,7 @@ KA void attn_pv_tile(float *out, int64_t head_stride, const float *sc, int64_t s
         if (++row == kv->block_size) row = 0, blk++;
         __m512 v[4];
         _Pragma("GCC unroll 4") for (int c = 0; c < NCC; c++) v[c] =
-            load_row16(vr, 16 * (c0 + c), c0 + c == nc - 1 ? last : 0xFFFF, F16);
+            load_row16(vr, 16 * (c0 + c), c0 + c == nc - 1 ? last : 0xFFFF, FMT);
         _Pragma("GCC unroll 4") for (int h = 0; h < NH; h++) {
             const __m512 p = _mm512_set1_ps(p0[(size_t)h * sc_stride + t]);
             _Pragma("GCC unroll 4") for (int c = 0; c < NCC; c++) acc[h][c] =
@@ -272,7 +297,7 @@ KA void attn_pv_tile(float *out, int64_t head_stride, const float *sc, int64_t s
 /* out rows (G heads of one token) = sum_t p_t v_t over [begin, end), in tiles of up to 4
  * heads x 4 chunks of 16 dimensions (each (head, dimension) is one chain whatever the tile) */
 KA void attn_pv(float *out, int64_t head_stride, const float *sc, int64_t sc_stride, int G,
-                int32_t begin, int32_t end, const kiln_attn_kv *kv, const int F16, const int NC) {
+                int32_t begin, int32_t end, const kiln_attn_kv *kv, const int FMT, const int NC) {
     const int hd = kv->head_dim, nc = NC ? NC : (hd + 15) / 16;
     const __mmask16 last = !NC && hd % 16 ? tail_mask(hd % 16) : (__mmask16)0xFFFF;
     for (int h0 = 0; h0 < G; h0 += 4) {
@@ -282,7 +307,7 @@ KA void attn_pv(float *out, int64_t head_stride, const float *sc, int64_t sc_str
         for (int c0 = 0; c0 < nc; c0 += 4) {
             const int ncc = nc - c0 < 4 ? nc - c0 : 4;
 #define PV(NH, NCC)                                                                                \
-    attn_pv_tile(o, head_stride, s, sc_stride, begin, end, kv, c0, nc, last, NH, NCC, F16)
+    attn_pv_tile(o, head_stride, s, sc_stride, begin, end, kv, c0, nc, last, NH, NCC, FMT)
             if (nh == 4 && ncc == 4)
                 PV(4, 4);
             else if (nh == 4)
@@ -303,7 +328,7 @@ KA void attn_pv(float *out, int64_t head_stride, const float *sc, int64_t sc_str
                     const float *sh = s + (size_t)h * sc_stride;
 #undef PV
 #define PV(NCC)                                                                                    \
-    attn_pv_tile(oh, head_stride, sh, sc_stride, begin, end, kv, c0, nc, last, 1, NCC, F16)
+    attn_pv_tile(oh, head_stride, sh, sc_stride, begin, end, kv, c0, nc, last, 1, NCC, FMT)
                     switch (ncc) {
                     case 1:
                         PV(1);
@@ -326,7 +351,7 @@ KA void attn_pv(float *out, int64_t head_stride, const float *sc, int64_t sc_str
 
 KA void attn_group(float *out, int64_t out_stride, const float *q, int64_t q_stride, int G,
                    int32_t n_tok, const int32_t *begin, const int32_t *end, const kiln_attn_kv *kv,
-                   float score_div, float softcap, float *scratch, const int F16, const int NC) {
+                   float score_div, float softcap, float *scratch, const int FMT, const int NC) {
     const int hd = kv->head_dim;
     const int32_t kb = begin[0], ke = end[n_tok - 1]; /* ranges are monotone in the token */
     int32_t kmin = kb, kmax = ke;
@@ -337,7 +362,7 @@ KA void attn_group(float *out, int64_t out_stride, const float *q, int64_t q_str
     const int32_t base0 = kmin & ~15;
     const int64_t sc_stride = ((kmax - base0 + 15) & ~15) + 16;
     float *Kt = scratch;              /* hd x 16 */
-    float *qs = Kt + (size_t)hd * 16; /* rows x hd (f16-rounded for F16) */
+    float *qs = Kt + (size_t)hd * 16; /* rows x hd (rounded for F16 / BF16 rows) */
     float *sc = qs + (((size_t)n_tok * G * hd + 15) & ~(size_t)15); /* rows x sc_stride */
     const int rows = n_tok * G;
     for (int r = 0; r < rows; r++) {
@@ -345,9 +370,7 @@ KA void attn_group(float *out, int64_t out_stride, const float *q, int64_t q_str
         for (int d = 0; d < hd; d += 16) {
             const __mmask16 m = hd - d >= 16 ? (__mmask16)0xFFFF : tail_mask(hd - d);
             __m512 v = _mm512_maskz_loadu_ps(m, qr + d);
-            if (F16)
-                v = _mm512_cvtph_ps(
-                    _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+            v = round_operand(v, FMT);
             _mm512_mask_storeu_ps(qs + (size_t)r * hd + d, m, v);
         }
     }
@@ -357,9 +380,9 @@ KA void attn_group(float *out, int64_t out_stride, const float *q, int64_t q_str
         int lo = kmin > t0 ? kmin - t0 : 0, hi = kmax - t0 < 16 ? kmax - t0 : 16;
         if (t0 + 16 < kmax) /* the next chunk's keys, this chunk's values (for attn_pv) */
             prefetch_chunk(kv, kv->k_blocks, t0 + 16, 0, kmax - t0 - 16 < 16 ? kmax - t0 - 16 : 16,
-                           F16);
-        prefetch_chunk(kv, kv->v_blocks, t0, lo, hi, F16);
-        load_kt(Kt, kv, t0, lo, hi, F16);
+                           FMT);
+        prefetch_chunk(kv, kv->v_blocks, t0, lo, hi, FMT);
+        load_kt(Kt, kv, t0, lo, hi, FMT);
         /* active rows: tokens whose range meets the chunk (consecutive tokens) */
         int32_t i0 = 0, i1 = n_tok;
         while (i0 < n_tok && (end[i0] <= t0 || begin[i0] >= t0 + 16)) i0++;
@@ -396,9 +419,9 @@ KA void attn_group(float *out, int64_t out_stride, const float *q, int64_t q_str
     }
     for (int32_t i = 0; i < n_tok; i++) {
         for (int h = 0; h < G; h++)
-            attn_softmax_row(sc + (size_t)(i * G + h) * sc_stride, begin[i], end[i], softcap, F16);
+            attn_softmax_row(sc + (size_t)(i * G + h) * sc_stride, begin[i], end[i], softcap, FMT);
         attn_pv(out + (size_t)i * out_stride, hd, sc + (size_t)i * G * sc_stride, sc_stride, G,
-                begin[i], end[i], kv, F16, NC);
+                begin[i], end[i], kv, FMT, NC);
     }
     (void)kb, (void)ke;
 }
@@ -410,22 +433,29 @@ size_t kiln_attention_group_scratch_avx512(int32_t n_tok, int32_t G, int32_t hea
            rows * (((size_t)max_keys + 15 + 15) / 16 * 16 + 16) + 16;
 }
 
-#define ATTN_G(F16, NC)                                                                            \
+#define ATTN_G(FMT, NC)                                                                            \
     attn_group(out, out_stride, q, q_stride, G, n_tok, begin, end, kv, score_div, softcap,         \
-               scratch, F16, NC)
+               scratch, FMT, NC)
 
 void kiln_attention_group_avx512(float *out, int64_t out_stride, const float *q, int64_t q_stride,
                                  int32_t G, int32_t n_tok, const int32_t *begin, const int32_t *end,
                                  const kiln_attn_kv *kv, float score_div, float softcap,
                                  float *scratch) {
     /* the same operations whatever NC: a constant only lets the compiler unroll */
-    if (kv->kv_is_f16) {
+    if (kv->operand == 1) {
         if (kv->head_dim == 64)
             ATTN_G(1, 4);
         else if (kv->head_dim == 128)
             ATTN_G(1, 8);
         else
             ATTN_G(1, 0);
+    } else if (kv->operand == 2) {
+        if (kv->head_dim == 64)
+            ATTN_G(2, 4);
+        else if (kv->head_dim == 128)
+            ATTN_G(2, 8);
+        else
+            ATTN_G(2, 0);
     } else {
         if (kv->head_dim == 64)
             ATTN_G(0, 4);

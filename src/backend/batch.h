@@ -3,8 +3,8 @@
  * tokens from several sequences, each sequence contributing n_new consecutive positions
  * after the n_past already in its paged KV cache.
  */
-#ifndef KILN_MODEL_BATCH_H
-#define KILN_MODEL_BATCH_H
+#ifndef KILN_BACKEND_BATCH_H
+#define KILN_BACKEND_BATCH_H
 
 #include <stdint.h>
 

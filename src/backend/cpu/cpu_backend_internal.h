@@ -1,0 +1,58 @@
+/* cpu_backend_internal.h - the CPU backend context, shared by its operation files. */
+#ifndef KILN_BACKEND_CPU_CPU_BACKEND_INTERNAL_H
+#define KILN_BACKEND_CPU_CPU_BACKEND_INTERNAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "backend/cpu/cpu_backend.h"
+
+#define KILN_ATTN_MAX_TILE 16 /* query tokens per attention work item, at most */
+
+typedef struct cpu_backend {
+    kiln_backend base; /* first: a kiln_backend * is a cpu_backend * */
+    kiln_threadpool *tp;
+    int nth;
+    /* the reservation */
+    kiln_backend_reserve res;
+    void *arena;      /* res.act_bytes, then the per-thread scratch below */
+    size_t arena_cap; /* bytes allocated */
+    float *attn_scratch;
+    size_t attn_scratch_floats; /* per thread, a multiple of 16 */
+    float *gdn_scratch;         /* [nth, 4 * gdn_head_dim] */
+    /* the step (step_begin) */
+    const kiln_step *st;
+    int32_t attn_tile; /* query tokens per attention work item */
+    int32_t attn_per;  /* attention items dealt together (attn_worker) */
+    int64_t *ptr_off;  /* [n_seqs] offset of each sequence's block pointers */
+    const void **kb, **vb;
+    int *seq_operand; /* [n_seqs] kiln_kv_operand of each sequence's pages */
+    int64_t n_ptrs, ptr_cap;
+    int32_t seq_cap;
+} cpu_backend;
+
+static inline cpu_backend *cpu_be(kiln_backend *be) {
+    return (cpu_backend *)be;
+}
+
+/* operation files */
+void kiln_cpu_kv_write(kiln_backend *be, kiln_kv_pool *pool, int32_t layer, const kiln_step *st,
+                       const float *k, const float *v);
+void kiln_cpu_attention(kiln_backend *be, kiln_kv_pool *pool, const kiln_attn_params *p,
+                        const kiln_step *st, const float *q, float *out);
+void kiln_cpu_attention_deal(cpu_backend *c, const kiln_step *st);
+void kiln_cpu_moe_route(kiln_backend *be, float *probs, int32_t *sel, float *wt, int32_t n_rows,
+                        int32_t n_expert, int32_t k, bool renorm);
+int32_t kiln_cpu_moe_gather(kiln_backend *be, float *xe, int32_t *erow, const float *x,
+                            const int32_t *sel, int32_t n_rows, int32_t k, int64_t d,
+                            int32_t expert);
+void kiln_cpu_moe_scatter(kiln_backend *be, float *acc, const float *y, const int32_t *erow,
+                          const float *wt, int32_t m, int32_t k, int64_t d);
+void kiln_cpu_moe_shared(kiln_backend *be, float *o, const float *acc, const float *y,
+                         const float *gate_logit, int32_t n_rows, int64_t d);
+void kiln_cpu_gdn_conv(kiln_backend *be, float *c, const float *proj, const kiln_gdn_params *p,
+                       const kiln_step *st);
+void kiln_cpu_gdn_rule(kiln_backend *be, float *out, const float *c, const float *proj,
+                       const float *ba, const kiln_gdn_params *p, const kiln_step *st);
+
+#endif

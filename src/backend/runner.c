@@ -1,0 +1,280 @@
+/* runner.c - the model runner (runner.h): one kiln_batch on a backend and a KV pool. */
+#include "backend/runner.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "util/error.h"
+
+struct kiln_runner {
+    const kiln_model *m;
+    kiln_backend *be;
+    kiln_kv_pool *pool;
+    int32_t max_tokens, max_keys; /* reserved */
+    int32_t *tok_seq;             /* [max_tokens], then tok_pos [max_tokens] */
+    float *logits_dev;            /* backends without host memory: [logits_rows, n_vocab] */
+    int32_t logits_rows;
+};
+
+static kiln_status reserve(kiln_runner *r, int32_t max_tokens, int32_t max_keys, kiln_error *err) {
+    if (max_tokens > r->max_tokens) {
+        int32_t *t = realloc(r->tok_seq, (size_t)max_tokens * 2 * sizeof *t);
+        if (!t)
+            return kiln_error_set(err, KILN_ERR_OUT_OF_MEMORY,
+                                  "runner: out of memory for %d tokens", max_tokens);
+        r->tok_seq = t;
+    }
+    const int32_t nt = max_tokens > r->max_tokens ? max_tokens : r->max_tokens;
+    const int32_t nk = max_keys > r->max_keys ? max_keys : r->max_keys;
+    const kiln_backend_reserve res = kiln_model_reserve(r->m, nt, nk);
+    kiln_status st = r->be->ops->arena_reserve(r->be, &res, err);
+    if (st) return st;
+    r->max_tokens = nt;
+    r->max_keys = nk;
+    return KILN_OK;
+}
+
+kiln_status kiln_runner_create(const kiln_model *m, kiln_backend *be, kiln_kv_pool *pool,
+                               int32_t max_tokens, int32_t max_keys, kiln_runner **out,
+                               kiln_error *err) {
+    *out = NULL;
+    if (!m || !be || !pool || max_tokens < 1)
+        return kiln_error_set(err, KILN_ERR_INVALID_ARGUMENT,
+                              "runner: a model, a backend, a pool and max_tokens >= 1 are needed");
+    const kiln_model_config *c = &m->cfg;
+    if (kiln_kv_pool_n_layer(pool) != c->n_layer ||
+        kiln_kv_pool_kv_dim(pool) != (int64_t)c->n_head_kv * c->head_dim)
+        return kiln_error_set(err, KILN_ERR_INVALID_ARGUMENT,
+                              "forward: the KV pool's geometry does not match the model");
+    kiln_runner *r = calloc(1, sizeof *r);
+    if (!r) return kiln_error_set(err, KILN_ERR_OUT_OF_MEMORY, "runner: out of memory");
+    r->m = m;
+    r->be = be;
+    r->pool = pool;
+    kiln_status st = reserve(r, max_tokens, max_keys > 0 ? max_keys : 1, err);
+    if (st) {
+        kiln_runner_destroy(r);
+        return st;
+    }
+    *out = r;
+    return KILN_OK;
+}
+
+void kiln_runner_destroy(kiln_runner *r) {
+    if (!r) return;
+    if (r->logits_dev) r->be->ops->buf_free(r->be, r->logits_dev);
+    free(r->tok_seq);
+    free(r);
+}
+
+/* positions a sequence's recurrent state has consumed (its header's first int32) */
+static int32_t rec_positions(kiln_backend *be, const float *rec_state) {
+    int32_t have;
+    float head;
+    be->ops->download(be, &head, rec_state, sizeof head);
+    memcpy(&have, &head, sizeof have);
+    return have;
+}
+
+static kiln_status check_batch(const kiln_runner *r, const kiln_batch *b, kiln_error *err) {
+    const kiln_model *m = r->m;
+    const kiln_model_config *c = &m->cfg;
+    kiln_kv_pool *pool = r->pool;
+    if (b->n_tokens < 1 || b->n_seqs < 1)
+        return kiln_error_set(err, KILN_ERR_INVALID_ARGUMENT, "forward: empty batch");
+    const int32_t bs = kiln_kv_pool_block_size(pool);
+    const int32_t n_pool_blocks = kiln_kv_pool_get_stats(pool).n_blocks;
+    int32_t next = 0;
+    for (int32_t s = 0; s < b->n_seqs; s++) {
+        const kiln_batch_seq *q = &b->seqs[s];
+        if (q->first != next || q->n_new < 1 || q->n_past < 0 || !q->block_table ||
+            (int64_t)q->n_past + q->n_new > INT32_MAX / 2)
+            return kiln_error_set(err, KILN_ERR_INVALID_ARGUMENT,
+                                  "forward: sequence %d does not continue the batch in order", s);
+        next += q->n_new;
+        const int32_t need = kiln_kv_blocks_for_tokens(q->n_past + q->n_new, bs);
+        if (q->n_blocks < need)
+            return kiln_error_set(err, KILN_ERR_INVALID_ARGUMENT,
+                                  "forward: sequence %d's block table has %d blocks, %d needed for "
+                                  "%d positions",
+                                  s, q->n_blocks, need, q->n_past + q->n_new);
+        for (int32_t i = 0; i < need; i++)
+            if (q->block_table[i] < 0 || q->block_table[i] >= n_pool_blocks ||
+                kiln_kv_pool_refcount(pool, q->block_table[i]) < 1)
+                return kiln_error_set(err, KILN_ERR_INVALID_ARGUMENT,
+                                      "forward: sequence %d's block %d (id %d) is not a live block",
+                                      s, i, q->block_table[i]);
+        if (c->learned_pos && q->n_past + q->n_new > c->n_ctx_train)
+            return kiln_error_set(err, KILN_ERR_INVALID_ARGUMENT,
+                                  "forward: sequence %d reaches position %d; the model has learned "
+                                  "positions for %d only",
+                                  s, q->n_past + q->n_new - 1, c->n_ctx_train);
+        if (m->state_floats > 0) {
+            if (!q->rec_state)
+                return kiln_error_set(err, KILN_ERR_INVALID_ARGUMENT,
+                                      "forward: sequence %d has no recurrent state; this model's "
+                                      "linear-attention layers need one",
+                                      s);
+            const int32_t have = rec_positions(r->be, q->rec_state);
+            if (q->n_past > 0 && have != q->n_past)
+                return kiln_error_set(err, KILN_ERR_INVALID_ARGUMENT,
+                                      "forward: sequence %d's recurrent state holds %d positions, "
+                                      "n_past is %d (the state cannot be rolled back)",
+                                      s, have, q->n_past);
+        }
+    }
+    if (next != b->n_tokens)
+        return kiln_error_set(err, KILN_ERR_INVALID_ARGUMENT,
+                              "forward: sequences cover %d tokens, the batch has %d", next,
+                              b->n_tokens);
+    for (int32_t i = 0; i < b->n_tokens; i++)
+        if (b->token[i] < 0 || b->token[i] >= c->n_vocab)
+            return kiln_error_set(err, KILN_ERR_INVALID_ARGUMENT,
+                                  "forward: token id %d at index %d is outside [0, %d)",
+                                  b->token[i], i, c->n_vocab);
+    for (int32_t k = 0; k < b->n_out; k++)
+        if (b->out[k] < 0 || b->out[k] >= b->n_tokens || (k > 0 && b->out[k] <= b->out[k - 1]))
+            return kiln_error_set(err, KILN_ERR_INVALID_ARGUMENT,
+                                  "forward: output rows must be ascending indices into the batch");
+    return KILN_OK;
+}
+
+kiln_status kiln_runner_step(kiln_runner *r, const kiln_batch *b, float *logits, kiln_error *err) {
+    kiln_status st = check_batch(r, b, err);
+    if (st) return st;
+    const kiln_model *m = r->m;
+    kiln_backend *be = r->be;
+    int32_t max_keys = 0;
+    for (int32_t s = 0; s < b->n_seqs; s++) {
+        const int32_t end = b->seqs[s].n_past + b->seqs[s].n_new;
+        if (end > max_keys) max_keys = end;
+    }
+    if (b->n_tokens > r->max_tokens || max_keys > r->max_keys)
+        if ((st = reserve(r, b->n_tokens, max_keys, err))) return st;
+    int32_t *tok_seq = r->tok_seq, *tok_pos = r->tok_seq + r->max_tokens;
+    for (int32_t s = 0; s < b->n_seqs; s++) {
+        const kiln_batch_seq *sq = &b->seqs[s];
+        for (int32_t j = 0; j < sq->n_new; j++) {
+            tok_seq[sq->first + j] = s;
+            tok_pos[sq->first + j] = sq->n_past + j;
+        }
+    }
+    const kiln_step step = {b, b->n_tokens, tok_seq, tok_pos, max_keys};
+    if ((st = be->ops->step_begin(be, &step, err))) return st;
+    /* a sequence starting afresh starts its recurrent state from zero */
+    if (m->state_floats > 0)
+        for (int32_t s = 0; s < b->n_seqs; s++)
+            if (b->seqs[s].n_past == 0) be->ops->zero(be, b->seqs[s].rec_state, m->state_floats);
+
+    float *dev = logits;
+    if (logits && b->n_out > 0 && !be->ops->host_memory) {
+        if (b->n_out > r->logits_rows) {
+            void *p = NULL;
+            if ((st = be->ops->buf_alloc(
+                     be, (size_t)b->n_out * (size_t)m->cfg.n_vocab * sizeof(float), &p, err)))
+                return st;
+            if (r->logits_dev) be->ops->buf_free(be, r->logits_dev);
+            r->logits_dev = p;
+            r->logits_rows = b->n_out;
+        }
+        dev = r->logits_dev;
+    }
+    kiln_model_forward_step(m, be, r->pool, &step, logits ? dev : NULL);
+    if (logits && b->n_out > 0 && dev != logits)
+        be->ops->download(be, logits, dev,
+                          (size_t)b->n_out * (size_t)m->cfg.n_vocab * sizeof(float));
+    if (m->state_floats > 0)
+        for (int32_t s = 0; s < b->n_seqs; s++) {
+            const int32_t have = b->seqs[s].n_past + b->seqs[s].n_new;
+            float head;
+            memcpy(&head, &have, sizeof head);
+            be->ops->upload(be, b->seqs[s].rec_state, &head, sizeof head);
+        }
+    be->ops->sync(be);
+    return KILN_OK;
+}
+
+kiln_status kiln_model_forward_batch(const kiln_model *m, kiln_kv_pool *pool, kiln_backend *be,
+                                     const kiln_batch *b, float *logits, kiln_error *err) {
+    kiln_backend *own = NULL;
+    kiln_status st = KILN_OK;
+    if (!be) {
+        const kiln_backend_params bp = {.kind = KILN_BACKEND_CPU, .n_threads = 1};
+        if ((st = kiln_backend_create(&bp, &own, err))) return st;
+        be = own;
+    }
+    kiln_runner *r = NULL;
+    st = kiln_runner_create(m, be, pool, b->n_tokens > 0 ? b->n_tokens : 1, 1, &r, err);
+    if (st == KILN_OK) st = kiln_runner_step(r, b, logits, err);
+    kiln_runner_destroy(r);
+    kiln_backend_destroy(own);
+    return st;
+}
+
+/* ---- single-sequence cache: a private pool ------------------------------------------- */
+
+kiln_status kiln_kv_seq_create(const kiln_model *m, int32_t n_ctx, kiln_dtype dtype,
+                               kiln_kv_seq **out, kiln_error *err) {
+    *out = NULL;
+    if (n_ctx < 1)
+        return kiln_error_set(err, KILN_ERR_INVALID_ARGUMENT, "n_ctx must be >= 1 (got %d)", n_ctx);
+    kiln_kv_seq *kv = calloc(1, sizeof *kv);
+    if (!kv) return kiln_error_set(err, KILN_ERR_OUT_OF_MEMORY, "out of memory");
+    kv->n_ctx = n_ctx;
+    kiln_kv_pool_params pp = {
+        .n_layer = m->cfg.n_layer,
+        .kv_dim = (int64_t)m->cfg.n_head_kv * m->cfg.head_dim,
+        .block_size = KILN_KV_DEFAULT_BLOCK_SIZE,
+        .n_blocks = kiln_kv_blocks_for_tokens(n_ctx, KILN_KV_DEFAULT_BLOCK_SIZE),
+        .dtype = dtype,
+    };
+    kiln_status st = kiln_kv_pool_create(&pp, &kv->pool, err);
+    if (st == KILN_OK) st = kiln_block_table_reserve(&kv->table, kv->pool, n_ctx, err);
+    if (st == KILN_OK && m->state_floats > 0) {
+        kv->rec_state = calloc((size_t)m->state_floats, sizeof(float));
+        if (!kv->rec_state)
+            st = kiln_error_set(err, KILN_ERR_OUT_OF_MEMORY,
+                                "out of memory for the recurrent state");
+    }
+    if (st != KILN_OK) {
+        kiln_kv_seq_destroy(kv);
+        return st;
+    }
+    *out = kv;
+    return KILN_OK;
+}
+
+void kiln_kv_seq_destroy(kiln_kv_seq *kv) {
+    if (!kv) return;
+    if (kv->pool) kiln_block_table_release(&kv->table, kv->pool);
+    kiln_kv_pool_destroy(kv->pool);
+    free(kv->rec_state);
+    free(kv);
+}
+
+kiln_status kiln_model_forward(const kiln_model *m, kiln_kv_seq *kv, kiln_backend *be,
+                               const int32_t *tokens, int32_t n, int32_t pos0, bool want_all,
+                               float *logits, kiln_error *err) {
+    if (n < 1) return kiln_error_set(err, KILN_ERR_INVALID_ARGUMENT, "forward: no tokens");
+    if (pos0 < 0 || (int64_t)pos0 + n > kv->n_ctx)
+        return kiln_error_set(err, KILN_ERR_INVALID_ARGUMENT,
+                              "forward: positions %d..%d exceed the context of %d", pos0,
+                              pos0 + n - 1, kv->n_ctx);
+    int32_t *out = NULL, n_out = 0;
+    if (logits) {
+        n_out = want_all ? n : 1;
+        out = malloc((size_t)n_out * sizeof *out);
+        if (!out) return kiln_error_set(err, KILN_ERR_OUT_OF_MEMORY, "forward: out of memory");
+        for (int32_t i = 0; i < n_out; i++) out[i] = want_all ? i : n - 1;
+    }
+    kiln_batch_seq seq = {.block_table = kv->table.blocks,
+                          .n_past = pos0,
+                          .n_new = n,
+                          .first = 0,
+                          .n_blocks = kv->table.n_blocks,
+                          .rec_state = kv->rec_state};
+    kiln_batch b = {n, tokens, 1, &seq, n_out, out};
+    kiln_status st = kiln_model_forward_batch(m, kv->pool, be, &b, logits, err);
+    free(out);
+    return st;
+}
