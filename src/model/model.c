@@ -16,24 +16,9 @@
 #include "tokenizer/hf_tokenizer.h"
 #include "format/llama2c.h"
 #include "format/safetensors.h"
+#include "model/model_internal.h"
 #include "util/error.h"
 #include "util/mapped_file.h"
-
-/* ---- helpers ------------------------------------------------------------------------- */
-
-static void *model_alloc(kiln_model *m, size_t bytes) {
-    void **list = realloc(m->owned, (size_t)(m->n_owned + 1) * sizeof *list);
-    if (!list) return NULL;
-    m->owned = list;
-    void *p = calloc(1, bytes ? bytes : 1);
-    if (!p) return NULL;
-    m->owned[m->n_owned++] = p;
-    return p;
-}
-
-static kiln_status oom(const kiln_model *m, kiln_error *err) {
-    return kiln_error_set(err, KILN_ERR_OUT_OF_MEMORY, "%s: out of memory", m->path);
-}
 
 /* A named tensor from any source, normalised to GGML order ne[0] = innermost. */
 typedef struct src_tensor {
@@ -100,8 +85,8 @@ static kiln_status get_mat_t(kiln_model *m, find_fn find, const char *name, int6
                                   "plain dtype, not %s",
                                   m->path, name, tr->name);
         const size_t es = tr->type_size;
-        char *dst = model_alloc(m, (size_t)(n_out * n_in) * es);
-        if (!dst) return oom(m, err);
+        char *dst = kiln_model_alloc(m, (size_t)(n_out * n_in) * es);
+        if (!dst) return kiln_model_oom(m, err);
         const char *src = t.data;
         for (int64_t i = 0; i < n_in; i++)
             for (int64_t o = 0; o < n_out; o++)
@@ -177,8 +162,8 @@ static kiln_status get_f32(kiln_model *m, find_fn find, const char *name, int64_
         *out = t.data;
         return KILN_OK;
     }
-    float *f = model_alloc(m, (size_t)n * sizeof *f);
-    if (!f) return oom(m, err);
+    float *f = kiln_model_alloc(m, (size_t)n * sizeof *f);
+    if (!f) return kiln_model_oom(m, err);
     tr->to_float(t.data, f, n);
     if (add_one)
         for (int64_t i = 0; i < n; i++) f[i] = 1.0f + f[i];
@@ -357,7 +342,7 @@ static name_scheme hf_names_for(const kiln_model_config *c, bool gpt2_prefixed) 
 static const char *layer_name2(kiln_model *m, const char *pattern, int layer, int expert) {
     char buf[512];
     snprintf(buf, sizeof buf, pattern, layer, expert);
-    char *s = model_alloc(m, strlen(buf) + 1);
+    char *s = kiln_model_alloc(m, strlen(buf) + 1);
     if (s) strcpy(s, buf);
     return s;
 }
@@ -382,7 +367,7 @@ static kiln_status b_mat(binder *b, const char *pat, int64_t n_out, int64_t n_in
                               "needs (layer %d)",
                               b->m->path, b->layer);
     const char *name = layer_name(b->m, pat, b->layer);
-    if (!name) return oom(b->m, b->err);
+    if (!name) return kiln_model_oom(b->m, b->err);
     return get_mat_t(b->m, b->find, name, n_out, n_in, b->nm->conv1d, out, b->err);
 }
 
@@ -393,7 +378,7 @@ static kiln_status b_vec(binder *b, const char *pat, int64_t n, bool norm, const
                               "needs (layer %d)",
                               b->m->path, b->layer);
     const char *name = layer_name(b->m, pat, b->layer);
-    if (!name) return oom(b->m, b->err);
+    if (!name) return kiln_model_oom(b->m, b->err);
     return norm ? get_norm(b->m, b->find, name, n, out, b->err)
                 : get_vec(b->m, b->find, name, n, out, b->err);
 }
@@ -407,7 +392,7 @@ static kiln_status bind_attention(binder *b, kiln_layer_weights *L) {
     kiln_status st;
     src_tensor probe;
     const char *fused = nm->wqkv ? layer_name(b->m, nm->wqkv, b->layer) : NULL;
-    if (nm->wqkv && !fused) return oom(b->m, b->err);
+    if (nm->wqkv && !fused) return kiln_model_oom(b->m, b->err);
     if (fused && (!nm->wq || b->find(b->m, fused, &probe))) {
         kiln_mat qkv;
         if ((st = b_mat(b, nm->wqkv, q_rows + 2 * kv_dim, d, &qkv))) return st;
@@ -422,7 +407,7 @@ static kiln_status bind_attention(binder *b, kiln_layer_weights *L) {
     if ((st = b_mat(b, nm->wo, d, q_dim, &L->wo))) return st;
     if (c->attn_bias_qkv) {
         const char *fb = nm->bqkv ? layer_name(b->m, nm->bqkv, b->layer) : NULL;
-        if (nm->bqkv && !fb) return oom(b->m, b->err);
+        if (nm->bqkv && !fb) return kiln_model_oom(b->m, b->err);
         if (fb && (!nm->bq || b->find(b->m, fb, &probe))) {
             const float *bqkv;
             if ((st = b_vec(b, nm->bqkv, q_rows + 2 * kv_dim, false, &bqkv))) return st;
@@ -457,7 +442,7 @@ static kiln_status bind_delta_net(binder *b, kiln_layer_weights *L) {
     if (!nm->ssm_conv)
         return kiln_error_set(b->err, KILN_ERR_UNSUPPORTED, "%s: no conv weight name", b->m->path);
     const char *cn = layer_name(b->m, nm->ssm_conv, b->layer);
-    if (!cn) return oom(b->m, b->err);
+    if (!cn) return kiln_model_oom(b->m, b->err);
     if ((st = get_f32(b->m, b->find, cn, conv_dim * c->ssm_conv_kernel, c->ssm_conv_kernel, false,
                       &L->ssm_conv, b->err)))
         return st;
@@ -498,8 +483,8 @@ static kiln_status bind_ffn(binder *b, kiln_layer_weights *L, bool moe) {
     kiln_model *m = b->m;
     const int64_t fe = c->n_ff_expert, E = c->n_expert;
     if ((st = b_mat(b, nm->router, E, d, &L->w_router))) return st;
-    L->exp_gate = model_alloc(m, (size_t)E * 3 * sizeof(kiln_mat));
-    if (!L->exp_gate) return oom(m, b->err);
+    L->exp_gate = kiln_model_alloc(m, (size_t)E * 3 * sizeof(kiln_mat));
+    if (!L->exp_gate) return kiln_model_oom(m, b->err);
     L->exp_up = L->exp_gate + E;
     L->exp_down = L->exp_up + E;
     if (!nm->exp_gate || !nm->exp_up || !nm->exp_down)
@@ -510,7 +495,7 @@ static kiln_status bind_ffn(binder *b, kiln_layer_weights *L, bool moe) {
         for (int w = 0; w < 3; w++) {
             const int64_t n_out = w == 2 ? d : fe, n_in = w == 2 ? fe : d;
             const char *name = layer_name(m, pats[w], b->layer);
-            if (!name) return oom(m, b->err);
+            if (!name) return kiln_model_oom(m, b->err);
             if ((st = get_experts(m, b->find, name, E, n_out, n_in, outs[w], b->err))) return st;
         }
     }
@@ -518,7 +503,7 @@ static kiln_status bind_ffn(binder *b, kiln_layer_weights *L, bool moe) {
         const char *gn = layer_name2(m, nm->exp_gate, b->layer, (int)e),
                    *un = layer_name2(m, nm->exp_up, b->layer, (int)e),
                    *dn = layer_name2(m, nm->exp_down, b->layer, (int)e);
-        if (!gn || !un || !dn) return oom(m, b->err);
+        if (!gn || !un || !dn) return kiln_model_oom(m, b->err);
         if ((st = get_mat(m, b->find, gn, fe, d, &L->exp_gate[e], b->err))) return st;
         if ((st = get_mat(m, b->find, un, fe, d, &L->exp_up[e], b->err))) return st;
         if ((st = get_mat(m, b->find, dn, d, fe, &L->exp_down[e], b->err))) return st;
@@ -584,7 +569,7 @@ static float *make_rope_table(kiln_model *m, float theta, kiln_rope_scaling scal
                               const float *freq_factors) {
     const kiln_model_config *c = &m->cfg;
     const int32_t half = c->rope_dim / 2;
-    float *t = model_alloc(m, (size_t)(half > 0 ? half : 1) * sizeof(float));
+    float *t = kiln_model_alloc(m, (size_t)(half > 0 ? half : 1) * sizeof(float));
     if (!t) return NULL;
     for (int32_t j = 0; j < half; j++) {
         float inv = 1.0f / powf(theta, (float)(2 * j) / (float)c->rope_dim);
@@ -614,7 +599,7 @@ static kiln_status init_rope(kiln_model *m, const float *freq_factors, kiln_erro
     if (c->rope_style == KILN_ROPE_NONE) return KILN_OK;
     m->inv_freq = make_rope_table(m, c->rope_theta, c->rope_scaling, freq_factors);
     m->inv_freq_local = make_rope_table(m, c->rope_theta_local, KILN_ROPE_SCALING_NONE, NULL);
-    if (!m->inv_freq || !m->inv_freq_local) return oom(m, err);
+    if (!m->inv_freq || !m->inv_freq_local) return kiln_model_oom(m, err);
     for (int32_t l = 0; l < c->n_layer; l++)
         m->layers[l].inv_freq = c->layer[l].rope_local ? m->inv_freq_local : m->inv_freq;
     return KILN_OK;
@@ -763,7 +748,7 @@ static kiln_status open_gguf(kiln_model *m, const kiln_model_load_params *p, kil
     if (st) return st;
     m->gguf = g;
     if ((st = kiln_config_from_gguf(g, &m->cfg, err))) return st;
-    m->layers = model_alloc(m, (size_t)m->cfg.n_layer * sizeof *m->layers);
+    m->layers = kiln_model_alloc(m, (size_t)m->cfg.n_layer * sizeof *m->layers);
     if (!m->layers) return kiln_error_set(err, KILN_ERR_OUT_OF_MEMORY, "out of memory");
     name_scheme nm = gguf_names_for(&m->cfg);
     if ((st = bind_named_weights(m, find_gguf, &nm, err))) return st;
@@ -859,7 +844,7 @@ static kiln_status open_hf(kiln_model *m, const kiln_model_load_params *p, kiln_
     kiln_safetensors *sft = NULL;
     if ((st = kiln_safetensors_open(m->path, &sft, err))) return st;
     m->safetensors = sft;
-    m->layers = model_alloc(m, (size_t)m->cfg.n_layer * sizeof *m->layers);
+    m->layers = kiln_model_alloc(m, (size_t)m->cfg.n_layer * sizeof *m->layers);
     if (!m->layers) return kiln_error_set(err, KILN_ERR_OUT_OF_MEMORY, "out of memory");
     src_tensor probe;
     name_scheme nm = hf_names_for(&m->cfg, find_st(m, "transformer.wte.weight", &probe));
@@ -917,7 +902,7 @@ static void *place_alloc(kiln_model *m, place_ctx *c, size_t bytes) {
         c->arena += r, c->arena_left -= r;
         return p;
     }
-    char *raw = model_alloc(m, bytes + 63);
+    char *raw = kiln_model_alloc(m, bytes + 63);
     if (!raw) return NULL;
     void *dst = (void *)(((uintptr_t)raw + 63) & ~(uintptr_t)63);
     kiln_advise_hugepages(dst, bytes);
@@ -1020,7 +1005,7 @@ static void place_weights(kiln_model *m, const kiln_model_load_params *p) {
     /* one block, 2 MiB aligned, so small matrices (MoE experts) get huge pages too and the
      * process one mapping instead of one per matrix; per-matrix copies if it cannot be had */
     const size_t huge = (size_t)2 << 20;
-    char *raw = c.total <= SIZE_MAX - huge ? model_alloc(m, c.total + huge) : NULL;
+    char *raw = c.total <= SIZE_MAX - huge ? kiln_model_alloc(m, c.total + huge) : NULL;
     if (raw) {
         c.arena = (char *)(((uintptr_t)raw + huge - 1) & ~(uintptr_t)(huge - 1));
         c.arena_left = c.total;
@@ -1065,7 +1050,7 @@ kiln_status kiln_model_open(const char *path, const kiln_model_load_params *para
         if (st == KILN_OK) {
             int32_t nl = probe->config.n_layers;
             kiln_llama2c_close(probe);
-            m->layers = model_alloc(m, (size_t)nl * sizeof *m->layers);
+            m->layers = kiln_model_alloc(m, (size_t)nl * sizeof *m->layers);
             st = m->layers ? open_llama2c(m, params, err)
                            : kiln_error_set(err, KILN_ERR_OUT_OF_MEMORY, "out of memory");
         } else {
