@@ -17,6 +17,7 @@
 #include "format/llama2c.h"
 #include "format/safetensors.h"
 #include "model/model_internal.h"
+#include "model/weight_placement.h"
 #include "util/error.h"
 #include "util/mapped_file.h"
 
@@ -872,147 +873,54 @@ static kiln_status open_hf(kiln_model *m, const kiln_model_load_params *p, kiln_
 
 /* ---- weight placement ------------------------------------------------------------------ */
 
-/* The file mapping (GGUF file, safetensors shard or llama2.c checkpoint) that holds
- * [p, p + n), or NULL for owned memory. */
-static const kiln_mapped_file *source_map(const kiln_model *m, const void *p, size_t n) {
-    const kiln_mapped_file *f = m->gguf ? ((const kiln_gguf *)m->gguf)->owned_map : NULL;
-    if (kiln_mapped_file_contains(f, p, n)) return f;
-    f = m->llama2c ? ((const kiln_llama2c *)m->llama2c)->map : NULL;
-    if (kiln_mapped_file_contains(f, p, n)) return f;
+static void *alloc_owned(void *owner, size_t bytes) {
+    return kiln_model_alloc(owner, bytes);
+}
+
+/* Move the matrices into owned huge-page memory, F16 packed (kiln_place_weights,
+ * weight_placement.h), unless the caller only inspects the model: every row-layout matrix the
+ * forward pass multiplies by (not the token embedding, whose rows are read one by one; a tied
+ * output head stays with it), layer by layer, with the file mappings of m's sources. Nothing
+ * moves when the list cannot be allocated (the weights work where they are). */
+static void place_weights(kiln_model *m, const kiln_model_load_params *p) {
+    if (!m->layers || (p && p->keep_file_layout)) return;
+    size_t n = 1;
+    for (int32_t l = 0; l < m->cfg.n_layer; l++) {
+        const kiln_layer_weights *L = &m->layers[l];
+        n += 15;
+        const kiln_mat *experts[] = {L->exp_gate, L->exp_up, L->exp_down};
+        for (int i = 0; i < 3; i++)
+            if (experts[i] && m->cfg.n_expert > 0) n += (size_t)m->cfg.n_expert;
+    }
     const kiln_safetensors *st = m->safetensors;
-    for (size_t i = 0; st && i < st->n_shards; i++)
-        if (kiln_mapped_file_contains(st->shards[i], p, n)) return st->shards[i];
-    return NULL;
-}
-
-/* state of place_weights' passes over the matrices */
-typedef struct place_ctx {
-    kiln_threadpool *tp; /* created on the first F16 matrix packed */
-    size_t total;        /* bytes of the copies, each rounded up to 64 */
-    char *arena;         /* one huge-page-hinted block for all copies, or NULL */
-    size_t arena_left;
-} place_ctx;
-
-/* 64-byte aligned memory for one copy: from the arena, else its own allocation (NULL when
- * that fails) */
-static void *place_alloc(kiln_model *m, place_ctx *c, size_t bytes) {
-    size_t r = (bytes + 63) & ~(size_t)63;
-    if (c->arena && r <= c->arena_left) {
-        void *p = c->arena;
-        c->arena += r, c->arena_left -= r;
-        return p;
+    const size_t n_shards = st ? st->n_shards : 0;
+    kiln_mat **mats = malloc(n * sizeof *mats);
+    const kiln_mapped_file **maps = malloc((2 + n_shards) * sizeof *maps);
+    if (!mats || !maps) {
+        free(mats);
+        free(maps);
+        return;
     }
-    char *raw = kiln_model_alloc(m, bytes + 63);
-    if (!raw) return NULL;
-    void *dst = (void *)(((uintptr_t)raw + 63) & ~(uintptr_t)63);
-    kiln_advise_hugepages(dst, bytes);
-    return dst;
-}
-
-/* bytes of w's copy: the packed layout for F16, the row layout for every other dtype */
-static size_t placed_bytes(const kiln_mat *w) {
-    return kiln_cpu_layout_bytes(w->dtype == KILN_DTYPE_F16 ? KILN_LAYOUT_F16_R64
-                                                            : KILN_LAYOUT_ROWS,
-                                 w->dtype, w->n_out, w->n_in);
-}
-
-/* Move one matrix into owned, 64-byte aligned memory with transparent huge pages: F16 packed
- * into the CPU backend's KILN_LAYOUT_F16_R64 (the outer-product kernels, backend/cpu/cpu.h),
- * other dtypes copied as they are (a 16-sequence Q4_0 decode step ran 1.08x faster with its
- * weights in huge pages than read through the 4 KiB pages of the mapped file: A/B pairs on a
- * 2-core Zen 5, where one sequence gained nothing). The mapped pages of the source are then
- * released. A matrix whose copy cannot be allocated stays where it is (it works there too). */
-static void place_mat(kiln_model *m, kiln_mat *w, void *ctx) {
-    place_ctx *c = ctx;
-    size_t bytes = placed_bytes(w);
-    if (bytes == 0 || bytes > SIZE_MAX - 63) return;
-    void *dst = place_alloc(m, c, bytes);
-    if (!dst) return;
-    size_t src_bytes = kiln_cpu_layout_bytes(KILN_LAYOUT_ROWS, w->dtype, w->n_out, w->n_in);
-    if (w->dtype == KILN_DTYPE_F16) {
-        if (!c->tp && kiln_physical_cores() > 1) { /* packing is memory-bound: every core */
-            kiln_error perr;
-            if (kiln_threadpool_create(kiln_physical_cores(), &c->tp, &perr) != KILN_OK)
-                c->tp = NULL;
-        }
-        kiln_cpu_pack_f16_r64(c->tp, w->n_out, w->n_in, w->data, dst);
-        w->layout = KILN_LAYOUT_F16_R64;
-    } else {
-        memcpy(dst, w->data, bytes);
-    }
-    /* drop the source's mapped pages (owned sources, i.e. F16 GPT-2 copies, stay) */
-    kiln_mapped_file_release(source_map(m, w->data, src_bytes), w->data, src_bytes);
-    w->data = dst;
-}
-
-static void add_placed_size(kiln_model *m, kiln_mat *w, void *ctx) {
-    (void)m;
-    place_ctx *c = ctx;
-    size_t b = placed_bytes(w);
-    b = b > SIZE_MAX - 63 ? SIZE_MAX : (b + 63) & ~(size_t)63;
-    c->total = b > SIZE_MAX - c->total ? SIZE_MAX : c->total + b;
-}
-
-typedef void (*mat_visit_fn)(kiln_model *m, kiln_mat *w, void *ctx);
-
-/* F16 matrices (packed wherever they are) and matrices still in a file mapping (owned copies,
- * such as GPT-2's transposed weights, are not copied again) */
-static void visit_mat(kiln_model *m, kiln_mat *w, mat_visit_fn visit, void *ctx) {
-    if (!w->data || w->layout != KILN_LAYOUT_ROWS || w->n_out <= 0 || w->n_in <= 0) return;
-    if (w->dtype == KILN_DTYPE_F16 ||
-        source_map(m, w->data,
-                   kiln_cpu_layout_bytes(KILN_LAYOUT_ROWS, w->dtype, w->n_out, w->n_in)))
-        visit(m, w, ctx);
-}
-
-/* visit(m, mat, ctx) for every row-layout matrix the forward pass multiplies by (not the token
- * embedding, whose rows are read one by one; a tied output head stays with it) */
-static void each_mat(kiln_model *m, mat_visit_fn visit, void *ctx) {
+    size_t k = 0;
     for (int32_t l = 0; l < m->cfg.n_layer; l++) {
         kiln_layer_weights *L = &m->layers[l];
-        kiln_mat *mats[] = {&L->wq,          &L->wk,        &L->wv,         &L->wo,
-                            &L->w_gate,      &L->w_up,      &L->w_down,     &L->w_router,
-                            &L->shexp_gate,  &L->shexp_up,  &L->shexp_down, &L->shexp_router,
-                            &L->ssm_in_qkvz, &L->ssm_in_ba, &L->ssm_out};
-        for (size_t i = 0; i < sizeof mats / sizeof mats[0]; i++) visit_mat(m, mats[i], visit, ctx);
+        kiln_mat *lm[] = {&L->wq,          &L->wk,        &L->wv,         &L->wo,
+                          &L->w_gate,      &L->w_up,      &L->w_down,     &L->w_router,
+                          &L->shexp_gate,  &L->shexp_up,  &L->shexp_down, &L->shexp_router,
+                          &L->ssm_in_qkvz, &L->ssm_in_ba, &L->ssm_out};
+        for (size_t i = 0; i < sizeof lm / sizeof lm[0]; i++) mats[k++] = lm[i];
         kiln_mat *experts[] = {L->exp_gate, L->exp_up, L->exp_down};
         for (int i = 0; i < 3; i++)
-            for (int32_t e = 0; experts[i] && e < m->cfg.n_expert; e++)
-                visit_mat(m, &experts[i][e], visit, ctx);
+            for (int32_t e = 0; experts[i] && e < m->cfg.n_expert; e++) mats[k++] = &experts[i][e];
     }
-    if (m->output.data != m->tok_embd.data) visit_mat(m, &m->output, visit, ctx);
-}
-
-/* env KILN_REPACK=0 keeps every weight in the mapped file (read once) */
-static bool g_repack = true;
-static pthread_once_t g_repack_once = PTHREAD_ONCE_INIT;
-static void repack_init(void) {
-    const char *e = getenv("KILN_REPACK");
-    if (e && strcmp(e, "0") == 0) g_repack = false;
-}
-
-/* Move the matrices into owned huge-page memory, F16 packed (place_mat), unless env
- * KILN_REPACK=0, the caller only inspects the model, or the copies would not fit in three
- * quarters of the memory the system has available: the copies are private memory, while the
- * mapped file's pages can be evicted and shared between processes. */
-static void place_weights(kiln_model *m, const kiln_model_load_params *p) {
-    pthread_once(&g_repack_once, repack_init);
-    if (!g_repack || !m->layers || (p && p->keep_file_layout)) return;
-    place_ctx c = {NULL, 0, NULL, 0};
-    each_mat(m, add_placed_size, &c);
-    size_t avail = kiln_mem_available();
-    if (c.total == 0 || (avail > 0 && c.total > avail / 4 * 3)) return;
-    /* one block, 2 MiB aligned, so small matrices (MoE experts) get huge pages too and the
-     * process one mapping instead of one per matrix; per-matrix copies if it cannot be had */
-    const size_t huge = (size_t)2 << 20;
-    char *raw = c.total <= SIZE_MAX - huge ? kiln_model_alloc(m, c.total + huge) : NULL;
-    if (raw) {
-        c.arena = (char *)(((uintptr_t)raw + huge - 1) & ~(uintptr_t)(huge - 1));
-        c.arena_left = c.total;
-        kiln_advise_hugepages(c.arena, c.total);
-    }
-    each_mat(m, place_mat, &c);
-    kiln_threadpool_destroy(c.tp);
+    if (m->output.data != m->tok_embd.data) mats[k++] = &m->output;
+    size_t n_maps = 0;
+    if (m->gguf) maps[n_maps++] = ((const kiln_gguf *)m->gguf)->owned_map;
+    if (m->llama2c) maps[n_maps++] = ((const kiln_llama2c *)m->llama2c)->map;
+    for (size_t i = 0; i < n_shards; i++) maps[n_maps++] = st->shards[i];
+    kiln_place_weights(mats, k, maps, n_maps, alloc_owned, m);
+    free(mats);
+    free(maps);
 }
 
 kiln_status kiln_model_open(const char *path, const kiln_model_load_params *params,
