@@ -17,6 +17,7 @@
 #include "format/llama2c.h"
 #include "format/safetensors.h"
 #include "model/model_internal.h"
+#include "model/model_names.h"
 #include "model/weight_placement.h"
 #include "util/error.h"
 #include "util/mapped_file.h"
@@ -183,162 +184,6 @@ static kiln_status get_norm(kiln_model *m, find_fn find, const char *name, int64
     return get_f32(m, find, name, n, 0, m->cfg.norm_unit_offset, out, err);
 }
 
-/* Weight names per source and family: printf patterns taking the layer index (and the
- * expert index for exp_*). NULL: the scheme has no such tensor. */
-typedef struct name_scheme {
-    const char *tok_embd, *pos_embd, *output_norm, *output_norm_b, *output;
-    const char *attn_norm, *attn_norm_b, *ffn_norm, *ffn_norm_b, *post_attn_norm, *post_ffn_norm;
-    const char *wq, *wk, *wv, *wqkv, *wo, *bq, *bk, *bv, *bqkv, *bo, *q_norm, *k_norm;
-    const char *w_gate, *w_up, *w_gate_up, *w_down, *b_up, *b_down;
-    const char *router, *exp_gate, *exp_up, *exp_down;
-    const char *shexp_gate, *shexp_up, *shexp_down, *shexp_router;
-    const char *ssm_in_qkvz, *ssm_in_ba, *ssm_out, *ssm_conv, *ssm_a_log, *ssm_dt_bias, *ssm_norm;
-    bool conv1d;     /* 2-D weights stored [in, out] (GPT-2 Conv1D) */
-    bool exp_merged; /* exp_* name one 3-D tensor [n_expert][rows][cols] per layer (GGUF) */
-} name_scheme;
-
-#define GG_L "blk.%d."
-/* llama.cpp's tensor names (llama-arch.cpp LLM_TENSOR_NAMES). */
-static const name_scheme gguf_names = {
-    .tok_embd = "token_embd.weight",
-    .pos_embd = "position_embd.weight",
-    .output_norm = "output_norm.weight",
-    .output_norm_b = "output_norm.bias",
-    .output = "output.weight",
-    .attn_norm = GG_L "attn_norm.weight",
-    .attn_norm_b = GG_L "attn_norm.bias",
-    .ffn_norm = GG_L "ffn_norm.weight",
-    .ffn_norm_b = GG_L "ffn_norm.bias",
-    .post_attn_norm = GG_L "post_attention_norm.weight",
-    .post_ffn_norm = GG_L "post_ffw_norm.weight",
-    .wq = GG_L "attn_q.weight",
-    .wk = GG_L "attn_k.weight",
-    .wv = GG_L "attn_v.weight",
-    .wqkv = GG_L "attn_qkv.weight",
-    .wo = GG_L "attn_output.weight",
-    .bq = GG_L "attn_q.bias",
-    .bk = GG_L "attn_k.bias",
-    .bv = GG_L "attn_v.bias",
-    .bqkv = GG_L "attn_qkv.bias",
-    .bo = GG_L "attn_output.bias",
-    .q_norm = GG_L "attn_q_norm.weight",
-    .k_norm = GG_L "attn_k_norm.weight",
-    .w_gate = GG_L "ffn_gate.weight",
-    .w_up = GG_L "ffn_up.weight",
-    .w_down = GG_L "ffn_down.weight",
-    .b_up = GG_L "ffn_up.bias",
-    .b_down = GG_L "ffn_down.bias",
-    .router = GG_L "ffn_gate_inp.weight",
-    .exp_gate = GG_L "ffn_gate_exps.weight",
-    .exp_up = GG_L "ffn_up_exps.weight",
-    .exp_down = GG_L "ffn_down_exps.weight",
-    .exp_merged = true,
-};
-
-static name_scheme gguf_names_for(const kiln_model_config *c) {
-    name_scheme nm = gguf_names;
-    if (c->arch == KILN_ARCH_PHI3) { /* ffn_up holds [gate; up] (llama.cpp LLM_FFN_SWIGLU) */
-        nm.w_gate = nm.w_up = NULL;
-        nm.w_gate_up = GG_L "ffn_up.weight";
-    }
-    return nm;
-}
-
-#define HF_L "model.layers.%d."
-/* transformers' Llama-style module names, shared by most families. */
-static const name_scheme hf_llama_names = {
-    .tok_embd = "model.embed_tokens.weight",
-    .output_norm = "model.norm.weight",
-    .output = "lm_head.weight",
-    .attn_norm = HF_L "input_layernorm.weight",
-    .ffn_norm = HF_L "post_attention_layernorm.weight",
-    .wq = HF_L "self_attn.q_proj.weight",
-    .wk = HF_L "self_attn.k_proj.weight",
-    .wv = HF_L "self_attn.v_proj.weight",
-    .wo = HF_L "self_attn.o_proj.weight",
-    .bq = HF_L "self_attn.q_proj.bias",
-    .bk = HF_L "self_attn.k_proj.bias",
-    .bv = HF_L "self_attn.v_proj.bias",
-    .bo = HF_L "self_attn.o_proj.bias",
-    .q_norm = HF_L "self_attn.q_norm.weight",
-    .k_norm = HF_L "self_attn.k_norm.weight",
-    .w_gate = HF_L "mlp.gate_proj.weight",
-    .w_up = HF_L "mlp.up_proj.weight",
-    .w_down = HF_L "mlp.down_proj.weight",
-    .router = HF_L "mlp.gate.weight",
-    .exp_gate = HF_L "mlp.experts.%d.gate_proj.weight",
-    .exp_up = HF_L "mlp.experts.%d.up_proj.weight",
-    .exp_down = HF_L "mlp.experts.%d.down_proj.weight",
-    .shexp_gate = HF_L "mlp.shared_expert.gate_proj.weight",
-    .shexp_up = HF_L "mlp.shared_expert.up_proj.weight",
-    .shexp_down = HF_L "mlp.shared_expert.down_proj.weight",
-    .shexp_router = HF_L "mlp.shared_expert_gate.weight",
-    .ssm_in_qkvz = HF_L "linear_attn.in_proj_qkvz.weight",
-    .ssm_in_ba = HF_L "linear_attn.in_proj_ba.weight",
-    .ssm_out = HF_L "linear_attn.out_proj.weight",
-    .ssm_conv = HF_L "linear_attn.conv1d.weight",
-    .ssm_a_log = HF_L "linear_attn.A_log",
-    .ssm_dt_bias = HF_L "linear_attn.dt_bias",
-    .ssm_norm = HF_L "linear_attn.norm.weight",
-};
-
-static name_scheme hf_names_for(const kiln_model_config *c, bool gpt2_prefixed) {
-    name_scheme nm = hf_llama_names;
-    switch (c->arch) {
-    case KILN_ARCH_GEMMA2:
-    case KILN_ARCH_GEMMA3:
-        nm.ffn_norm = HF_L "pre_feedforward_layernorm.weight";
-        nm.post_attn_norm = HF_L "post_attention_layernorm.weight";
-        nm.post_ffn_norm = HF_L "post_feedforward_layernorm.weight";
-        break;
-    case KILN_ARCH_PHI3:
-        nm.wq = nm.wk = nm.wv = NULL;
-        nm.wqkv = HF_L "self_attn.qkv_proj.weight";
-        nm.w_gate = nm.w_up = NULL;
-        nm.w_gate_up = HF_L "mlp.gate_up_proj.weight";
-        break;
-    case KILN_ARCH_MIXTRAL:
-        nm.router = HF_L "block_sparse_moe.gate.weight";
-        nm.exp_gate = HF_L "block_sparse_moe.experts.%d.w1.weight";
-        nm.exp_up = HF_L "block_sparse_moe.experts.%d.w3.weight";
-        nm.exp_down = HF_L "block_sparse_moe.experts.%d.w2.weight";
-        break;
-    case KILN_ARCH_GPT2: {
-        static const name_scheme gpt2[2] = {
-#define GPT2_NAMES(P)                                                                              \
-    {                                                                                              \
-        .tok_embd = P "wte.weight",                                                                \
-        .pos_embd = P "wpe.weight",                                                                \
-        .output_norm = P "ln_f.weight",                                                            \
-        .output_norm_b = P "ln_f.bias",                                                            \
-        .output = "lm_head.weight",                                                                \
-        .attn_norm = P "h.%d.ln_1.weight",                                                         \
-        .attn_norm_b = P "h.%d.ln_1.bias",                                                         \
-        .ffn_norm = P "h.%d.ln_2.weight",                                                          \
-        .ffn_norm_b = P "h.%d.ln_2.bias",                                                          \
-        .wqkv = P "h.%d.attn.c_attn.weight",                                                       \
-        .bqkv = P "h.%d.attn.c_attn.bias",                                                         \
-        .wo = P "h.%d.attn.c_proj.weight",                                                         \
-        .bo = P "h.%d.attn.c_proj.bias",                                                           \
-        .w_up = P "h.%d.mlp.c_fc.weight",                                                          \
-        .b_up = P "h.%d.mlp.c_fc.bias",                                                            \
-        .w_down = P "h.%d.mlp.c_proj.weight",                                                      \
-        .b_down = P "h.%d.mlp.c_proj.bias",                                                        \
-        .conv1d = true,                                                                            \
-    }
-            GPT2_NAMES("transformer."),
-            GPT2_NAMES(""),
-#undef GPT2_NAMES
-        };
-        nm = gpt2[gpt2_prefixed ? 0 : 1];
-        break;
-    }
-    default:
-        break;
-    }
-    return nm;
-}
-
 /* Layer tensor names must outlive loading (kiln_mat.name): keep them in owned memory. */
 static const char *layer_name2(kiln_model *m, const char *pattern, int layer, int expert) {
     char buf[512];
@@ -356,7 +201,7 @@ static const char *layer_name(kiln_model *m, const char *pattern, int layer) {
 typedef struct binder {
     kiln_model *m;
     find_fn find;
-    const name_scheme *nm;
+    const kiln_name_scheme *nm;
     int layer;
     kiln_error *err;
 } binder;
@@ -386,7 +231,7 @@ static kiln_status b_vec(binder *b, const char *pat, int64_t n, bool norm, const
 
 static kiln_status bind_attention(binder *b, kiln_layer_weights *L) {
     const kiln_model_config *c = &b->m->cfg;
-    const name_scheme *nm = b->nm;
+    const kiln_name_scheme *nm = b->nm;
     const int64_t d = c->n_embd, hd = c->head_dim, q_dim = (int64_t)c->n_head * hd,
                   q_rows = c->attn_out_gate ? 2 * q_dim : q_dim,
                   kv_dim = (int64_t)c->n_head_kv * hd;
@@ -431,7 +276,7 @@ static kiln_status bind_attention(binder *b, kiln_layer_weights *L) {
 
 static kiln_status bind_delta_net(binder *b, kiln_layer_weights *L) {
     const kiln_model_config *c = &b->m->cfg;
-    const name_scheme *nm = b->nm;
+    const kiln_name_scheme *nm = b->nm;
     const int64_t d = c->n_embd, key_dim = (int64_t)c->ssm_n_k_heads * c->ssm_k_head_dim,
                   value_dim = (int64_t)c->ssm_n_v_heads * c->ssm_v_head_dim,
                   conv_dim = 2 * key_dim + value_dim;
@@ -456,7 +301,7 @@ static kiln_status bind_delta_net(binder *b, kiln_layer_weights *L) {
 
 static kiln_status bind_ffn(binder *b, kiln_layer_weights *L, bool moe) {
     const kiln_model_config *c = &b->m->cfg;
-    const name_scheme *nm = b->nm;
+    const kiln_name_scheme *nm = b->nm;
     const int64_t d = c->n_embd;
     kiln_status st;
     if (!moe) {
@@ -519,7 +364,7 @@ static kiln_status bind_ffn(binder *b, kiln_layer_weights *L, bool moe) {
     return KILN_OK;
 }
 
-static kiln_status bind_named_weights(kiln_model *m, find_fn find, const name_scheme *nm,
+static kiln_status bind_named_weights(kiln_model *m, find_fn find, const kiln_name_scheme *nm,
                                       kiln_error *err) {
     const kiln_model_config *c = &m->cfg;
     const int64_t d = c->n_embd;
@@ -751,7 +596,7 @@ static kiln_status open_gguf(kiln_model *m, const kiln_model_load_params *p, kil
     if ((st = kiln_config_from_gguf(g, &m->cfg, err))) return st;
     m->layers = kiln_model_alloc(m, (size_t)m->cfg.n_layer * sizeof *m->layers);
     if (!m->layers) return kiln_error_set(err, KILN_ERR_OUT_OF_MEMORY, "out of memory");
-    name_scheme nm = gguf_names_for(&m->cfg);
+    kiln_name_scheme nm = kiln_name_scheme_gguf(&m->cfg);
     if ((st = bind_named_weights(m, find_gguf, &nm, err))) return st;
     for (size_t i = 0; i < g->n_tensors; i++)
         if ((st = check_layer_count(m->path, g->tensors[i].name, "blk.", m->cfg.n_layer,
@@ -848,7 +693,8 @@ static kiln_status open_hf(kiln_model *m, const kiln_model_load_params *p, kiln_
     m->layers = kiln_model_alloc(m, (size_t)m->cfg.n_layer * sizeof *m->layers);
     if (!m->layers) return kiln_error_set(err, KILN_ERR_OUT_OF_MEMORY, "out of memory");
     src_tensor probe;
-    name_scheme nm = hf_names_for(&m->cfg, find_st(m, "transformer.wte.weight", &probe));
+    kiln_name_scheme nm =
+        kiln_name_scheme_hf(&m->cfg, find_st(m, "transformer.wte.weight", &probe));
     if ((st = bind_named_weights(m, find_st, &nm, err))) return st;
     for (size_t i = 0; i < sft->n_tensors; i++) {
         const char *tn = sft->tensors[i].name;
