@@ -477,60 +477,6 @@ int64_t kiln_model_seq_state_floats(const kiln_model *m) {
 
 /* ---- sources ------------------------------------------------------------------------- */
 
-static bool file_exists(const char *p) {
-    struct stat st;
-    return stat(p, &st) == 0 && S_ISREG(st.st_mode);
-}
-
-static bool is_dir(const char *p) {
-    struct stat st;
-    return stat(p, &st) == 0 && S_ISDIR(st.st_mode);
-}
-
-static bool has_gguf_magic(const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return false;
-    char magic[4] = {0};
-    size_t n = fread(magic, 1, 4, f);
-    fclose(f);
-    return n == 4 && memcmp(magic, "GGUF", 4) == 0;
-}
-
-/* llama2.c tokenizer beside the checkpoint: tokenizer.bin, else the only tok*.bin. */
-static char *find_llama2c_tokenizer(const char *model_path) {
-    char dir[4096];
-    snprintf(dir, sizeof dir, "%s", model_path);
-    char *slash = strrchr(dir, '/');
-    if (slash)
-        *slash = '\0';
-    else
-        snprintf(dir, sizeof dir, ".");
-    char cand[4352];
-    snprintf(cand, sizeof cand, "%s/tokenizer.bin", dir);
-    if (file_exists(cand)) return strdup(cand);
-    DIR *dp = opendir(dir);
-    if (!dp) return NULL;
-    char *found = NULL;
-    int count = 0;
-    struct dirent *e;
-    while ((e = readdir(dp))) {
-        size_t len = strlen(e->d_name);
-        if (strncmp(e->d_name, "tok", 3) == 0 && len > 4 &&
-            strcmp(e->d_name + len - 4, ".bin") == 0) {
-            count++;
-            free(found);
-            snprintf(cand, sizeof cand, "%s/%s", dir, e->d_name);
-            found = strdup(cand);
-        }
-    }
-    closedir(dp);
-    if (count != 1) {
-        free(found);
-        return NULL;
-    }
-    return found;
-}
-
 static kiln_status open_llama2c(kiln_model *m, const kiln_model_load_params *p, kiln_error *err) {
     kiln_llama2c *l2c = NULL;
     kiln_status st = kiln_llama2c_open(m->path, &l2c, err);
@@ -559,8 +505,8 @@ static kiln_status open_llama2c(kiln_model *m, const kiln_model_load_params *p, 
         MAT(layers[l].w_up, l2c->w3 + l * ff * d, ff, d);
     }
 #undef MAT
-    char *tok_path =
-        p && p->tokenizer_path ? strdup(p->tokenizer_path) : find_llama2c_tokenizer(m->path);
+    char *tok_path = p && p->tokenizer_path ? strdup(p->tokenizer_path)
+                                            : kiln_model_find_llama2c_tokenizer(m->path);
     if (!tok_path) {
         if (p && p->require_tokenizer)
             return kiln_error_set(err, KILN_ERR_NOT_FOUND,
@@ -623,7 +569,7 @@ static kiln_status open_gguf(kiln_model *m, const kiln_model_load_params *p, kil
 static kiln_status read_generation_config(kiln_model *m, kiln_error *err) {
     char path[4200];
     snprintf(path, sizeof path, "%s/generation_config.json", m->path);
-    if (!file_exists(path)) return KILN_OK;
+    if (!kiln_model_file_exists(path)) return KILN_OK;
     json_t *root;
     kiln_status jst = kiln_json_load_path(path, 0, &root, err);
     if (jst) return jst;
@@ -680,7 +626,7 @@ static kiln_status read_generation_config(kiln_model *m, kiln_error *err) {
 static kiln_status open_hf(kiln_model *m, const kiln_model_load_params *p, kiln_error *err) {
     char cfg_path[4200];
     snprintf(cfg_path, sizeof cfg_path, "%s/config.json", m->path);
-    if (!file_exists(cfg_path))
+    if (!kiln_model_file_exists(cfg_path))
         return kiln_error_set(err, KILN_ERR_NOT_FOUND,
                               "%s: a directory without config.json (a model is a GGUF file, a "
                               "llama2.c checkpoint or a Hugging Face model directory)",
@@ -706,7 +652,7 @@ static kiln_status open_hf(kiln_model *m, const kiln_model_load_params *p, kiln_
     }
     char tok_path[4200];
     snprintf(tok_path, sizeof tok_path, "%s/tokenizer.json", m->path);
-    if (file_exists(tok_path)) {
+    if (kiln_model_file_exists(tok_path)) {
         if ((st = kiln_tokenizer_from_hf_dir(m->path, &m->tokenizer, err))) return st;
     } else if (p && p->require_tokenizer) {
         return kiln_error_set(err, KILN_ERR_NOT_FOUND,
@@ -778,9 +724,9 @@ kiln_status kiln_model_open(const char *path, const kiln_model_load_params *para
         return kiln_error_set(err, KILN_ERR_OUT_OF_MEMORY, "out of memory");
     }
     kiln_status st;
-    if (is_dir(path)) {
+    if (kiln_model_is_dir(path)) {
         st = open_hf(m, params, err);
-    } else if (!file_exists(path)) {
+    } else if (!kiln_model_file_exists(path)) {
         struct stat sb;
         st = stat(path, &sb) != 0
                  ? kiln_error_set(err, KILN_ERR_IO, "%s: %s", path, strerror(errno))
@@ -788,7 +734,7 @@ kiln_status kiln_model_open(const char *path, const kiln_model_load_params *para
                                   "%s: not a regular file or a directory (a model is a GGUF "
                                   "file, a llama2.c checkpoint or a Hugging Face directory)",
                                   path);
-    } else if (has_gguf_magic(path)) {
+    } else if (kiln_model_has_gguf_magic(path)) {
         st = open_gguf(m, params, err);
     } else if (strlen(path) > 12 && !strcmp(path + strlen(path) - 12, ".safetensors")) {
         st = kiln_error_set(err, KILN_ERR_INVALID_ARGUMENT,

@@ -5,6 +5,7 @@
 #ifndef KILN_MODEL_MODEL_INTERNAL_H
 #define KILN_MODEL_MODEL_INTERNAL_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 #include "model/model.h"
@@ -17,5 +18,20 @@ void *kiln_model_alloc(kiln_model *m, size_t bytes);
 
 /** Set err to KILN_ERR_OUT_OF_MEMORY naming m's path; returns that status. */
 kiln_status kiln_model_oom(const kiln_model *m, kiln_error *err);
+
+/* ---- model_files.c ---- */
+
+/** True when p names a regular file (stat(2), symlinks followed). */
+bool kiln_model_file_exists(const char *p);
+
+/** True when p names a directory. */
+bool kiln_model_is_dir(const char *p);
+
+/** True when the file at path starts with the 4 bytes "GGUF"; false when it cannot be read. */
+bool kiln_model_has_gguf_magic(const char *path);
+
+/** The llama2.c tokenizer beside the checkpoint model_path: tokenizer.bin in its directory,
+ *  else the only tok*.bin there. A malloc'd path, or NULL when there is none (or several). */
+char *kiln_model_find_llama2c_tokenizer(const char *model_path);
 
 #endif
