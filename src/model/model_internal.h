@@ -34,4 +34,14 @@ bool kiln_model_has_gguf_magic(const char *path);
  *  else the only tok*.bin there. A malloc'd path, or NULL when there is none (or several). */
 char *kiln_model_find_llama2c_tokenizer(const char *model_path);
 
+/* ---- gen_defaults.c ---- */
+
+/** Read m->path/generation_config.json when present (absent: KILN_OK, nothing set): the
+ *  sampling defaults into m->gen (a field only where it has the right JSON type), and each
+ *  eos_token_id (an int or a list, as transformers' generate stops on any of them) added to
+ *  m->tokenizer's end-of-generation ids when there is a tokenizer.
+ *  Errors: KILN_ERR_IO, KILN_ERR_FORMAT (malformed JSON, not an object, an eos id outside
+ *  [0, n_vocab)), the tokenizer's errors. */
+kiln_status kiln_model_read_gen_defaults(kiln_model *m, kiln_error *err);
+
 #endif
