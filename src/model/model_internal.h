@@ -19,6 +19,23 @@ void *kiln_model_alloc(kiln_model *m, size_t bytes);
 /** Set err to KILN_ERR_OUT_OF_MEMORY naming m's path; returns that status. */
 kiln_status kiln_model_oom(const kiln_model *m, kiln_error *err);
 
+/* ---- model_bind.c ---- */
+
+/** Bind every weight of m (config m->cfg, m->layers allocated) from the GGUF file m->gguf
+ *  by llama.cpp's tensor names, and refuse tensors of layers beyond the block_count metadata.
+ *  Errors: KILN_ERR_FORMAT (missing tensor, wrong shape, an undeclared layer: named),
+ *  KILN_ERR_UNSUPPORTED (dtype, a tensor the scheme has no name for), KILN_ERR_OUT_OF_MEMORY. */
+kiln_status kiln_model_bind_gguf(kiln_model *m, kiln_error *err);
+
+/** The same from the safetensors of the Hugging Face directory m->safetensors, by
+ *  transformers' module names (GPT-2's with or without the "transformer." prefix, as the
+ *  file has them); tensors of layers beyond config.json's layer count are refused. */
+kiln_status kiln_model_bind_hf(kiln_model *m, kiln_error *err);
+
+/** Views of the llama2.c checkpoint m->llama2c's f32 arrays as m's weights (its fixed
+ *  layout; the config must be validated). */
+void kiln_model_bind_llama2c(kiln_model *m);
+
 /* ---- model_files.c ---- */
 
 /** True when p names a regular file (stat(2), symlinks followed). */
