@@ -1,10 +1,13 @@
+/*
+ * model.c - kiln_model_open / kiln_model_close: recognise the source (Hugging Face directory,
+ * GGUF file, llama2.c checkpoint), read its config, bind its weights (model_bind.c), load its
+ * tokenizer and generation defaults (gen_defaults.c), build the RoPE tables and the recurrent
+ * state layout, and last place the weights (weight_placement.h).
+ */
 #include "model/model.h"
 
-#include <dirent.h>
 #include <errno.h>
-#include <jansson.h>
 #include <math.h>
-#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,15 +15,12 @@
 #include <sys/stat.h>
 
 #include "format/gguf.h"
-#include "format/json_file.h"
-#include "tokenizer/hf_tokenizer.h"
 #include "format/llama2c.h"
 #include "format/safetensors.h"
 #include "model/model_internal.h"
-#include "model/model_names.h"
 #include "model/weight_placement.h"
+#include "tokenizer/hf_tokenizer.h"
 #include "util/error.h"
-#include "util/mapped_file.h"
 
 /* RoPE inverse frequencies over rope_dim: 1 / theta^(2j/rope_dim) (transformers
  * compute_default_rope_parameters), with llama3 scaling as _compute_llama3_parameters or
