@@ -1,12 +1,15 @@
+/*
+ * model.c - kiln_model_open / kiln_model_close: recognise the source (Hugging Face directory,
+ * GGUF file, llama2.c checkpoint), read its config, bind its weights (model_bind.c), load its
+ * tokenizer and generation defaults (gen_defaults.c), build the RoPE tables and the recurrent
+ * state layout, and last place the weights (weight_placement.h).
+ */
 #include "model/model.h"
 #include "backend/cpu/cpu.h" /* weight placement: moves to backend/cpu (issue 12) */
 #include "util/threadpool.h"
 
-#include <dirent.h>
 #include <errno.h>
-#include <jansson.h>
 #include <math.h>
-#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,570 +17,12 @@
 #include <sys/stat.h>
 
 #include "format/gguf.h"
-#include "format/json_file.h"
-#include "tokenizer/hf_tokenizer.h"
 #include "format/llama2c.h"
 #include "format/safetensors.h"
+#include "model/model_internal.h"
+#include "model/weight_placement.h"
+#include "tokenizer/hf_tokenizer.h"
 #include "util/error.h"
-#include "util/mapped_file.h"
-
-/* ---- helpers ------------------------------------------------------------------------- */
-
-static void *model_alloc(kiln_model *m, size_t bytes) {
-    void **list = realloc(m->owned, (size_t)(m->n_owned + 1) * sizeof *list);
-    if (!list) return NULL;
-    m->owned = list;
-    void *p = calloc(1, bytes ? bytes : 1);
-    if (!p) return NULL;
-    m->owned[m->n_owned++] = p;
-    return p;
-}
-
-static kiln_status oom(const kiln_model *m, kiln_error *err) {
-    return kiln_error_set(err, KILN_ERR_OUT_OF_MEMORY, "%s: out of memory", m->path);
-}
-
-/* A named tensor from any source, normalised to GGML order ne[0] = innermost. */
-typedef struct src_tensor {
-    const void *data;
-    kiln_dtype dtype;
-    int32_t n_dims;
-    int64_t ne[4];
-    size_t nbytes;
-} src_tensor;
-
-typedef bool (*find_fn)(const kiln_model *m, const char *name, src_tensor *out);
-
-static bool find_gguf(const kiln_model *m, const char *name, src_tensor *out) {
-    const kiln_gguf_tensor *t = kiln_gguf_find_tensor(m->gguf, name);
-    if (!t) return false;
-    out->data = t->data;
-    out->dtype = t->dtype;
-    out->n_dims = (int32_t)t->n_dims;
-    for (int i = 0; i < 4; i++) out->ne[i] = t->ne[i];
-    out->nbytes = t->nbytes;
-    return true;
-}
-
-static bool find_st(const kiln_model *m, const char *name, src_tensor *out) {
-    const kiln_st_tensor *t = kiln_safetensors_find(m->safetensors, name);
-    if (!t || t->n_dims > 4) return false;
-    out->data = t->data;
-    out->dtype = t->dtype;
-    out->n_dims = t->n_dims;
-    for (int i = 0; i < 4; i++) out->ne[i] = 1;
-    for (int i = 0; i < t->n_dims; i++) out->ne[i] = t->shape[t->n_dims - 1 - i];
-    out->nbytes = t->nbytes;
-    return true;
-}
-
-/* A matrix [n_out, n_in] (rows of n_in). transposed: the file stores it as [n_in, n_out]
- * (GPT-2's Conv1D, y = x W + b); an owned copy in the row layout is made (plain dtypes). */
-static kiln_status get_mat_t(kiln_model *m, find_fn find, const char *name, int64_t n_out,
-                             int64_t n_in, bool transposed, kiln_mat *mat, kiln_error *err) {
-    src_tensor t;
-    if (!find(m, name, &t))
-        return kiln_error_set(err, KILN_ERR_FORMAT, "%s: tensor '%s' is missing", m->path, name);
-    const int64_t want0 = transposed ? n_out : n_in, want1 = transposed ? n_in : n_out;
-    if (t.n_dims != 2 || t.ne[0] != want0 || t.ne[1] != want1)
-        return kiln_error_set(err, KILN_ERR_FORMAT,
-                              "%s: tensor '%s' has shape [%lld, %lld] (rows x cols), expected "
-                              "[%lld, %lld]",
-                              m->path, name, (long long)t.ne[1], (long long)t.ne[0],
-                              (long long)want1, (long long)want0);
-    const kiln_dtype_traits *tr = kiln_dtype_traits_of(t.dtype);
-    if (!tr || !tr->to_float)
-        return kiln_error_set(err, KILN_ERR_UNSUPPORTED, "%s: tensor '%s' has unsupported dtype %s",
-                              m->path, name, kiln_dtype_name(t.dtype));
-    if (n_in % tr->block_size != 0)
-        return kiln_error_set(err, KILN_ERR_FORMAT,
-                              "%s: tensor '%s': row length %lld is not a multiple of the %s block "
-                              "size %d",
-                              m->path, name, (long long)n_in, tr->name, tr->block_size);
-    mat->data = t.data;
-    if (transposed) {
-        if (tr->block_size != 1)
-            return kiln_error_set(err, KILN_ERR_UNSUPPORTED,
-                                  "%s: tensor '%s': a transposed (Conv1D) weight must be of a "
-                                  "plain dtype, not %s",
-                                  m->path, name, tr->name);
-        const size_t es = tr->type_size;
-        char *dst = model_alloc(m, (size_t)(n_out * n_in) * es);
-        if (!dst) return oom(m, err);
-        const char *src = t.data;
-        for (int64_t i = 0; i < n_in; i++)
-            for (int64_t o = 0; o < n_out; o++)
-                memcpy(dst + (size_t)(o * n_in + i) * es, src + (size_t)(i * n_out + o) * es, es);
-        mat->data = dst;
-    }
-    mat->dtype = t.dtype;
-    mat->n_out = n_out;
-    mat->n_in = n_in;
-    mat->name = name;
-    mat->layout = KILN_LAYOUT_ROWS;
-    return KILN_OK;
-}
-
-static kiln_status get_mat(kiln_model *m, find_fn find, const char *name, int64_t n_out,
-                           int64_t n_in, kiln_mat *mat, kiln_error *err) {
-    return get_mat_t(m, find, name, n_out, n_in, false, mat, err);
-}
-
-/* Rows [row0, row0 + n) of a bound matrix (row layout: views are taken before packing), as a
- * view. */
-static kiln_mat mat_rows(const kiln_mat *a, int64_t row0, int64_t n) {
-    kiln_mat v = *a;
-    v.data = (const char *)a->data + (size_t)row0 * kiln_dtype_row_size(a->dtype, a->n_in);
-    v.n_out = n;
-    return v;
-}
-
-/* A 3-D tensor [n_expert][n_out][n_in] (GGML ne = {n_in, n_out, n_expert}) as n_expert
- * matrix views. */
-static kiln_status get_experts(kiln_model *m, find_fn find, const char *name, int64_t n_expert,
-                               int64_t n_out, int64_t n_in, kiln_mat *out, kiln_error *err) {
-    src_tensor t;
-    if (!find(m, name, &t))
-        return kiln_error_set(err, KILN_ERR_FORMAT, "%s: tensor '%s' is missing", m->path, name);
-    if (t.n_dims != 3 || t.ne[0] != n_in || t.ne[1] != n_out || t.ne[2] != n_expert)
-        return kiln_error_set(err, KILN_ERR_FORMAT,
-                              "%s: tensor '%s' has ne [%lld, %lld, %lld], expected [%lld, %lld, "
-                              "%lld]",
-                              m->path, name, (long long)t.ne[0], (long long)t.ne[1],
-                              (long long)t.ne[2], (long long)n_in, (long long)n_out,
-                              (long long)n_expert);
-    const kiln_dtype_traits *tr = kiln_dtype_traits_of(t.dtype);
-    if (!tr || !tr->to_float || n_in % tr->block_size != 0)
-        return kiln_error_set(err, KILN_ERR_UNSUPPORTED, "%s: tensor '%s' has unsupported dtype %s",
-                              m->path, name, kiln_dtype_name(t.dtype));
-    const size_t per = (size_t)n_out * kiln_dtype_row_size(t.dtype, n_in);
-    for (int64_t e = 0; e < n_expert; e++)
-        out[e] = (kiln_mat){
-            (const char *)t.data + (size_t)e * per, t.dtype, n_out, n_in, name, KILN_LAYOUT_ROWS};
-    return KILN_OK;
-}
-
-/* A tensor of n f32 values (any shape with that many elements and innermost size ne0, or
- * ne0 = 0 for a 1-D vector); converted to an owned f32 copy when stored in another dtype or
- * at an address not aligned for float. add_one: store 1 + w (norms with a unit offset). */
-static kiln_status get_f32(kiln_model *m, find_fn find, const char *name, int64_t n, int64_t ne0,
-                           bool add_one, const float **out, kiln_error *err) {
-    src_tensor t;
-    if (!find(m, name, &t))
-        return kiln_error_set(err, KILN_ERR_FORMAT, "%s: tensor '%s' is missing", m->path, name);
-    int64_t count = 1;
-    for (int i = 0; i < t.n_dims; i++) count *= t.ne[i];
-    if ((ne0 == 0 && (t.n_dims != 1 || t.ne[0] != n)) ||
-        (ne0 != 0 && (count != n || t.ne[0] != ne0)))
-        return kiln_error_set(err, KILN_ERR_FORMAT, "%s: tensor '%s' should hold %lld elements%s",
-                              m->path, name, (long long)n, ne0 == 0 ? " as a vector" : "");
-    const kiln_dtype_traits *tr = kiln_dtype_traits_of(t.dtype);
-    if (!tr || !tr->to_float || n % tr->block_size != 0)
-        return kiln_error_set(err, KILN_ERR_UNSUPPORTED, "%s: tensor '%s' has unsupported dtype %s",
-                              m->path, name, kiln_dtype_name(t.dtype));
-    if (t.dtype == KILN_DTYPE_F32 && ((uintptr_t)t.data % sizeof(float)) == 0 && !add_one) {
-        *out = t.data;
-        return KILN_OK;
-    }
-    float *f = model_alloc(m, (size_t)n * sizeof *f);
-    if (!f) return oom(m, err);
-    tr->to_float(t.data, f, n);
-    if (add_one)
-        for (int64_t i = 0; i < n; i++) f[i] = 1.0f + f[i];
-    *out = f;
-    return KILN_OK;
-}
-
-static kiln_status get_vec(kiln_model *m, find_fn find, const char *name, int64_t n,
-                           const float **out, kiln_error *err) {
-    return get_f32(m, find, name, n, 0, false, out, err);
-}
-
-/* A norm weight: (1 + w) when the config says the stored weights are offsets. */
-static kiln_status get_norm(kiln_model *m, find_fn find, const char *name, int64_t n,
-                            const float **out, kiln_error *err) {
-    return get_f32(m, find, name, n, 0, m->cfg.norm_unit_offset, out, err);
-}
-
-/* Weight names per source and family: printf patterns taking the layer index (and the
- * expert index for exp_*). NULL: the scheme has no such tensor. */
-typedef struct name_scheme {
-    const char *tok_embd, *pos_embd, *output_norm, *output_norm_b, *output;
-    const char *attn_norm, *attn_norm_b, *ffn_norm, *ffn_norm_b, *post_attn_norm, *post_ffn_norm;
-    const char *wq, *wk, *wv, *wqkv, *wo, *bq, *bk, *bv, *bqkv, *bo, *q_norm, *k_norm;
-    const char *w_gate, *w_up, *w_gate_up, *w_down, *b_up, *b_down;
-    const char *router, *exp_gate, *exp_up, *exp_down;
-    const char *shexp_gate, *shexp_up, *shexp_down, *shexp_router;
-    const char *ssm_in_qkvz, *ssm_in_ba, *ssm_out, *ssm_conv, *ssm_a_log, *ssm_dt_bias, *ssm_norm;
-    bool conv1d;     /* 2-D weights stored [in, out] (GPT-2 Conv1D) */
-    bool exp_merged; /* exp_* name one 3-D tensor [n_expert][rows][cols] per layer (GGUF) */
-} name_scheme;
-
-#define GG_L "blk.%d."
-/* llama.cpp's tensor names (llama-arch.cpp LLM_TENSOR_NAMES). */
-static const name_scheme gguf_names = {
-    .tok_embd = "token_embd.weight",
-    .pos_embd = "position_embd.weight",
-    .output_norm = "output_norm.weight",
-    .output_norm_b = "output_norm.bias",
-    .output = "output.weight",
-    .attn_norm = GG_L "attn_norm.weight",
-    .attn_norm_b = GG_L "attn_norm.bias",
-    .ffn_norm = GG_L "ffn_norm.weight",
-    .ffn_norm_b = GG_L "ffn_norm.bias",
-    .post_attn_norm = GG_L "post_attention_norm.weight",
-    .post_ffn_norm = GG_L "post_ffw_norm.weight",
-    .wq = GG_L "attn_q.weight",
-    .wk = GG_L "attn_k.weight",
-    .wv = GG_L "attn_v.weight",
-    .wqkv = GG_L "attn_qkv.weight",
-    .wo = GG_L "attn_output.weight",
-    .bq = GG_L "attn_q.bias",
-    .bk = GG_L "attn_k.bias",
-    .bv = GG_L "attn_v.bias",
-    .bqkv = GG_L "attn_qkv.bias",
-    .bo = GG_L "attn_output.bias",
-    .q_norm = GG_L "attn_q_norm.weight",
-    .k_norm = GG_L "attn_k_norm.weight",
-    .w_gate = GG_L "ffn_gate.weight",
-    .w_up = GG_L "ffn_up.weight",
-    .w_down = GG_L "ffn_down.weight",
-    .b_up = GG_L "ffn_up.bias",
-    .b_down = GG_L "ffn_down.bias",
-    .router = GG_L "ffn_gate_inp.weight",
-    .exp_gate = GG_L "ffn_gate_exps.weight",
-    .exp_up = GG_L "ffn_up_exps.weight",
-    .exp_down = GG_L "ffn_down_exps.weight",
-    .exp_merged = true,
-};
-
-static name_scheme gguf_names_for(const kiln_model_config *c) {
-    name_scheme nm = gguf_names;
-    if (c->arch == KILN_ARCH_PHI3) { /* ffn_up holds [gate; up] (llama.cpp LLM_FFN_SWIGLU) */
-        nm.w_gate = nm.w_up = NULL;
-        nm.w_gate_up = GG_L "ffn_up.weight";
-    }
-    return nm;
-}
-
-#define HF_L "model.layers.%d."
-/* transformers' Llama-style module names, shared by most families. */
-static const name_scheme hf_llama_names = {
-    .tok_embd = "model.embed_tokens.weight",
-    .output_norm = "model.norm.weight",
-    .output = "lm_head.weight",
-    .attn_norm = HF_L "input_layernorm.weight",
-    .ffn_norm = HF_L "post_attention_layernorm.weight",
-    .wq = HF_L "self_attn.q_proj.weight",
-    .wk = HF_L "self_attn.k_proj.weight",
-    .wv = HF_L "self_attn.v_proj.weight",
-    .wo = HF_L "self_attn.o_proj.weight",
-    .bq = HF_L "self_attn.q_proj.bias",
-    .bk = HF_L "self_attn.k_proj.bias",
-    .bv = HF_L "self_attn.v_proj.bias",
-    .bo = HF_L "self_attn.o_proj.bias",
-    .q_norm = HF_L "self_attn.q_norm.weight",
-    .k_norm = HF_L "self_attn.k_norm.weight",
-    .w_gate = HF_L "mlp.gate_proj.weight",
-    .w_up = HF_L "mlp.up_proj.weight",
-    .w_down = HF_L "mlp.down_proj.weight",
-    .router = HF_L "mlp.gate.weight",
-    .exp_gate = HF_L "mlp.experts.%d.gate_proj.weight",
-    .exp_up = HF_L "mlp.experts.%d.up_proj.weight",
-    .exp_down = HF_L "mlp.experts.%d.down_proj.weight",
-    .shexp_gate = HF_L "mlp.shared_expert.gate_proj.weight",
-    .shexp_up = HF_L "mlp.shared_expert.up_proj.weight",
-    .shexp_down = HF_L "mlp.shared_expert.down_proj.weight",
-    .shexp_router = HF_L "mlp.shared_expert_gate.weight",
-    .ssm_in_qkvz = HF_L "linear_attn.in_proj_qkvz.weight",
-    .ssm_in_ba = HF_L "linear_attn.in_proj_ba.weight",
-    .ssm_out = HF_L "linear_attn.out_proj.weight",
-    .ssm_conv = HF_L "linear_attn.conv1d.weight",
-    .ssm_a_log = HF_L "linear_attn.A_log",
-    .ssm_dt_bias = HF_L "linear_attn.dt_bias",
-    .ssm_norm = HF_L "linear_attn.norm.weight",
-};
-
-static name_scheme hf_names_for(const kiln_model_config *c, bool gpt2_prefixed) {
-    name_scheme nm = hf_llama_names;
-    switch (c->arch) {
-    case KILN_ARCH_GEMMA2:
-    case KILN_ARCH_GEMMA3:
-        nm.ffn_norm = HF_L "pre_feedforward_layernorm.weight";
-        nm.post_attn_norm = HF_L "post_attention_layernorm.weight";
-        nm.post_ffn_norm = HF_L "post_feedforward_layernorm.weight";
-        break;
-    case KILN_ARCH_PHI3:
-        nm.wq = nm.wk = nm.wv = NULL;
-        nm.wqkv = HF_L "self_attn.qkv_proj.weight";
-        nm.w_gate = nm.w_up = NULL;
-        nm.w_gate_up = HF_L "mlp.gate_up_proj.weight";
-        break;
-    case KILN_ARCH_MIXTRAL:
-        nm.router = HF_L "block_sparse_moe.gate.weight";
-        nm.exp_gate = HF_L "block_sparse_moe.experts.%d.w1.weight";
-        nm.exp_up = HF_L "block_sparse_moe.experts.%d.w3.weight";
-        nm.exp_down = HF_L "block_sparse_moe.experts.%d.w2.weight";
-        break;
-    case KILN_ARCH_GPT2: {
-        static const name_scheme gpt2[2] = {
-#define GPT2_NAMES(P)                                                                              \
-    {                                                                                              \
-        .tok_embd = P "wte.weight",                                                                \
-        .pos_embd = P "wpe.weight",                                                                \
-        .output_norm = P "ln_f.weight",                                                            \
-        .output_norm_b = P "ln_f.bias",                                                            \
-        .output = "lm_head.weight",                                                                \
-        .attn_norm = P "h.%d.ln_1.weight",                                                         \
-        .attn_norm_b = P "h.%d.ln_1.bias",                                                         \
-        .ffn_norm = P "h.%d.ln_2.weight",                                                          \
-        .ffn_norm_b = P "h.%d.ln_2.bias",                                                          \
-        .wqkv = P "h.%d.attn.c_attn.weight",                                                       \
-        .bqkv = P "h.%d.attn.c_attn.bias",                                                         \
-        .wo = P "h.%d.attn.c_proj.weight",                                                         \
-        .bo = P "h.%d.attn.c_proj.bias",                                                           \
-        .w_up = P "h.%d.mlp.c_fc.weight",                                                          \
-        .b_up = P "h.%d.mlp.c_fc.bias",                                                            \
-        .w_down = P "h.%d.mlp.c_proj.weight",                                                      \
-        .b_down = P "h.%d.mlp.c_proj.bias",                                                        \
-        .conv1d = true,                                                                            \
-    }
-            GPT2_NAMES("transformer."),
-            GPT2_NAMES(""),
-#undef GPT2_NAMES
-        };
-        nm = gpt2[gpt2_prefixed ? 0 : 1];
-        break;
-    }
-    default:
-        break;
-    }
-    return nm;
-}
-
-/* Layer tensor names must outlive loading (kiln_mat.name): keep them in owned memory. */
-static const char *layer_name2(kiln_model *m, const char *pattern, int layer, int expert) {
-    char buf[512];
-    snprintf(buf, sizeof buf, pattern, layer, expert);
-    char *s = model_alloc(m, strlen(buf) + 1);
-    if (s) strcpy(s, buf);
-    return s;
-}
-
-static const char *layer_name(kiln_model *m, const char *pattern, int layer) {
-    return layer_name2(m, pattern, layer, 0);
-}
-
-/* Binding context for one layer. */
-typedef struct binder {
-    kiln_model *m;
-    find_fn find;
-    const name_scheme *nm;
-    int layer;
-    kiln_error *err;
-} binder;
-
-static kiln_status b_mat(binder *b, const char *pat, int64_t n_out, int64_t n_in, kiln_mat *out) {
-    if (!pat)
-        return kiln_error_set(b->err, KILN_ERR_UNSUPPORTED,
-                              "%s: this source has no tensor name for a weight the configuration "
-                              "needs (layer %d)",
-                              b->m->path, b->layer);
-    const char *name = layer_name(b->m, pat, b->layer);
-    if (!name) return oom(b->m, b->err);
-    return get_mat_t(b->m, b->find, name, n_out, n_in, b->nm->conv1d, out, b->err);
-}
-
-static kiln_status b_vec(binder *b, const char *pat, int64_t n, bool norm, const float **out) {
-    if (!pat)
-        return kiln_error_set(b->err, KILN_ERR_UNSUPPORTED,
-                              "%s: this source has no tensor name for a vector the configuration "
-                              "needs (layer %d)",
-                              b->m->path, b->layer);
-    const char *name = layer_name(b->m, pat, b->layer);
-    if (!name) return oom(b->m, b->err);
-    return norm ? get_norm(b->m, b->find, name, n, out, b->err)
-                : get_vec(b->m, b->find, name, n, out, b->err);
-}
-
-static kiln_status bind_attention(binder *b, kiln_layer_weights *L) {
-    const kiln_model_config *c = &b->m->cfg;
-    const name_scheme *nm = b->nm;
-    const int64_t d = c->n_embd, hd = c->head_dim, q_dim = (int64_t)c->n_head * hd,
-                  q_rows = c->attn_out_gate ? 2 * q_dim : q_dim,
-                  kv_dim = (int64_t)c->n_head_kv * hd;
-    kiln_status st;
-    src_tensor probe;
-    const char *fused = nm->wqkv ? layer_name(b->m, nm->wqkv, b->layer) : NULL;
-    if (nm->wqkv && !fused) return oom(b->m, b->err);
-    if (fused && (!nm->wq || b->find(b->m, fused, &probe))) {
-        kiln_mat qkv;
-        if ((st = b_mat(b, nm->wqkv, q_rows + 2 * kv_dim, d, &qkv))) return st;
-        L->wq = mat_rows(&qkv, 0, q_rows);
-        L->wk = mat_rows(&qkv, q_rows, kv_dim);
-        L->wv = mat_rows(&qkv, q_rows + kv_dim, kv_dim);
-    } else {
-        if ((st = b_mat(b, nm->wq, q_rows, d, &L->wq))) return st;
-        if ((st = b_mat(b, nm->wk, kv_dim, d, &L->wk))) return st;
-        if ((st = b_mat(b, nm->wv, kv_dim, d, &L->wv))) return st;
-    }
-    if ((st = b_mat(b, nm->wo, d, q_dim, &L->wo))) return st;
-    if (c->attn_bias_qkv) {
-        const char *fb = nm->bqkv ? layer_name(b->m, nm->bqkv, b->layer) : NULL;
-        if (nm->bqkv && !fb) return oom(b->m, b->err);
-        if (fb && (!nm->bq || b->find(b->m, fb, &probe))) {
-            const float *bqkv;
-            if ((st = b_vec(b, nm->bqkv, q_rows + 2 * kv_dim, false, &bqkv))) return st;
-            L->bq = bqkv;
-            L->bk = bqkv + q_rows;
-            L->bv = bqkv + q_rows + kv_dim;
-        } else {
-            if ((st = b_vec(b, nm->bq, q_rows, false, &L->bq))) return st;
-            if ((st = b_vec(b, nm->bk, kv_dim, false, &L->bk))) return st;
-            if ((st = b_vec(b, nm->bv, kv_dim, false, &L->bv))) return st;
-        }
-    }
-    if (c->attn_bias_o && (st = b_vec(b, nm->bo, d, false, &L->bo))) return st;
-    if (c->qk_norm) {
-        if ((st = b_vec(b, nm->q_norm, hd, true, &L->q_norm))) return st;
-        if ((st = b_vec(b, nm->k_norm, hd, true, &L->k_norm))) return st;
-    }
-    return KILN_OK;
-}
-
-static kiln_status bind_delta_net(binder *b, kiln_layer_weights *L) {
-    const kiln_model_config *c = &b->m->cfg;
-    const name_scheme *nm = b->nm;
-    const int64_t d = c->n_embd, key_dim = (int64_t)c->ssm_n_k_heads * c->ssm_k_head_dim,
-                  value_dim = (int64_t)c->ssm_n_v_heads * c->ssm_v_head_dim,
-                  conv_dim = 2 * key_dim + value_dim;
-    kiln_status st;
-    if ((st = b_mat(b, nm->ssm_in_qkvz, 2 * key_dim + 2 * value_dim, d, &L->ssm_in_qkvz)))
-        return st;
-    if ((st = b_mat(b, nm->ssm_in_ba, 2 * (int64_t)c->ssm_n_v_heads, d, &L->ssm_in_ba))) return st;
-    if ((st = b_mat(b, nm->ssm_out, d, value_dim, &L->ssm_out))) return st;
-    if (!nm->ssm_conv)
-        return kiln_error_set(b->err, KILN_ERR_UNSUPPORTED, "%s: no conv weight name", b->m->path);
-    const char *cn = layer_name(b->m, nm->ssm_conv, b->layer);
-    if (!cn) return oom(b->m, b->err);
-    if ((st = get_f32(b->m, b->find, cn, conv_dim * c->ssm_conv_kernel, c->ssm_conv_kernel, false,
-                      &L->ssm_conv, b->err)))
-        return st;
-    if ((st = b_vec(b, nm->ssm_a_log, c->ssm_n_v_heads, false, &L->ssm_a_log))) return st;
-    if ((st = b_vec(b, nm->ssm_dt_bias, c->ssm_n_v_heads, false, &L->ssm_dt_bias))) return st;
-    /* the gated norm multiplies by w itself, never 1 + w */
-    if ((st = b_vec(b, nm->ssm_norm, c->ssm_v_head_dim, false, &L->ssm_norm))) return st;
-    return KILN_OK;
-}
-
-static kiln_status bind_ffn(binder *b, kiln_layer_weights *L, bool moe) {
-    const kiln_model_config *c = &b->m->cfg;
-    const name_scheme *nm = b->nm;
-    const int64_t d = c->n_embd;
-    kiln_status st;
-    if (!moe) {
-        const int64_t ff = c->n_ff;
-        if (c->ffn_gated) {
-            if (nm->w_gate_up && !nm->w_gate) {
-                kiln_mat gu;
-                if ((st = b_mat(b, nm->w_gate_up, 2 * ff, d, &gu))) return st;
-                L->w_gate = mat_rows(&gu, 0, ff); /* Phi-3: gate first, then up */
-                L->w_up = mat_rows(&gu, ff, ff);
-            } else {
-                if ((st = b_mat(b, nm->w_gate, ff, d, &L->w_gate))) return st;
-                if ((st = b_mat(b, nm->w_up, ff, d, &L->w_up))) return st;
-            }
-        } else if ((st = b_mat(b, nm->w_up, ff, d, &L->w_up))) {
-            return st;
-        }
-        if ((st = b_mat(b, nm->w_down, d, ff, &L->w_down))) return st;
-        if (c->ffn_bias) {
-            if ((st = b_vec(b, nm->b_up, ff, false, &L->b_up))) return st;
-            if ((st = b_vec(b, nm->b_down, d, false, &L->b_down))) return st;
-        }
-        return KILN_OK;
-    }
-    kiln_model *m = b->m;
-    const int64_t fe = c->n_ff_expert, E = c->n_expert;
-    if ((st = b_mat(b, nm->router, E, d, &L->w_router))) return st;
-    L->exp_gate = model_alloc(m, (size_t)E * 3 * sizeof(kiln_mat));
-    if (!L->exp_gate) return oom(m, b->err);
-    L->exp_up = L->exp_gate + E;
-    L->exp_down = L->exp_up + E;
-    if (!nm->exp_gate || !nm->exp_up || !nm->exp_down)
-        return kiln_error_set(b->err, KILN_ERR_UNSUPPORTED, "%s: no expert weight names", m->path);
-    if (nm->exp_merged) {
-        const char *pats[3] = {nm->exp_gate, nm->exp_up, nm->exp_down};
-        kiln_mat *outs[3] = {L->exp_gate, L->exp_up, L->exp_down};
-        for (int w = 0; w < 3; w++) {
-            const int64_t n_out = w == 2 ? d : fe, n_in = w == 2 ? fe : d;
-            const char *name = layer_name(m, pats[w], b->layer);
-            if (!name) return oom(m, b->err);
-            if ((st = get_experts(m, b->find, name, E, n_out, n_in, outs[w], b->err))) return st;
-        }
-    }
-    for (int64_t e = 0; !nm->exp_merged && e < E; e++) {
-        const char *gn = layer_name2(m, nm->exp_gate, b->layer, (int)e),
-                   *un = layer_name2(m, nm->exp_up, b->layer, (int)e),
-                   *dn = layer_name2(m, nm->exp_down, b->layer, (int)e);
-        if (!gn || !un || !dn) return oom(m, b->err);
-        if ((st = get_mat(m, b->find, gn, fe, d, &L->exp_gate[e], b->err))) return st;
-        if ((st = get_mat(m, b->find, un, fe, d, &L->exp_up[e], b->err))) return st;
-        if ((st = get_mat(m, b->find, dn, d, fe, &L->exp_down[e], b->err))) return st;
-    }
-    if (c->n_ff_shexp > 0) {
-        const int64_t fs = c->n_ff_shexp;
-        if ((st = b_mat(b, nm->shexp_gate, fs, d, &L->shexp_gate))) return st;
-        if ((st = b_mat(b, nm->shexp_up, fs, d, &L->shexp_up))) return st;
-        if ((st = b_mat(b, nm->shexp_down, d, fs, &L->shexp_down))) return st;
-        if (c->shexp_gate && (st = b_mat(b, nm->shexp_router, 1, d, &L->shexp_router))) return st;
-    }
-    return KILN_OK;
-}
-
-static kiln_status bind_named_weights(kiln_model *m, find_fn find, const name_scheme *nm,
-                                      kiln_error *err) {
-    const kiln_model_config *c = &m->cfg;
-    const int64_t d = c->n_embd;
-    kiln_status st;
-    if ((st = get_mat(m, find, nm->tok_embd, c->n_vocab, d, &m->tok_embd, err))) return st;
-    if (c->learned_pos) {
-        if (!nm->pos_embd)
-            return kiln_error_set(err, KILN_ERR_UNSUPPORTED, "%s: no position embedding name",
-                                  m->path);
-        if ((st = get_mat(m, find, nm->pos_embd, c->n_ctx_train, d, &m->pos_embd, err))) return st;
-    }
-    if ((st = get_norm(m, find, nm->output_norm, d, &m->output_norm, err))) return st;
-    if (c->norm_kind == KILN_NORM_LAYER &&
-        (st = get_vec(m, find, nm->output_norm_b, d, &m->output_norm_b, err)))
-        return st;
-    src_tensor probe;
-    if (!c->tied_embeddings && find(m, nm->output, &probe)) {
-        if ((st = get_mat(m, find, nm->output, c->n_vocab, d, &m->output, err))) return st;
-    } else {
-        m->output = m->tok_embd;
-    }
-    for (int l = 0; l < c->n_layer; l++) {
-        kiln_layer_weights *L = &m->layers[l];
-        const kiln_layer_config *lc = &c->layer[l];
-        binder b = {m, find, nm, l, err};
-        if ((st = b_vec(&b, nm->attn_norm, d, true, &L->attn_norm))) return st;
-        if ((st = b_vec(&b, nm->ffn_norm, d, true, &L->ffn_norm))) return st;
-        if (c->norm_kind == KILN_NORM_LAYER) {
-            if ((st = b_vec(&b, nm->attn_norm_b, d, false, &L->attn_norm_b))) return st;
-            if ((st = b_vec(&b, nm->ffn_norm_b, d, false, &L->ffn_norm_b))) return st;
-        }
-        if (c->sandwich_norms) {
-            if ((st = b_vec(&b, nm->post_attn_norm, d, true, &L->post_attn_norm))) return st;
-            if ((st = b_vec(&b, nm->post_ffn_norm, d, true, &L->post_ffn_norm))) return st;
-        }
-        st =
-            lc->mixer == KILN_MIXER_GATED_DELTA_NET ? bind_delta_net(&b, L) : bind_attention(&b, L);
-        if (st) return st;
-        if ((st = bind_ffn(&b, L, lc->moe))) return st;
-    }
-    return KILN_OK;
-}
 
 /* RoPE inverse frequencies over rope_dim: 1 / theta^(2j/rope_dim) (transformers
  * compute_default_rope_parameters), with llama3 scaling as _compute_llama3_parameters or
@@ -586,7 +31,7 @@ static float *make_rope_table(kiln_model *m, float theta, kiln_rope_scaling scal
                               const float *freq_factors) {
     const kiln_model_config *c = &m->cfg;
     const int32_t half = c->rope_dim / 2;
-    float *t = model_alloc(m, (size_t)(half > 0 ? half : 1) * sizeof(float));
+    float *t = kiln_model_alloc(m, (size_t)(half > 0 ? half : 1) * sizeof(float));
     if (!t) return NULL;
     for (int32_t j = 0; j < half; j++) {
         float inv = 1.0f / powf(theta, (float)(2 * j) / (float)c->rope_dim);
@@ -616,7 +61,7 @@ static kiln_status init_rope(kiln_model *m, const float *freq_factors, kiln_erro
     if (c->rope_style == KILN_ROPE_NONE) return KILN_OK;
     m->inv_freq = make_rope_table(m, c->rope_theta, c->rope_scaling, freq_factors);
     m->inv_freq_local = make_rope_table(m, c->rope_theta_local, KILN_ROPE_SCALING_NONE, NULL);
-    if (!m->inv_freq || !m->inv_freq_local) return oom(m, err);
+    if (!m->inv_freq || !m->inv_freq_local) return kiln_model_oom(m, err);
     for (int32_t l = 0; l < c->n_layer; l++)
         m->layers[l].inv_freq = c->layer[l].rope_local ? m->inv_freq_local : m->inv_freq;
     return KILN_OK;
@@ -648,60 +93,6 @@ int64_t kiln_model_seq_state_floats(const kiln_model *m) {
 
 /* ---- sources ------------------------------------------------------------------------- */
 
-static bool file_exists(const char *p) {
-    struct stat st;
-    return stat(p, &st) == 0 && S_ISREG(st.st_mode);
-}
-
-static bool is_dir(const char *p) {
-    struct stat st;
-    return stat(p, &st) == 0 && S_ISDIR(st.st_mode);
-}
-
-static bool has_gguf_magic(const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return false;
-    char magic[4] = {0};
-    size_t n = fread(magic, 1, 4, f);
-    fclose(f);
-    return n == 4 && memcmp(magic, "GGUF", 4) == 0;
-}
-
-/* llama2.c tokenizer beside the checkpoint: tokenizer.bin, else the only tok*.bin. */
-static char *find_llama2c_tokenizer(const char *model_path) {
-    char dir[4096];
-    snprintf(dir, sizeof dir, "%s", model_path);
-    char *slash = strrchr(dir, '/');
-    if (slash)
-        *slash = '\0';
-    else
-        snprintf(dir, sizeof dir, ".");
-    char cand[4352];
-    snprintf(cand, sizeof cand, "%s/tokenizer.bin", dir);
-    if (file_exists(cand)) return strdup(cand);
-    DIR *dp = opendir(dir);
-    if (!dp) return NULL;
-    char *found = NULL;
-    int count = 0;
-    struct dirent *e;
-    while ((e = readdir(dp))) {
-        size_t len = strlen(e->d_name);
-        if (strncmp(e->d_name, "tok", 3) == 0 && len > 4 &&
-            strcmp(e->d_name + len - 4, ".bin") == 0) {
-            count++;
-            free(found);
-            snprintf(cand, sizeof cand, "%s/%s", dir, e->d_name);
-            found = strdup(cand);
-        }
-    }
-    closedir(dp);
-    if (count != 1) {
-        free(found);
-        return NULL;
-    }
-    return found;
-}
-
 static kiln_status open_llama2c(kiln_model *m, const kiln_model_load_params *p, kiln_error *err) {
     kiln_llama2c *l2c = NULL;
     kiln_status st = kiln_llama2c_open(m->path, &l2c, err);
@@ -709,29 +100,10 @@ static kiln_status open_llama2c(kiln_model *m, const kiln_model_load_params *p, 
     m->llama2c = l2c;
     kiln_config_from_llama2c(&l2c->config, &m->cfg);
     if ((st = kiln_config_validate(&m->cfg, m->path, err))) return st;
+    kiln_model_bind_llama2c(m);
     const kiln_model_config *c = &m->cfg;
-    const int64_t d = c->n_embd, hd = c->head_dim, q_dim = (int64_t)c->n_head * hd,
-                  kv_dim = (int64_t)c->n_head_kv * hd, ff = c->n_ff;
-#define MAT(field, ptr, no, ni)                                                                    \
-    (m->field = (kiln_mat){(ptr), KILN_DTYPE_F32, (no), (ni), #field, KILN_LAYOUT_ROWS})
-    MAT(tok_embd, l2c->token_embedding, c->n_vocab, d);
-    MAT(output, l2c->wcls, c->n_vocab, d);
-    m->output_norm = l2c->rms_final;
-    for (int l = 0; l < c->n_layer; l++) {
-        kiln_layer_weights *L = &m->layers[l];
-        L->attn_norm = l2c->rms_att + l * d;
-        L->ffn_norm = l2c->rms_ffn + l * d;
-        MAT(layers[l].wq, l2c->wq + l * q_dim * d, q_dim, d);
-        MAT(layers[l].wk, l2c->wk + l * kv_dim * d, kv_dim, d);
-        MAT(layers[l].wv, l2c->wv + l * kv_dim * d, kv_dim, d);
-        MAT(layers[l].wo, l2c->wo + l * d * q_dim, d, q_dim);
-        MAT(layers[l].w_gate, l2c->w1 + l * ff * d, ff, d);
-        MAT(layers[l].w_down, l2c->w2 + l * d * ff, d, ff);
-        MAT(layers[l].w_up, l2c->w3 + l * ff * d, ff, d);
-    }
-#undef MAT
-    char *tok_path =
-        p && p->tokenizer_path ? strdup(p->tokenizer_path) : find_llama2c_tokenizer(m->path);
+    char *tok_path = p && p->tokenizer_path ? strdup(p->tokenizer_path)
+                                            : kiln_model_find_llama2c_tokenizer(m->path);
     if (!tok_path) {
         if (p && p->require_tokenizer)
             return kiln_error_set(err, KILN_ERR_NOT_FOUND,
@@ -745,34 +117,15 @@ static kiln_status open_llama2c(kiln_model *m, const kiln_model_load_params *p, 
     return st;
 }
 
-/* A tensor of a layer the metadata does not declare (prefix + N + "." with N >= n_layer)
- * means the file and its metadata disagree: refuse it rather than run on fewer layers. */
-static kiln_status check_layer_count(const char *path, const char *name, const char *prefix,
-                                     int32_t n_layer, const char *key, kiln_error *err) {
-    size_t pl = strlen(prefix);
-    if (strncmp(name, prefix, pl) != 0) return KILN_OK;
-    char *end;
-    long li = strtol(name + pl, &end, 10);
-    if (end == name + pl || *end != '.' || li < n_layer) return KILN_OK;
-    return kiln_error_set(err, KILN_ERR_FORMAT,
-                          "%s: tensor '%s' belongs to layer %ld, but %s declares %d layers", path,
-                          name, li, key, n_layer);
-}
-
 static kiln_status open_gguf(kiln_model *m, const kiln_model_load_params *p, kiln_error *err) {
     kiln_gguf *g = NULL;
     kiln_status st = kiln_gguf_open(m->path, &g, err);
     if (st) return st;
     m->gguf = g;
     if ((st = kiln_config_from_gguf(g, &m->cfg, err))) return st;
-    m->layers = model_alloc(m, (size_t)m->cfg.n_layer * sizeof *m->layers);
+    m->layers = kiln_model_alloc(m, (size_t)m->cfg.n_layer * sizeof *m->layers);
     if (!m->layers) return kiln_error_set(err, KILN_ERR_OUT_OF_MEMORY, "out of memory");
-    name_scheme nm = gguf_names_for(&m->cfg);
-    if ((st = bind_named_weights(m, find_gguf, &nm, err))) return st;
-    for (size_t i = 0; i < g->n_tensors; i++)
-        if ((st = check_layer_count(m->path, g->tensors[i].name, "blk.", m->cfg.n_layer,
-                                    "the block_count metadata", err)))
-            return st;
+    if ((st = kiln_model_bind_gguf(m, err))) return st;
     if (p && p->tokenizer_path)
         return kiln_error_set(err, KILN_ERR_INVALID_ARGUMENT,
                               "%s: --tokenizer is only for llama2.c checkpoints; GGUF files carry "
@@ -789,69 +142,10 @@ static kiln_status open_gguf(kiln_model *m, const kiln_model_load_params *p, kil
     return KILN_OK;
 }
 
-/* generation_config.json (optional): sampling defaults, and eos_token_id (int or list) marks
- * end-of-generation ids, as transformers' generate stops on any of them. */
-static kiln_status read_generation_config(kiln_model *m, kiln_error *err) {
-    char path[4200];
-    snprintf(path, sizeof path, "%s/generation_config.json", m->path);
-    if (!file_exists(path)) return KILN_OK;
-    json_t *root;
-    kiln_status jst = kiln_json_load_path(path, 0, &root, err);
-    if (jst) return jst;
-    if (!json_is_object(root)) {
-        json_decref(root);
-        return kiln_error_set(err, KILN_ERR_FORMAT, "%s: the top level is not an object", path);
-    }
-    kiln_gen_defaults *g = &m->gen;
-    json_t *v;
-    if (json_is_number(v = json_object_get(root, "temperature"))) {
-        g->has_temperature = true;
-        g->temperature = (float)json_number_value(v);
-    }
-    if (json_is_number(v = json_object_get(root, "top_p"))) {
-        g->has_top_p = true;
-        g->top_p = (float)json_number_value(v);
-    }
-    if (json_is_integer(v = json_object_get(root, "top_k"))) {
-        g->has_top_k = true;
-        g->top_k = (int32_t)json_integer_value(v);
-    }
-    if (json_is_number(v = json_object_get(root, "min_p"))) {
-        g->has_min_p = true;
-        g->min_p = (float)json_number_value(v);
-    }
-    if (json_is_number(v = json_object_get(root, "repetition_penalty"))) {
-        g->has_repetition_penalty = true;
-        g->repetition_penalty = (float)json_number_value(v);
-    }
-    if (json_is_boolean(v = json_object_get(root, "do_sample"))) {
-        g->has_do_sample = true;
-        g->do_sample = json_is_true(v);
-    }
-    kiln_status st = KILN_OK;
-    json_t *eos = json_object_get(root, "eos_token_id");
-    if (m->tokenizer && eos) {
-        size_t n = json_is_array(eos) ? json_array_size(eos) : 1;
-        for (size_t i = 0; i < n && st == KILN_OK; i++) {
-            json_t *e = json_is_array(eos) ? json_array_get(eos, i) : eos;
-            if (!json_is_integer(e)) continue;
-            json_int_t id = json_integer_value(e);
-            if (id < 0 || id >= m->cfg.n_vocab)
-                st =
-                    kiln_error_set(err, KILN_ERR_FORMAT, "%s: eos_token_id %lld is outside [0, %d)",
-                                   path, (long long)id, m->cfg.n_vocab);
-            else
-                st = kiln_tokenizer_add_eog(m->tokenizer, (int32_t)id, err);
-        }
-    }
-    json_decref(root);
-    return st;
-}
-
 static kiln_status open_hf(kiln_model *m, const kiln_model_load_params *p, kiln_error *err) {
     char cfg_path[4200];
     snprintf(cfg_path, sizeof cfg_path, "%s/config.json", m->path);
-    if (!file_exists(cfg_path))
+    if (!kiln_model_file_exists(cfg_path))
         return kiln_error_set(err, KILN_ERR_NOT_FOUND,
                               "%s: a directory without config.json (a model is a GGUF file, a "
                               "llama2.c checkpoint or a Hugging Face model directory)",
@@ -861,22 +155,12 @@ static kiln_status open_hf(kiln_model *m, const kiln_model_load_params *p, kiln_
     kiln_safetensors *sft = NULL;
     if ((st = kiln_safetensors_open(m->path, &sft, err))) return st;
     m->safetensors = sft;
-    m->layers = model_alloc(m, (size_t)m->cfg.n_layer * sizeof *m->layers);
+    m->layers = kiln_model_alloc(m, (size_t)m->cfg.n_layer * sizeof *m->layers);
     if (!m->layers) return kiln_error_set(err, KILN_ERR_OUT_OF_MEMORY, "out of memory");
-    src_tensor probe;
-    name_scheme nm = hf_names_for(&m->cfg, find_st(m, "transformer.wte.weight", &probe));
-    if ((st = bind_named_weights(m, find_st, &nm, err))) return st;
-    for (size_t i = 0; i < sft->n_tensors; i++) {
-        const char *tn = sft->tensors[i].name;
-        if ((st = check_layer_count(m->path, tn, "model.layers.", m->cfg.n_layer,
-                                    "config.json's num_hidden_layers", err)) ||
-            (st = check_layer_count(m->path, tn, "transformer.h.", m->cfg.n_layer,
-                                    "config.json's n_layer", err)))
-            return st;
-    }
+    if ((st = kiln_model_bind_hf(m, err))) return st;
     char tok_path[4200];
     snprintf(tok_path, sizeof tok_path, "%s/tokenizer.json", m->path);
-    if (file_exists(tok_path)) {
+    if (kiln_model_file_exists(tok_path)) {
         if ((st = kiln_tokenizer_from_hf_dir(m->path, &m->tokenizer, err))) return st;
     } else if (p && p->require_tokenizer) {
         return kiln_error_set(err, KILN_ERR_NOT_FOUND,
@@ -884,152 +168,59 @@ static kiln_status open_hf(kiln_model *m, const kiln_model_load_params *p, kiln_
                               "(token ids still work: kiln logits --ids, the API's prompt_ids)",
                               m->path);
     }
-    return read_generation_config(m, err);
+    return kiln_model_read_gen_defaults(m, err);
 }
 
 /* ---- weight placement ------------------------------------------------------------------ */
 
-/* The file mapping (GGUF file, safetensors shard or llama2.c checkpoint) that holds
- * [p, p + n), or NULL for owned memory. */
-static const kiln_mapped_file *source_map(const kiln_model *m, const void *p, size_t n) {
-    const kiln_mapped_file *f = m->gguf ? ((const kiln_gguf *)m->gguf)->owned_map : NULL;
-    if (kiln_mapped_file_contains(f, p, n)) return f;
-    f = m->llama2c ? ((const kiln_llama2c *)m->llama2c)->map : NULL;
-    if (kiln_mapped_file_contains(f, p, n)) return f;
+static void *alloc_owned(void *owner, size_t bytes) {
+    return kiln_model_alloc(owner, bytes);
+}
+
+/* Move the matrices into owned huge-page memory, F16 packed (kiln_place_weights,
+ * weight_placement.h), unless the caller only inspects the model: every row-layout matrix the
+ * forward pass multiplies by (not the token embedding, whose rows are read one by one; a tied
+ * output head stays with it), layer by layer, with the file mappings of m's sources. Nothing
+ * moves when the list cannot be allocated (the weights work where they are). */
+static void place_weights(kiln_model *m, const kiln_model_load_params *p) {
+    if (!m->layers || (p && p->keep_file_layout)) return;
+    size_t n = 1;
+    for (int32_t l = 0; l < m->cfg.n_layer; l++) {
+        const kiln_layer_weights *L = &m->layers[l];
+        n += 15;
+        const kiln_mat *experts[] = {L->exp_gate, L->exp_up, L->exp_down};
+        for (int i = 0; i < 3; i++)
+            if (experts[i] && m->cfg.n_expert > 0) n += (size_t)m->cfg.n_expert;
+    }
     const kiln_safetensors *st = m->safetensors;
-    for (size_t i = 0; st && i < st->n_shards; i++)
-        if (kiln_mapped_file_contains(st->shards[i], p, n)) return st->shards[i];
-    return NULL;
-}
-
-/* state of place_weights' passes over the matrices */
-typedef struct place_ctx {
-    kiln_threadpool *tp; /* created on the first F16 matrix packed */
-    size_t total;        /* bytes of the copies, each rounded up to 64 */
-    char *arena;         /* one huge-page-hinted block for all copies, or NULL */
-    size_t arena_left;
-} place_ctx;
-
-/* 64-byte aligned memory for one copy: from the arena, else its own allocation (NULL when
- * that fails) */
-static void *place_alloc(kiln_model *m, place_ctx *c, size_t bytes) {
-    size_t r = (bytes + 63) & ~(size_t)63;
-    if (c->arena && r <= c->arena_left) {
-        void *p = c->arena;
-        c->arena += r, c->arena_left -= r;
-        return p;
+    const size_t n_shards = st ? st->n_shards : 0;
+    kiln_mat **mats = malloc(n * sizeof *mats);
+    const kiln_mapped_file **maps = malloc((2 + n_shards) * sizeof *maps);
+    if (!mats || !maps) {
+        free(mats);
+        free(maps);
+        return;
     }
-    char *raw = model_alloc(m, bytes + 63);
-    if (!raw) return NULL;
-    void *dst = (void *)(((uintptr_t)raw + 63) & ~(uintptr_t)63);
-    kiln_advise_hugepages(dst, bytes);
-    return dst;
-}
-
-/* bytes of w's copy: the packed layout for F16, the row layout for every other dtype */
-static size_t placed_bytes(const kiln_mat *w) {
-    return kiln_cpu_layout_bytes(w->dtype == KILN_DTYPE_F16 ? KILN_LAYOUT_F16_R64
-                                                            : KILN_LAYOUT_ROWS,
-                                 w->dtype, w->n_out, w->n_in);
-}
-
-/* Move one matrix into owned, 64-byte aligned memory with transparent huge pages: F16 packed
- * into the CPU backend's KILN_LAYOUT_F16_R64 (the outer-product kernels, backend/cpu/cpu.h),
- * other dtypes copied as they are (a 16-sequence Q4_0 decode step ran 1.08x faster with its
- * weights in huge pages than read through the 4 KiB pages of the mapped file: A/B pairs on a
- * 2-core Zen 5, where one sequence gained nothing). The mapped pages of the source are then
- * released. A matrix whose copy cannot be allocated stays where it is (it works there too). */
-static void place_mat(kiln_model *m, kiln_mat *w, void *ctx) {
-    place_ctx *c = ctx;
-    size_t bytes = placed_bytes(w);
-    if (bytes == 0 || bytes > SIZE_MAX - 63) return;
-    void *dst = place_alloc(m, c, bytes);
-    if (!dst) return;
-    size_t src_bytes = kiln_cpu_layout_bytes(KILN_LAYOUT_ROWS, w->dtype, w->n_out, w->n_in);
-    if (w->dtype == KILN_DTYPE_F16) {
-        if (!c->tp && kiln_physical_cores() > 1) { /* packing is memory-bound: every core */
-            kiln_error perr;
-            if (kiln_threadpool_create(kiln_physical_cores(), &c->tp, &perr) != KILN_OK)
-                c->tp = NULL;
-        }
-        kiln_cpu_pack_f16_r64(c->tp, w->n_out, w->n_in, w->data, dst);
-        w->layout = KILN_LAYOUT_F16_R64;
-    } else {
-        memcpy(dst, w->data, bytes);
-    }
-    /* drop the source's mapped pages (owned sources, i.e. F16 GPT-2 copies, stay) */
-    kiln_mapped_file_release(source_map(m, w->data, src_bytes), w->data, src_bytes);
-    w->data = dst;
-}
-
-static void add_placed_size(kiln_model *m, kiln_mat *w, void *ctx) {
-    (void)m;
-    place_ctx *c = ctx;
-    size_t b = placed_bytes(w);
-    b = b > SIZE_MAX - 63 ? SIZE_MAX : (b + 63) & ~(size_t)63;
-    c->total = b > SIZE_MAX - c->total ? SIZE_MAX : c->total + b;
-}
-
-typedef void (*mat_visit_fn)(kiln_model *m, kiln_mat *w, void *ctx);
-
-/* F16 matrices (packed wherever they are) and matrices still in a file mapping (owned copies,
- * such as GPT-2's transposed weights, are not copied again) */
-static void visit_mat(kiln_model *m, kiln_mat *w, mat_visit_fn visit, void *ctx) {
-    if (!w->data || w->layout != KILN_LAYOUT_ROWS || w->n_out <= 0 || w->n_in <= 0) return;
-    if (w->dtype == KILN_DTYPE_F16 ||
-        source_map(m, w->data,
-                   kiln_cpu_layout_bytes(KILN_LAYOUT_ROWS, w->dtype, w->n_out, w->n_in)))
-        visit(m, w, ctx);
-}
-
-/* visit(m, mat, ctx) for every row-layout matrix the forward pass multiplies by (not the token
- * embedding, whose rows are read one by one; a tied output head stays with it) */
-static void each_mat(kiln_model *m, mat_visit_fn visit, void *ctx) {
+    size_t k = 0;
     for (int32_t l = 0; l < m->cfg.n_layer; l++) {
         kiln_layer_weights *L = &m->layers[l];
-        kiln_mat *mats[] = {&L->wq,          &L->wk,        &L->wv,         &L->wo,
-                            &L->w_gate,      &L->w_up,      &L->w_down,     &L->w_router,
-                            &L->shexp_gate,  &L->shexp_up,  &L->shexp_down, &L->shexp_router,
-                            &L->ssm_in_qkvz, &L->ssm_in_ba, &L->ssm_out};
-        for (size_t i = 0; i < sizeof mats / sizeof mats[0]; i++) visit_mat(m, mats[i], visit, ctx);
+        kiln_mat *lm[] = {&L->wq,          &L->wk,        &L->wv,         &L->wo,
+                          &L->w_gate,      &L->w_up,      &L->w_down,     &L->w_router,
+                          &L->shexp_gate,  &L->shexp_up,  &L->shexp_down, &L->shexp_router,
+                          &L->ssm_in_qkvz, &L->ssm_in_ba, &L->ssm_out};
+        for (size_t i = 0; i < sizeof lm / sizeof lm[0]; i++) mats[k++] = lm[i];
         kiln_mat *experts[] = {L->exp_gate, L->exp_up, L->exp_down};
         for (int i = 0; i < 3; i++)
-            for (int32_t e = 0; experts[i] && e < m->cfg.n_expert; e++)
-                visit_mat(m, &experts[i][e], visit, ctx);
+            for (int32_t e = 0; experts[i] && e < m->cfg.n_expert; e++) mats[k++] = &experts[i][e];
     }
-    if (m->output.data != m->tok_embd.data) visit_mat(m, &m->output, visit, ctx);
-}
-
-/* env KILN_REPACK=0 keeps every weight in the mapped file (read once) */
-static bool g_repack = true;
-static pthread_once_t g_repack_once = PTHREAD_ONCE_INIT;
-static void repack_init(void) {
-    const char *e = getenv("KILN_REPACK");
-    if (e && strcmp(e, "0") == 0) g_repack = false;
-}
-
-/* Move the matrices into owned huge-page memory, F16 packed (place_mat), unless env
- * KILN_REPACK=0, the caller only inspects the model, or the copies would not fit in three
- * quarters of the memory the system has available: the copies are private memory, while the
- * mapped file's pages can be evicted and shared between processes. */
-static void place_weights(kiln_model *m, const kiln_model_load_params *p) {
-    pthread_once(&g_repack_once, repack_init);
-    if (!g_repack || !m->layers || (p && p->keep_file_layout)) return;
-    place_ctx c = {NULL, 0, NULL, 0};
-    each_mat(m, add_placed_size, &c);
-    size_t avail = kiln_mem_available();
-    if (c.total == 0 || (avail > 0 && c.total > avail / 4 * 3)) return;
-    /* one block, 2 MiB aligned, so small matrices (MoE experts) get huge pages too and the
-     * process one mapping instead of one per matrix; per-matrix copies if it cannot be had */
-    const size_t huge = (size_t)2 << 20;
-    char *raw = c.total <= SIZE_MAX - huge ? model_alloc(m, c.total + huge) : NULL;
-    if (raw) {
-        c.arena = (char *)(((uintptr_t)raw + huge - 1) & ~(uintptr_t)(huge - 1));
-        c.arena_left = c.total;
-        kiln_advise_hugepages(c.arena, c.total);
-    }
-    each_mat(m, place_mat, &c);
-    kiln_threadpool_destroy(c.tp);
+    if (m->output.data != m->tok_embd.data) mats[k++] = &m->output;
+    size_t n_maps = 0;
+    if (m->gguf) maps[n_maps++] = ((const kiln_gguf *)m->gguf)->owned_map;
+    if (m->llama2c) maps[n_maps++] = ((const kiln_llama2c *)m->llama2c)->map;
+    for (size_t i = 0; i < n_shards; i++) maps[n_maps++] = st->shards[i];
+    kiln_place_weights(mats, k, maps, n_maps, alloc_owned, m);
+    free(mats);
+    free(maps);
 }
 
 kiln_status kiln_model_open(const char *path, const kiln_model_load_params *params,
@@ -1041,9 +232,9 @@ kiln_status kiln_model_open(const char *path, const kiln_model_load_params *para
         return kiln_error_set(err, KILN_ERR_OUT_OF_MEMORY, "out of memory");
     }
     kiln_status st;
-    if (is_dir(path)) {
+    if (kiln_model_is_dir(path)) {
         st = open_hf(m, params, err);
-    } else if (!file_exists(path)) {
+    } else if (!kiln_model_file_exists(path)) {
         struct stat sb;
         st = stat(path, &sb) != 0
                  ? kiln_error_set(err, KILN_ERR_IO, "%s: %s", path, strerror(errno))
@@ -1051,7 +242,7 @@ kiln_status kiln_model_open(const char *path, const kiln_model_load_params *para
                                   "%s: not a regular file or a directory (a model is a GGUF "
                                   "file, a llama2.c checkpoint or a Hugging Face directory)",
                                   path);
-    } else if (has_gguf_magic(path)) {
+    } else if (kiln_model_has_gguf_magic(path)) {
         st = open_gguf(m, params, err);
     } else if (strlen(path) > 12 && !strcmp(path + strlen(path) - 12, ".safetensors")) {
         st = kiln_error_set(err, KILN_ERR_INVALID_ARGUMENT,
@@ -1067,7 +258,7 @@ kiln_status kiln_model_open(const char *path, const kiln_model_load_params *para
         if (st == KILN_OK) {
             int32_t nl = probe->config.n_layers;
             kiln_llama2c_close(probe);
-            m->layers = model_alloc(m, (size_t)nl * sizeof *m->layers);
+            m->layers = kiln_model_alloc(m, (size_t)nl * sizeof *m->layers);
             st = m->layers ? open_llama2c(m, params, err)
                            : kiln_error_set(err, KILN_ERR_OUT_OF_MEMORY, "out of memory");
         } else {
