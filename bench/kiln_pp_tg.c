@@ -26,6 +26,7 @@
 #include "kiln.h"
 #include "kv/kv_pool.h"
 #include "backend/runner.h"
+#include "backend/loader.h"
 #include "model/model.h"
 #include "util/threadpool.h"
 

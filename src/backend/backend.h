@@ -30,7 +30,8 @@
 #include "backend/batch.h"
 #include "tensor/dtype.h"
 
-typedef struct kiln_kv_pool kiln_kv_pool; /* kv/kv_pool.h */
+typedef struct kiln_kv_pool kiln_kv_pool;         /* kv/kv_pool.h */
+typedef struct kiln_mapped_file kiln_mapped_file; /* util/mapped_file.h */
 
 /** Alignment in bytes of every arena carve and buffer a backend hands out. */
 #define KILN_BACKEND_ALIGN 64
@@ -46,6 +47,13 @@ typedef struct kiln_mat {
     const char *name; /* for messages */
     int32_t layout;   /* 0: rows as above; else a backend layout id */
 } kiln_mat;
+
+/** Layout 0 of kiln_mat: n_out rows of n_in elements as in the file. */
+#define KILN_MAT_ROWS 0
+
+/** Allocates `bytes` of zeroed memory that stays valid as long as the weights (the caller
+ *  frees it with them), or returns NULL. owner: the caller's context. */
+typedef void *(*kiln_placement_alloc_fn)(void *owner, size_t bytes);
 
 /** One output of a fused matmul: y[t * w->n_out + o] = dot(row o of w, x row t). */
 typedef struct kiln_mm {
@@ -109,6 +117,15 @@ typedef struct kiln_backend_ops {
     const char *name; /* "cpu" */
     bool host_memory; /* backend memory is host memory: host pointers may be passed to the
                          operations directly (the runner then skips the logits download) */
+
+    /** Place a model's weight matrices for this backend, once, at load (no context: every
+     *  context of the backend shares them). mats[0 .. n_mats) are the matrices the forward
+     *  pass multiplies by (NULL entries skipped), maps the file mappings they were bound in
+     *  (whose pages may be released), alloc the model's owned memory. A matrix that cannot be
+     *  placed stays as it is, so this never fails. The CPU's: backend/cpu/placement.c. */
+    void (*place_weights)(kiln_mat *const *mats, size_t n_mats,
+                          const kiln_mapped_file *const *maps, size_t n_maps,
+                          kiln_placement_alloc_fn alloc, void *owner);
 
     /* ---- context ---- */
     void (*destroy)(kiln_backend *be);
@@ -242,6 +259,9 @@ typedef struct kiln_backend_params {
  * unknown, n_threads out of [1, 512]), KILN_ERR_OUT_OF_MEMORY, KILN_ERR_INTERNAL (threads).
  */
 kiln_status kiln_backend_create(const kiln_backend_params *p, kiln_backend **out, kiln_error *err);
+
+/** The operations table of a kind (backend/registry.c), or NULL for an unknown kind. */
+const kiln_backend_ops *kiln_backend_ops_of(kiln_backend_kind kind);
 
 /** Destroy a context and everything it owns. NULL is a no-op. */
 void kiln_backend_destroy(kiln_backend *be);

@@ -14,6 +14,10 @@ kiln_status kiln_backend_create(const kiln_backend_params *p, kiln_backend **out
     return kiln_error_set(err, KILN_ERR_INVALID_ARGUMENT, "backend: unknown kind %d", (int)p->kind);
 }
 
+const kiln_backend_ops *kiln_backend_ops_of(kiln_backend_kind kind) {
+    return kind == KILN_BACKEND_CPU ? &kiln_cpu_backend_ops : NULL;
+}
+
 void kiln_backend_destroy(kiln_backend *be) {
     if (be) be->ops->destroy(be);
 }

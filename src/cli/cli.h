@@ -7,6 +7,7 @@
 
 #include "model/model.h"
 #include "backend/backend.h"
+#include "backend/loader.h"
 #include "util/threadpool.h"
 
 /* Exit codes: 0 success, 1 runtime error (bad model, bad input), 2 usage error. */

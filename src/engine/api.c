@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "kiln.h"
+#include "backend/loader.h"
 #include "model/model.h"
 #include "util/error.h"
 #include "util/vec.h"

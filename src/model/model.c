@@ -5,8 +5,6 @@
  * state layout, and last place the weights (weight_placement.h).
  */
 #include "model/model.h"
-#include "backend/cpu/cpu.h" /* weight placement: moves to backend/cpu (issue 12) */
-#include "util/threadpool.h"
 
 #include <errno.h>
 #include <math.h>
@@ -20,7 +18,6 @@
 #include "format/llama2c.h"
 #include "format/safetensors.h"
 #include "model/model_internal.h"
-#include "model/weight_placement.h"
 #include "tokenizer/hf_tokenizer.h"
 #include "util/error.h"
 
@@ -177,13 +174,15 @@ static void *alloc_owned(void *owner, size_t bytes) {
     return kiln_model_alloc(owner, bytes);
 }
 
-/* Move the matrices into owned huge-page memory, F16 packed (kiln_place_weights,
- * weight_placement.h), unless the caller only inspects the model: every row-layout matrix the
+/* Place the matrices for the backend named in the load parameters (its place_weights entry,
+ * backend.h; the CPU's moves them into owned huge-page memory, F16 packed), unless the caller
+ * only inspects the model or names no backend: every row-layout matrix the
  * forward pass multiplies by (not the token embedding, whose rows are read one by one; a tied
  * output head stays with it), layer by layer, with the file mappings of m's sources. Nothing
  * moves when the list cannot be allocated (the weights work where they are). */
 static void place_weights(kiln_model *m, const kiln_model_load_params *p) {
-    if (!m->layers || (p && p->keep_file_layout)) return;
+    if (!m->layers || !p || p->keep_file_layout || !p->backend || !p->backend->place_weights)
+        return;
     size_t n = 1;
     for (int32_t l = 0; l < m->cfg.n_layer; l++) {
         const kiln_layer_weights *L = &m->layers[l];
@@ -218,13 +217,13 @@ static void place_weights(kiln_model *m, const kiln_model_load_params *p) {
     if (m->gguf) maps[n_maps++] = ((const kiln_gguf *)m->gguf)->owned_map;
     if (m->llama2c) maps[n_maps++] = ((const kiln_llama2c *)m->llama2c)->map;
     for (size_t i = 0; i < n_shards; i++) maps[n_maps++] = st->shards[i];
-    kiln_place_weights(mats, k, maps, n_maps, alloc_owned, m);
+    p->backend->place_weights(mats, k, maps, n_maps, alloc_owned, m);
     free(mats);
     free(maps);
 }
 
-kiln_status kiln_model_open(const char *path, const kiln_model_load_params *params,
-                            kiln_model **out, kiln_error *err) {
+kiln_status kiln_model_load_file(const char *path, const kiln_model_load_params *params,
+                                 kiln_model **out, kiln_error *err) {
     *out = NULL;
     kiln_model *m = calloc(1, sizeof *m);
     if (!m || !(m->path = strdup(path))) {

@@ -81,26 +81,28 @@ typedef struct kiln_model_load_params {
     const char *tokenizer_path; /* llama2.c tokenizer.bin; NULL = look beside the model */
     bool require_tokenizer;     /* fail when no tokenizer can be found */
     bool keep_file_layout;      /* weights stay mapped as in the file (no forward pass) */
+    /* the backend the weights are placed for (its place_weights, backend.h); NULL: none, the
+     * weights stay as the file has them. kiln_model_open (backend/loader.h) fills in the CPU's */
+    const kiln_backend_ops *backend;
 } kiln_model_load_params;
 
 /**
  * Load a model from a GGUF file, a llama2.c checkpoint, or a Hugging Face directory
  * (config.json + model.safetensors or a sharded index). Weights are memory-mapped, then:
  * norm vectors stored in f16/bf16 are converted to f32 copies; transposed (GPT-2 Conv1D)
- * matrices are copied in the row layout; and the matrices the forward pass multiplies by are
- * moved into owned memory with transparent huge pages, F16 ones packed into the CPU
- * backend's KILN_LAYOUT_F16_R64 (backend/cpu/cpu.h), the others copied as they are (the
- * mapped pages of each source are released), unless env KILN_REPACK=0,
- * params->keep_file_layout, or the copies would exceed 3/4 of MemAvailable; a matrix whose
- * copy cannot be allocated stays mapped.
+ * matrices are copied in the row layout; and, last, the matrices the forward pass multiplies
+ * by are placed for params->backend (its place_weights; the CPU backend's moves them into
+ * owned huge-page memory, F16 packed: backend/cpu/cpu_backend.h), unless params or
+ * params->backend is NULL or params->keep_file_layout. Most callers want kiln_model_open
+ * (backend/loader.h), which places for the CPU backend.
  * For llama2.c checkpoints the tokenizer is params->tokenizer_path, else tokenizer.bin in the
  * model's directory, else the single tok*.bin there.
  * Errors: KILN_ERR_IO, KILN_ERR_FORMAT (missing tensor, wrong shape: named), KILN_ERR_UNSUPPORTED
  * (architecture, dtype, option), KILN_ERR_NOT_FOUND (tokenizer required but missing),
  * KILN_ERR_OUT_OF_MEMORY. Every message names the file.
  */
-kiln_status kiln_model_open(const char *path, const kiln_model_load_params *params,
-                            kiln_model **out, kiln_error *err);
+kiln_status kiln_model_load_file(const char *path, const kiln_model_load_params *params,
+                                 kiln_model **out, kiln_error *err);
 
 /** Free the model and its sources. NULL is a no-op. */
 void kiln_model_close(kiln_model *m);

@@ -94,7 +94,7 @@ static kiln_status get_mat_t(kiln_model *m, find_fn find, const char *name, int6
     mat->n_out = n_out;
     mat->n_in = n_in;
     mat->name = name;
-    mat->layout = KILN_LAYOUT_ROWS;
+    mat->layout = KILN_MAT_ROWS;
     return KILN_OK;
 }
 
@@ -133,7 +133,7 @@ static kiln_status get_experts(kiln_model *m, find_fn find, const char *name, in
     const size_t per = (size_t)n_out * kiln_dtype_row_size(t.dtype, n_in);
     for (int64_t e = 0; e < n_expert; e++)
         out[e] = (kiln_mat){
-            (const char *)t.data + (size_t)e * per, t.dtype, n_out, n_in, name, KILN_LAYOUT_ROWS};
+            (const char *)t.data + (size_t)e * per, t.dtype, n_out, n_in, name, KILN_MAT_ROWS};
     return KILN_OK;
 }
 
@@ -453,7 +453,7 @@ void kiln_model_bind_llama2c(kiln_model *m) {
     const int64_t d = c->n_embd, hd = c->head_dim, q_dim = (int64_t)c->n_head * hd,
                   kv_dim = (int64_t)c->n_head_kv * hd, ff = c->n_ff;
 #define MAT(field, ptr, no, ni)                                                                    \
-    (m->field = (kiln_mat){(ptr), KILN_DTYPE_F32, (no), (ni), #field, KILN_LAYOUT_ROWS})
+    (m->field = (kiln_mat){(ptr), KILN_DTYPE_F32, (no), (ni), #field, KILN_MAT_ROWS})
     MAT(tok_embd, l2c->token_embedding, c->n_vocab, d);
     MAT(output, l2c->wcls, c->n_vocab, d);
     m->output_norm = l2c->rms_final;

@@ -9,6 +9,7 @@
 #include "format/fmt_util.h"
 #include "format/gguf.h"
 #include "backend/runner.h"
+#include "backend/loader.h"
 #include "model/model.h"
 #include "test.h"
 

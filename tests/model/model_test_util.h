@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include "backend/loader.h"
 #include "format/safetensors.h"
 #include "backend/runner.h"
 #include "model/model.h"

@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "backend/cpu/cpu.h"
+#include "backend/loader.h"
 #include "model/model.h"
 #include "model_test_util.h"
 #include "test.h"

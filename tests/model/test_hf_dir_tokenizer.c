@@ -11,6 +11,7 @@
 #include <sys/wait.h>
 
 #include "engine/generate.h"
+#include "backend/loader.h"
 #include "model/model.h"
 #include "test.h"
 

@@ -7,6 +7,7 @@
 #include <jansson.h>
 
 #include "engine/generate.h"
+#include "backend/loader.h"
 #include "model/model.h"
 #include "test.h"
 

@@ -17,6 +17,7 @@
 #include "format/gguf.h"
 #include "format/llama2c.h"
 #include "format/safetensors.h"
+#include "backend/loader.h"
 #include "model/model.h"
 #include "util/mapped_file.h"
 #include "model_test_util.h"

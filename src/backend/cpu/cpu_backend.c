@@ -295,6 +295,7 @@ static void cpu_gather_rows(kiln_backend *be, float *dst, const float *src, cons
 const kiln_backend_ops kiln_cpu_backend_ops = {
     .name = "cpu",
     .host_memory = true,
+    .place_weights = kiln_cpu_place_weights,
     .destroy = cpu_destroy,
     .buf_alloc = cpu_buf_alloc,
     .buf_free = cpu_buf_free,

@@ -1,9 +1,9 @@
 /*
- * weight_placement.c - kiln_place_weights (weight_placement.h): owned huge-page copies of the
- * matrices, F16 packed into the CPU backend's KILN_LAYOUT_F16_R64, with the mapped pages they
- * came from released.
+ * placement.c - the CPU backend's weight placement (kiln_cpu_place_weights, cpu_backend.h):
+ * owned huge-page copies of the matrices, F16 packed into KILN_LAYOUT_F16_R64, with the mapped
+ * pages they came from released.
  */
-#include "model/weight_placement.h"
+#include "backend/cpu/cpu_backend.h"
 
 #include <pthread.h>
 #include <stdint.h>
@@ -11,7 +11,6 @@
 #include <string.h>
 
 #include "backend/cpu/cpu.h"
-#include "model/model.h"
 #include "util/mapped_file.h"
 #include "util/threadpool.h"
 
@@ -118,7 +117,7 @@ static void repack_init(void) {
     if (e && strcmp(e, "0") == 0) g_repack = false;
 }
 
-void kiln_place_weights(kiln_mat *const *mats, size_t n_mats, const kiln_mapped_file *const *maps,
+void kiln_cpu_place_weights(kiln_mat *const *mats, size_t n_mats, const kiln_mapped_file *const *maps,
                         size_t n_maps, kiln_placement_alloc_fn alloc, void *owner) {
     pthread_once(&g_repack_once, repack_init);
     if (!g_repack) return;
