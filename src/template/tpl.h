@@ -438,10 +438,12 @@ typedef struct rctx {
     bool has_block_value;
 } rctx;
 
-/* Errors: record (first one wins) and return -1. `exc` is the Python exception name put in
- * front of the message ("TypeError"), or NULL. */
+/* Errors and limits (tpl_runtime.c). Errors: record (first one wins) and return -1. `exc` is
+ * the Python exception name put in front of the message ("TypeError"), or NULL. */
 int rt_fail(rctx *c, kiln_template_error_kind kind, const char *exc, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
+int rt_type_error(rctx *c, const char *fmt, ...) /* a TypeError */
+    __attribute__((format(printf, 2, 3)));
 int rt_oom(rctx *c);              /* memory cap or malloc: LIMIT or MEMORY */
 int rt_step(rctx *c, uint64_t n); /* count work; fails past max_steps */
 

@@ -14,7 +14,6 @@
  * arithmetic and ordering raise UndefinedError.
  */
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,38 +30,7 @@ enum { MAX_RANGE = 100000 };
 int tpl_eval(rctx *c, const expr *e, scope *sc, tv *out);
 
 /* ---------------------------------------------------------------------------------------- */
-/* errors and limits                                                                         */
-
-int rt_fail(rctx *c, kiln_template_error_kind kind, const char *exc, const char *fmt, ...) {
-    if (c->d.kind != KILN_TEMPLATE_OK) return -1; /* the first error wins */
-    c->d.kind = kind;
-    c->d.line = c->line;
-    c->d.col = c->col;
-    size_t off = 0;
-    if (exc) off = (size_t)snprintf(c->d.msg, sizeof c->d.msg, "%s: ", exc);
-    if (off >= sizeof c->d.msg) off = sizeof c->d.msg - 1;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(c->d.msg + off, sizeof c->d.msg - off, fmt, ap);
-    va_end(ap);
-    return -1;
-}
-
-int rt_oom(rctx *c) {
-    if (c->ar.over)
-        return rt_fail(c, KILN_TEMPLATE_ERR_LIMIT, NULL, "memory limit exceeded (%zu bytes)",
-                       c->ar.cap);
-    return rt_fail(c, KILN_TEMPLATE_ERR_MEMORY, NULL, "out of memory");
-}
-
-int rt_step(rctx *c, uint64_t n) {
-    c->steps += n;
-    if (c->steps > c->max_steps)
-        return rt_fail(c, KILN_TEMPLATE_ERR_LIMIT, NULL,
-                       "step limit exceeded (%llu statements, iterations and items)",
-                       (unsigned long long)c->max_steps);
-    return 0;
-}
+/* recursion depth                                                                          */
 
 static int enter(rctx *c) {
     if (++c->depth > c->max_depth) {
@@ -71,16 +39,6 @@ static int enter(rctx *c) {
                        "maximum template recursion depth exceeded (%d)", c->max_depth);
     }
     return 0;
-}
-
-static int type_error(rctx *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static int type_error(rctx *c, const char *fmt, ...) {
-    char buf[600];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(buf, sizeof buf, fmt, ap);
-    va_end(ap);
-    return rt_fail(c, KILN_TEMPLATE_ERR_TYPE, "TypeError", "%s", buf);
 }
 
 /* ---------------------------------------------------------------------------------------- */
@@ -212,8 +170,8 @@ static const char *op_sym(int op) {
 }
 
 static int unsupported_op(rctx *c, int op, tv a, tv b) {
-    return type_error(c, "unsupported operand type(s) for %s: '%s' and '%s'", op_sym(op),
-                      tv_type_name(a), tv_type_name(b));
+    return rt_type_error(c, "unsupported operand type(s) for %s: '%s' and '%s'", op_sym(op),
+                         tv_type_name(a), tv_type_name(b));
 }
 
 static int64_t as_i64(tv v) {
@@ -411,8 +369,8 @@ static int binop(rctx *c, int op, tv a, tv b, tv *out) {
             (a.type == TV_LIST && (a.l->kind == L_LIST || a.l->kind == L_TUPLE))) {
             const char *an2 = a.type == TV_STR ? "str" : tv_type_name(a);
             if (a.type == TV_STR && a.markup) break;
-            return type_error(c, "can only concatenate %s (not \"%s\") to %s", an2, tv_type_name(b),
-                              an2);
+            return rt_type_error(c, "can only concatenate %s (not \"%s\") to %s", an2,
+                                 tv_type_name(b), an2);
         }
         break;
     case OP_MUL:
@@ -423,8 +381,8 @@ static int binop(rctx *c, int op, tv a, tv b, tv *out) {
             !(b.type == TV_LIST && b.l->kind == L_RANGE))
             return repeat(c, b, as_i64(a), out);
         if ((a.type == TV_STR || tv_is_seq(a)) && b.type != TV_STR && !tv_is_seq(b))
-            return type_error(c, "can't multiply sequence by non-int of type '%s'",
-                              tv_type_name(b));
+            return rt_type_error(c, "can't multiply sequence by non-int of type '%s'",
+                                 tv_type_name(b));
         break;
     case OP_MOD:
         if (a.type == TV_STR) return printf_format(c, a, b, out);
@@ -506,7 +464,7 @@ static int printf_format(rctx *c, tv fmt, tv args, tv *out) {
             if (map) {
                 arg = args;
             } else {
-                if (ai >= an) return type_error(c, "not enough arguments for format string");
+                if (ai >= an) return rt_type_error(c, "not enough arguments for format string");
                 arg = av[ai++];
             }
         }
@@ -540,8 +498,8 @@ static int printf_format(rctx *c, tv fmt, tv args, tv *out) {
         case 'o':
         case 'c': {
             if (!tv_is_num(arg))
-                return type_error(c, "%%%c format: a real number is required, not %s", conv,
-                                  tv_type_name(arg));
+                return rt_type_error(c, "%%%c format: a real number is required, not %s", conv,
+                                     tv_type_name(arg));
             long long v = arg.type == TV_FLOAT ? (long long)arg.f : (long long)as_i64(arg);
             if (conv == 'c') {
                 char u8[4];
@@ -564,7 +522,7 @@ static int printf_format(rctx *c, tv fmt, tv args, tv *out) {
         case 'g':
         case 'G':
             if (!tv_is_num(arg))
-                return type_error(c, "must be real number, not %s", tv_type_name(arg));
+                return rt_type_error(c, "must be real number, not %s", tv_type_name(arg));
             spec[sl++] = conv;
             spec[sl] = 0;
             snprintf(tmp, sizeof tmp, spec, as_f64(arg));
@@ -576,7 +534,7 @@ static int printf_format(rctx *c, tv fmt, tv args, tv *out) {
         }
     }
     if (!mapping_like && ai < an)
-        return type_error(c, "not all arguments converted during string formatting");
+        return rt_type_error(c, "not all arguments converted during string formatting");
     if (!b.p) return tv_strc(c, "", 0, out);
     return sb_str(c, &b, out);
 }
@@ -791,15 +749,16 @@ static int do_slice(rctx *c, tv obj, tv lo, tv hi, tv st, tv *out) {
     if (obj.type == TV_UNDEF) return tv_undef_fail(c, obj);
     bool is_str = obj.type == TV_STR;
     if (!is_str && !tv_is_seq(obj)) {
-        if (obj.type == TV_DICT) return type_error(c, "unhashable type: 'slice'");
-        return type_error(c, "'%s' object is not subscriptable", tv_type_name(obj));
+        if (obj.type == TV_DICT) return rt_type_error(c, "unhashable type: 'slice'");
+        return rt_type_error(c, "'%s' object is not subscriptable", tv_type_name(obj));
     }
     int64_t n = is_str ? (int64_t)obj.s->nchars : (int64_t)obj.l->n;
     int64_t a = 0, b = 0, s = 1;
     bool bad;
     if (slice_indices(c, lo, hi, st, n, &a, &b, &s, &bad)) return -1;
     if (bad)
-        return type_error(c, "slice indices must be integers or None or have an __index__ method");
+        return rt_type_error(c,
+                             "slice indices must be integers or None or have an __index__ method");
     size_t count = 0;
     if (s > 0 && b > a) count = (size_t)((b - a + s - 1) / s);
     if (s < 0 && a > b) count = (size_t)((a - b + (-s) - 1) / (-s));
@@ -853,8 +812,8 @@ static int contains(rctx *c, tv item, tv container, bool *out) {
     case TV_STR:
         if (item.type == TV_UNDEF) return tv_undef_fail(c, item);
         if (item.type != TV_STR)
-            return type_error(c, "'in <string>' requires string as left operand, not %s",
-                              tv_type_name(item));
+            return rt_type_error(c, "'in <string>' requires string as left operand, not %s",
+                                 tv_type_name(item));
         *out = item.s->len == 0 ||
                memmem(container.s->s, container.s->len, item.s->s, item.s->len) != NULL;
         return 0;
@@ -883,7 +842,7 @@ static int contains(rctx *c, tv item, tv container, bool *out) {
         return rt_step(c, l->n - from);
     }
     default:
-        return type_error(c, "argument of type '%s' is not iterable", tv_type_name(container));
+        return rt_type_error(c, "argument of type '%s' is not iterable", tv_type_name(container));
     }
 }
 
@@ -944,7 +903,8 @@ static int call_macro(rctx *c, const tfunc *fn, const tv *args, size_t nargs, co
         for (size_t k = 0; k < nkw; k++) {
             if (!used[k] && name_eq(kwn[k], pn)) {
                 if (set) {
-                    type_error(c, "macro '%s' got multiple values for argument '%s'", mname, pn->s);
+                    rt_type_error(c, "macro '%s' got multiple values for argument '%s'", mname,
+                                  pn->s);
                     goto done;
                 }
                 v = kwv[k];
@@ -968,7 +928,7 @@ static int call_macro(rctx *c, const tfunc *fn, const tv *args, size_t nargs, co
     }
     if (nargs > sig->nparams) {
         if (!sig->uses_varargs) {
-            type_error(c, "macro '%s' takes not more than %zu argument(s)", mname, sig->nparams);
+            rt_type_error(c, "macro '%s' takes not more than %zu argument(s)", mname, sig->nparams);
             goto done;
         }
     }
@@ -984,7 +944,7 @@ static int call_macro(rctx *c, const tfunc *fn, const tv *args, size_t nargs, co
     for (size_t k = 0; k < nkw; k++) {
         if (used[k]) continue;
         if (!kw) {
-            type_error(c, "macro '%s' takes no keyword argument '%s'", mname, kwn[k]->s);
+            rt_type_error(c, "macro '%s' takes no keyword argument '%s'", mname, kwn[k]->s);
             goto done;
         }
         if (td_set(c, kw, tv_str(kwn[k]), kwv[k])) goto done;
@@ -1006,14 +966,14 @@ static int to_int_arg(rctx *c, tv v, int64_t *out) {
         return 0;
     }
     if (v.type == TV_UNDEF) return tv_undef_fail(c, v);
-    return type_error(c, "'%s' object cannot be interpreted as an integer", tv_type_name(v));
+    return rt_type_error(c, "'%s' object cannot be interpreted as an integer", tv_type_name(v));
 }
 
 static int dict_from_args(rctx *c, const tv *args, size_t nargs, const tstr **kwn, const tv *kwv,
                           size_t nkw, const char *fname, tdict **out) {
     tdict *d = td_new(c);
     if (!d) return -1;
-    if (nargs > 1) return type_error(c, "%s expected at most 1 argument, got %zu", fname, nargs);
+    if (nargs > 1) return rt_type_error(c, "%s expected at most 1 argument, got %zu", fname, nargs);
     if (nargs == 1) {
         tv a = args[0];
         if (a.type == TV_DICT || a.type == TV_NS) {
@@ -1042,7 +1002,7 @@ static int dict_from_args(rctx *c, const tv *args, size_t nargs, const tstr **kw
 
 static int do_strftime(rctx *c, tv fmtv, tv *out) {
     if (fmtv.type != TV_STR)
-        return type_error(c, "strftime() argument 1 must be str, not %s", tv_type_name(fmtv));
+        return rt_type_error(c, "strftime() argument 1 must be str, not %s", tv_type_name(fmtv));
     struct tm tm;
     if (c->now) {
         tm = *c->now;
@@ -1095,9 +1055,9 @@ static int call_builtin(rctx *c, int id, const tv *args, size_t nargs, const tst
                         const tv *kwv, size_t nkw, tv *out) {
     switch (id) {
     case G_RANGE: {
-        if (nkw) return type_error(c, "range() takes no keyword arguments");
+        if (nkw) return rt_type_error(c, "range() takes no keyword arguments");
         if (nargs < 1 || nargs > 3)
-            return type_error(c, "range expected at least 1 argument, got %zu", nargs);
+            return rt_type_error(c, "range expected at least 1 argument, got %zu", nargs);
         int64_t a = 0, b, s = 1;
         if (nargs == 1) {
             if (to_int_arg(c, args[0], &b)) return -1;
@@ -1139,8 +1099,8 @@ static int call_builtin(rctx *c, int id, const tv *args, size_t nargs, const tst
     }
     case G_RAISE: {
         if (nargs != 1 || nkw)
-            return type_error(c, "raise_exception() takes 1 positional argument but %zu were given",
-                              nargs + nkw);
+            return rt_type_error(
+                c, "raise_exception() takes 1 positional argument but %zu were given", nargs + nkw);
         tv m;
         if (args[0].type == TV_UNDEF) {
             m = args[0];
@@ -1152,8 +1112,8 @@ static int call_builtin(rctx *c, int id, const tv *args, size_t nargs, const tst
     }
     case G_STRFTIME:
         if (nargs != 1 || nkw)
-            return type_error(c, "strftime_now() takes 1 positional argument but %zu were given",
-                              nargs + nkw);
+            return rt_type_error(c, "strftime_now() takes 1 positional argument but %zu were given",
+                                 nargs + nkw);
         if (args[0].type == TV_UNDEF) return tv_undef_fail(c, args[0]);
         return do_strftime(c, args[0], out);
     }
@@ -1166,7 +1126,8 @@ int rt_call(rctx *c, tv fn, const tv *args, size_t nargs, const tstr **kwn, cons
             size_t nkw, tv *out) {
     if (fn.type == TV_UNDEF) return tv_undef_fail(c, fn);
     if (fn.type == TV_LOOP) return call_loop(c, fn, args, nargs, nkw, out);
-    if (fn.type != TV_FUNC) return type_error(c, "'%s' object is not callable", tv_type_name(fn));
+    if (fn.type != TV_FUNC)
+        return rt_type_error(c, "'%s' object is not callable", tv_type_name(fn));
     switch (fn.fn->kind) {
     case F_BUILTIN:
         return call_builtin(c, fn.fn->id, args, nargs, kwn, kwv, nkw, out);
@@ -1176,7 +1137,7 @@ int rt_call(rctx *c, tv fn, const tv *args, size_t nargs, const tstr **kwn, cons
     case F_CALLER:
         return call_macro(c, fn.fn, args, nargs, kwn, kwv, nkw, out);
     }
-    return type_error(c, "object is not callable");
+    return rt_type_error(c, "object is not callable");
 }
 
 /* ---------------------------------------------------------------------------------------- */
@@ -1201,8 +1162,8 @@ static int eval_args(rctx *c, const callargs *a, scope *sc, evargs *ea, size_t e
     if (a->dyn_kwargs) {
         if (tpl_eval(c, a->dyn_kwargs, sc, &dyn_k)) return -1;
         if (dyn_k.type != TV_DICT)
-            return type_error(c, "argument after ** must be a mapping, not %s",
-                              tv_type_name(dyn_k));
+            return rt_type_error(c, "argument after ** must be a mapping, not %s",
+                                 tv_type_name(dyn_k));
         nk += dyn_k.d->n;
     }
     ea->args = tpl_alloc(&c->ar, (np + 1) * sizeof(tv));
@@ -1222,7 +1183,7 @@ static int eval_args(rctx *c, const callargs *a, scope *sc, evargs *ea, size_t e
     if (a->dyn_kwargs) {
         for (size_t k = 0; k < dyn_k.d->n; k++) {
             tv key = dyn_k.d->e[k].k;
-            if (key.type != TV_STR) return type_error(c, "keywords must be strings");
+            if (key.type != TV_STR) return rt_type_error(c, "keywords must be strings");
             ea->kwn[ea->nkw] = key.s;
             ea->kwv[ea->nkw++] = dyn_k.d->e[k].v;
         }
@@ -1390,8 +1351,8 @@ static int eval_inner(rctx *c, const expr *e, scope *sc, tv *out) {
         if (tpl_eval(c, e->bin.a, sc, &v)) return -1;
         if (v.type == TV_UNDEF) return tv_undef_fail(c, v);
         if (!tv_is_num(v))
-            return type_error(c, "bad operand type for unary %c: '%s'",
-                              e->kind == E_NEG ? '-' : '+', tv_type_name(v));
+            return rt_type_error(c, "bad operand type for unary %c: '%s'",
+                                 e->kind == E_NEG ? '-' : '+', tv_type_name(v));
         if (v.type == TV_FLOAT) {
             *out = tv_float(e->kind == E_NEG ? -v.f : v.f);
         } else {
@@ -1549,8 +1510,9 @@ static int exec_for(rctx *c, const stmt *s, scope *sc) {
 static int call_loop(rctx *c, tv lv, const tv *args, size_t nargs, size_t nkw, tv *out) {
     const tloop *lp = lv.lp;
     if (!lp->node->loop.recursive)
-        return type_error(c, "The loop must have the 'recursive' marker to be called recursively.");
-    if (nargs != 1 || nkw) return type_error(c, "loop() takes exactly one argument");
+        return rt_type_error(c,
+                             "The loop must have the 'recursive' marker to be called recursively.");
+    if (nargs != 1 || nkw) return rt_type_error(c, "loop() takes exactly one argument");
     if (enter(c)) return -1;
     sbuf buf = {0};
     sbuf *saved = c->out;
@@ -1619,7 +1581,8 @@ static int exec_stmt(rctx *c, const stmt *s, scope *sc) {
         /* Jinja2 yields a filter block's result without str(): the final ''.join fails on
            anything but a string */
         if (v.type != TV_STR)
-            return type_error(c, "sequence item: expected str instance, %s found", tv_type_name(v));
+            return rt_type_error(c, "sequence item: expected str instance, %s found",
+                                 tv_type_name(v));
         if (output_value(c, v)) return -1;
         return ctl;
     }
