@@ -410,6 +410,18 @@ int tpl_test_id(const char *name, size_t len);
 bool tpl_parse_tokens(tpl_arena *ar, token *toks, size_t n, body *root, tpl_diag *d);
 
 /* ------------------------------------------------------------------------------------------ */
+/* Numbers (tpl_number.c)                                                                      */
+
+/* repr(x) of a float: the shortest digits that read back, laid out as Python prints them. */
+void tpl_fmt_float(double x, char out[40]);
+/* Python float(s) and int(s, base) (base 0: from the prefix): false where Python raises
+ * ValueError; *overflow (and true) where the integer needs more than 64 bits. */
+bool tpl_parse_py_float(const tstr *s, double *out);
+bool tpl_parse_py_int(const tstr *s, int base, int64_t *out, bool *overflow);
+/* Python round(x, ndigits) of a float, correctly rounded. */
+double tpl_py_round(double x, int64_t nd);
+
+/* ------------------------------------------------------------------------------------------ */
 /* Render-time state (tpl_eval.c)                                                              */
 
 typedef struct sbuf { /* string builder in the render arena */
@@ -533,7 +545,6 @@ int tv_to_sb(rctx *c, tv v, sbuf *b);
 int tv_repr_sb(rctx *c, tv v, sbuf *b);
 /* str(v) as a value (strings are returned as is). */
 int tv_to_str(rctx *c, tv v, tv *out);
-void tpl_fmt_float(double x, char out[40]);
 
 /* JSON */
 int tv_from_json(rctx *c, const void *json, tv *out);

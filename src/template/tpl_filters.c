@@ -404,113 +404,6 @@ static int sort_values(rctx *c, tv *keys, tv *vals, size_t n, bool reverse) {
 }
 
 /* ---------------------------------------------------------------------------------------- */
-/* Python float()/int() parsing of strings                                                   */
-
-static bool parse_py_float(const tstr *s, double *out) {
-    const char *p = s->s, *e = s->s + s->len;
-    while (p < e && ((unsigned char)*p <= ' ') && tpl_is_space((unsigned char)*p)) p++;
-    while (e > p && tpl_is_space((unsigned char)e[-1])) e--;
-    if (p == e) return false;
-    char buf[128];
-    size_t o = 0;
-    for (const char *q = p; q < e; q++) {
-        if (*q == '_') {
-            if (q == p || q + 1 == e || !(q[-1] >= '0' && q[-1] <= '9') ||
-                !(q[1] >= '0' && q[1] <= '9'))
-                return false;
-            continue;
-        }
-        if (o + 1 >= sizeof buf) return false;
-        buf[o++] = *q;
-    }
-    buf[o] = 0;
-    const char *b = buf;
-    if (*b == '+' || *b == '-') b++;
-    if (!strcasecmp(b, "inf") || !strcasecmp(b, "infinity") || !strcasecmp(b, "nan")) {
-        double v = (b[0] | 32) == 'n' ? NAN : INFINITY;
-        *out = buf[0] == '-' ? -v : v;
-        return true;
-    }
-    for (const char *q = b; *q; q++)
-        if (!strchr("0123456789.eE+-", *q)) return false;
-    char *end;
-    *out = strtod(buf, &end);
-    return *end == 0 && end != buf;
-}
-
-static bool parse_py_int(const tstr *s, int base, int64_t *out, bool *overflow) {
-    const char *p = s->s, *e = s->s + s->len;
-    *overflow = false;
-    while (p < e && tpl_is_space((unsigned char)*p)) p++;
-    while (e > p && tpl_is_space((unsigned char)e[-1])) e--;
-    bool neg = false;
-    if (p < e && (*p == '+' || *p == '-')) neg = *p++ == '-';
-    if (p == e) return false;
-    if (base == 0 || base == 16 || base == 8 || base == 2) {
-        if (e - p >= 2 && p[0] == '0') {
-            char x = (char)(p[1] | 32);
-            int b = x == 'x' ? 16 : x == 'o' ? 8 : x == 'b' ? 2 : 0;
-            if (b && (base == 0 || base == b)) {
-                base = b;
-                p += 2;
-                if (p < e && *p == '_') p++;
-            }
-        }
-        if (base == 0) base = 10;
-    }
-    if (base < 2 || base > 36 || p == e) return false;
-    uint64_t v = 0;
-    bool prev_us = true;
-    for (; p < e; p++) {
-        if (*p == '_') {
-            if (prev_us) return false;
-            prev_us = true;
-            continue;
-        }
-        int d;
-        char ch = *p;
-        if (ch >= '0' && ch <= '9')
-            d = ch - '0';
-        else if ((ch | 32) >= 'a' && (ch | 32) <= 'z')
-            d = (ch | 32) - 'a' + 10;
-        else
-            return false;
-        if (d >= base) return false;
-        prev_us = false;
-        if (v > (UINT64_MAX - (uint64_t)d) / (uint64_t)base) {
-            *overflow = true;
-            return true;
-        }
-        v = v * (uint64_t)base + (uint64_t)d;
-    }
-    if (prev_us) return false;
-    if (v > (uint64_t)INT64_MAX + (neg ? 1 : 0)) {
-        *overflow = true;
-        return true;
-    }
-    *out = neg ? (int64_t)(0 - v) : (int64_t)v;
-    return true;
-}
-
-/* Python round(x, ndigits) for floats: correctly rounded through the decimal expansion. */
-static double py_round(double x, int64_t nd) {
-    if (!isfinite(x) || x == 0) return x;
-    if (nd > 320) return x;
-    if (nd >= 0) {
-        char buf[512];
-        snprintf(buf, sizeof buf, "%.*f", (int)nd, x);
-        return strtod(buf, NULL);
-    }
-    if (nd < -320) return copysign(0.0, x);
-    double p = pow(10.0, (double)-nd);
-    double y = x / p, z = round(y);
-    if (fabs(y - z) == 0.5) z = 2.0 * round(y / 2.0);
-    z *= p;
-    if (!isfinite(z)) return x;
-    return z;
-}
-
-/* ---------------------------------------------------------------------------------------- */
 /* string primitives shared by filters and methods                                           */
 
 static bool cp_in(uint32_t x, const cpbuf *set) {
@@ -1094,7 +987,7 @@ static int filter_round(rctx *c, tv v, tv prec, tv method, tv *out) {
             *out = tv_int(base);
             return 0;
         }
-        *out = tv_float(py_round(v.f, p));
+        *out = tv_float(tpl_py_round(v.f, p));
         return 0;
     }
     double x = v.type == TV_FLOAT ? v.f : (double)ival(v);
@@ -1561,7 +1454,7 @@ int tpl_apply_filter(rctx *c, int id, tv v, const tv *args, size_t nargs, const 
             return 0;
         }
         double d;
-        if (v.type == TV_STR && parse_py_float(v.s, &d)) {
+        if (v.type == TV_STR && tpl_parse_py_float(v.s, &d)) {
             *out = tv_float(d);
             return 0;
         }
@@ -1596,7 +1489,7 @@ int tpl_apply_filter(rctx *c, int id, tv v, const tv *args, size_t nargs, const 
                 *out = dflt;
                 return 0;
             }
-            if (parse_py_int(v.s, (int)base, &r, &ovf)) {
+            if (tpl_parse_py_int(v.s, (int)base, &r, &ovf)) {
                 if (ovf)
                     return rt_fail(c, KILN_TEMPLATE_ERR_UNSUPPORTED, "OverflowError",
                                    "integer beyond 64 bits");
@@ -1604,7 +1497,7 @@ int tpl_apply_filter(rctx *c, int id, tv v, const tv *args, size_t nargs, const 
                 return 0;
             }
             double d; /* "42.23"|int gives 42 */
-            if (parse_py_float(v.s, &d) && isfinite(d)) {
+            if (tpl_parse_py_float(v.s, &d) && isfinite(d)) {
                 if (fabs(d) >= 9.2e18)
                     return rt_fail(c, KILN_TEMPLATE_ERR_UNSUPPORTED, "OverflowError",
                                    "integer beyond 64 bits");
