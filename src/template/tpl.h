@@ -402,10 +402,6 @@ bool tpl_lex(tpl_arena *ar, const char *src, size_t n, token **out, size_t *ntok
 const tstr *tpl_str_new(tpl_arena *a, const char *s, size_t n); /* NULL on OOM */
 bool tpl_str_eq(const tstr *a, const char *s);
 
-/* Filter and test tables (tpl_filters.c): id by name, -1 when unknown. */
-int tpl_filter_id(const char *name, size_t len);
-int tpl_test_id(const char *name, size_t len);
-
 /* Parser (tpl_parser.c): tokens -> root body. */
 bool tpl_parse_tokens(tpl_arena *ar, token *toks, size_t n, body *root, tpl_diag *d);
 
@@ -575,9 +571,7 @@ int tpl_apply_filter(rctx *c, int id, tv v, const tv *args, size_t nargs, const 
                      const tv *kwvals, size_t nkw, tv *out);
 int tpl_apply_test(rctx *c, int id, tv v, const tv *args, size_t nargs, const tstr **kwnames,
                    const tv *kwvals, size_t nkw, bool *out);
-int tpl_method_id(tv obj, const char *name, size_t len, bool *unsafe); /* -1: none */
 int tpl_call_method(rctx *c, tv self, int id, const tv *args, size_t nargs, const tstr **kwnames,
                     const tv *kwvals, size_t nkw, tv *out);
-const char *tpl_method_name(int id);
 
 #endif

@@ -20,6 +20,7 @@
 #include <time.h>
 
 #include "template/tpl.h"
+#include "template/tpl_names.h"
 
 enum { R_OK = 0, R_BREAK = 1, R_CONTINUE = 2 };
 enum { G_RANGE, G_DICT, G_NAMESPACE, G_RAISE, G_STRFTIME, G_COUNT };

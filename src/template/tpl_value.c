@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "template/tpl.h"
+#include "template/tpl_names.h"
 
 enum { MAX_VALUE_DEPTH = 200 };
 
