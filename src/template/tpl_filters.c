@@ -957,8 +957,6 @@ static int filter_sum(rctx *c, tv v, tv attribute, tv start, tv *out) {
     return 0;
 }
 
-const char tpl_group_tuple[] = "_GroupTuple";
-
 /* groupby(attribute, default=None, case_sensitive=False): sort by the key, then group runs of
  * equal keys into (grouper, list) tuples; without case_sensitive the grouper is the first
  * item's original key. */

@@ -198,6 +198,10 @@ int tv_undef_fail(rctx *c, tv v) {
 /* ---------------------------------------------------------------------------------------- */
 /* lists and dicts                                                                           */
 
+/* gen_name of groupby's (grouper, list) tuples: Jinja2's _GroupTuple, whose attributes
+ * grouper and list attribute access knows. */
+const char tpl_group_tuple[] = "_GroupTuple";
+
 tlist *tl_new(rctx *c, int kind, size_t cap) {
     tlist *l = tpl_zalloc(&c->ar, sizeof *l);
     if (!l) {
