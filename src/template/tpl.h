@@ -559,12 +559,26 @@ int tv_iterate(rctx *c, tv v, tlist **out);
 /* len(); TypeError when it has none. */
 int tv_len(rctx *c, tv v, int64_t *out);
 
-/* Runtime entry points shared by the evaluator and the filters (tpl_eval.c). */
+/* ------------------------------------------------------------------------------------------ */
+/* Operators (tpl_ops.c): Python's, with Python's errors                                       */
+
+int tpl_binop(rctx *c, int op, tv a, tv b, tv *out);         /* a OP_ADD... b */
+int rt_add(rctx *c, tv a, tv b, tv *out);                    /* a + b */
+int tpl_unary(rctx *c, bool neg, tv v, tv *out);             /* -v or +v */
+int tpl_percent_format(rctx *c, tv fmt, tv args, tv *out);   /* str % args */
+int tpl_escape(rctx *c, tv v, tv *out);                      /* markupsafe.escape(v) */
+int tpl_contains(rctx *c, tv item, tv container, bool *out); /* item in container */
+/* The sandbox's obj.attr and obj[key]: each tries the other after its own lookup; undefined
+ * when neither finds anything. */
 int rt_getattr(rctx *c, tv obj, const tstr *attr, tv *out);
 int rt_getitem(rctx *c, tv obj, tv key, tv *out);
+int tpl_slice(rctx *c, tv obj, tv lo, tv hi, tv step, tv *out); /* obj[lo:hi:step]; None: absent */
+
+/* ------------------------------------------------------------------------------------------ */
+/* The interpreter (tpl_eval.c)                                                                */
+
 int rt_call(rctx *c, tv fn, const tv *args, size_t nargs, const tstr **kwnames, const tv *kwvals,
             size_t nkw, tv *out);
-int rt_add(rctx *c, tv a, tv b, tv *out);
 
 /* Filters, tests, methods (tpl_filters.c) */
 int tpl_apply_filter(rctx *c, int id, tv v, const tv *args, size_t nargs, const tstr **kwnames,

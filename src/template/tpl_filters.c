@@ -16,11 +16,6 @@
 #include "template/tpl.h"
 #include "template/tpl_names.h"
 
-int tpl_escape(rctx *c, tv v, tv *out);
-int tpl_binop(rctx *c, int op, tv a, tv b, tv *out);
-int tpl_percent_format(rctx *c, tv fmt, tv args, tv *out);
-int tpl_contains(rctx *c, tv item, tv container, bool *out);
-
 /* ---------------------------------------------------------------------------------------- */
 /* helpers                                                                                   */
 
