@@ -509,6 +509,10 @@ static inline tv tv_dict(tdict *d) {
 static inline bool tv_is_num(tv v) {
     return v.type == TV_INT || v.type == TV_FLOAT || v.type == TV_BOOL;
 }
+/* The integer of a number: a bool's 0 or 1, a float truncated. */
+static inline int64_t tv_ival(tv v) {
+    return v.type == TV_BOOL ? (int64_t)v.b : v.type == TV_FLOAT ? (int64_t)v.f : v.i;
+}
 /* Sequence-like lists that support len() and indexing (list, tuple, range). */
 static inline bool tv_is_seq(tv v) {
     return v.type == TV_LIST &&
@@ -580,7 +584,21 @@ int tpl_slice(rctx *c, tv obj, tv lo, tv hi, tv step, tv *out); /* obj[lo:hi:ste
 int rt_call(rctx *c, tv fn, const tv *args, size_t nargs, const tstr **kwnames, const tv *kwvals,
             size_t nkw, tv *out);
 
-/* Filters, tests, methods (tpl_filters.c) */
+/* ------------------------------------------------------------------------------------------ */
+/* Built-in filters, tests and methods                                                         */
+
+/* Arguments (tpl_args.c). tpl_bind_args binds positional and keyword arguments to the np
+ * parameters `names` of fname, the first req of them required: out[k] is the argument, or
+ * TV_UNDEF with u == NULL and given[k] false for an absent optional one. */
+int tpl_bind_args(rctx *c, const char *fname, const char *const *names, size_t np, size_t req,
+                  const tv *args, size_t nargs, const tstr **kwnames, const tv *kwvals, size_t nkw,
+                  tv *out, bool *given);
+/* A TypeError of fmt with two %s (a and b). */
+int tpl_arg_error(rctx *c, const char *fmt, const char *a, const char *b);
+/* An int or bool argument, or a TypeError naming `what`. */
+int tpl_need_int(rctx *c, tv v, const char *what, int64_t *out);
+
+/* Filters (tpl_filters.c), tests, methods */
 int tpl_apply_filter(rctx *c, int id, tv v, const tv *args, size_t nargs, const tstr **kwnames,
                      const tv *kwvals, size_t nkw, tv *out);
 int tpl_apply_test(rctx *c, int id, tv v, const tv *args, size_t nargs, const tstr **kwnames,

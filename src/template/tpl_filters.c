@@ -19,56 +19,6 @@
 /* ---------------------------------------------------------------------------------------- */
 /* helpers                                                                                   */
 
-static int targ_error(rctx *c, const char *fmt, const char *a, const char *b) {
-    char buf[300];
-    snprintf(buf, sizeof buf, fmt, a, b);
-    return rt_fail(c, KILN_TEMPLATE_ERR_TYPE, "TypeError", "%s", buf);
-}
-
-/* Bind Python-style arguments to the parameter list `names` (np of them); `req` leading
- * parameters are required. out[k] is TV_UNDEF with u == NULL and given[k] false for absent
- * optional parameters. */
-static int bind(rctx *c, const char *fname, const char *const *names, size_t np, size_t req,
-                const tv *args, size_t nargs, const tstr **kwn, const tv *kwv, size_t nkw, tv *out,
-                bool *given) {
-    if (nargs > np) {
-        char msg[200];
-        snprintf(msg, sizeof msg, "%s() takes at most %zu arguments (%zu given)", fname, np, nargs);
-        return rt_fail(c, KILN_TEMPLATE_ERR_TYPE, "TypeError", "%s", msg);
-    }
-    for (size_t k = 0; k < np; k++) {
-        given[k] = k < nargs;
-        out[k] = k < nargs ? args[k] : tv_undef();
-    }
-    for (size_t j = 0; j < nkw; j++) {
-        size_t k = 0;
-        while (k < np && !tpl_str_eq(kwn[j], names[k])) k++;
-        if (k == np)
-            return targ_error(c, "%s() got an unexpected keyword argument '%s'", fname, kwn[j]->s);
-        if (given[k])
-            return targ_error(c, "%s() got multiple values for argument '%s'", fname, kwn[j]->s);
-        given[k] = true;
-        out[k] = kwv[j];
-    }
-    for (size_t k = 0; k < req; k++)
-        if (!given[k]) return targ_error(c, "%s() missing required argument '%s'", fname, names[k]);
-    return 0;
-}
-
-static int64_t ival(tv v) {
-    return v.type == TV_BOOL ? (int64_t)v.b : v.type == TV_FLOAT ? (int64_t)v.f : v.i;
-}
-
-static int need_int(rctx *c, tv v, const char *what, int64_t *out) {
-    if (v.type == TV_INT || v.type == TV_BOOL) {
-        *out = ival(v);
-        return 0;
-    }
-    if (v.type == TV_UNDEF) return tv_undef_fail(c, v);
-    return targ_error(c, "'%s' object cannot be interpreted as an integer (%s)", tv_type_name(v),
-                      what);
-}
-
 /* soft_str: str(v), keeping Markup. */
 static int soft_str(rctx *c, tv v, tv *out) {
     if (v.type == TV_STR) {
@@ -247,7 +197,8 @@ static int str_strip(rctx *c, tv s, tv chars, int which, tv *out) {
     cpbuf b, set = {0};
     bool ws = chars.type == TV_NONE || (chars.type == TV_UNDEF && !chars.u);
     if (!ws) {
-        if (chars.type != TV_STR) return targ_error(c, "strip arg must be None or str%s%s", "", "");
+        if (chars.type != TV_STR)
+            return tpl_arg_error(c, "strip arg must be None or str%s%s", "", "");
         if (to_cps(c, chars.s, &set)) return -1;
     }
     if (to_cps(c, s.s, &b)) return -1;
@@ -351,7 +302,7 @@ static int str_split(rctx *c, tv s, tv sep, int64_t maxsplit, bool right, tv *ou
         return 0;
     }
     if (sep.type != TV_STR)
-        return targ_error(c, "must be str or None, not %s%s", tv_type_name(sep), "");
+        return tpl_arg_error(c, "must be str or None, not %s%s", tv_type_name(sep), "");
     const tstr *P = sep.s;
     if (P->len == 0) return rt_fail(c, KILN_TEMPLATE_ERR_TYPE, "ValueError", "empty separator");
     /* find all occurrences left to right */
@@ -452,8 +403,8 @@ static int str_join(rctx *c, tv sep, tv iterable, tv *out, bool strict) {
         if (k && sb_put(c, &b, sep.s->s, sep.s->len)) return -1;
         tv it = items->v[k];
         if (strict && it.type != TV_STR)
-            return targ_error(c, "sequence item %s: expected str instance, %s found", "",
-                              tv_type_name(it));
+            return tpl_arg_error(c, "sequence item %s: expected str instance, %s found", "",
+                                 tv_type_name(it));
         if (tv_to_sb(c, it, &b)) return -1;
     }
     if (rt_step(c, items->n)) return -1;
@@ -505,8 +456,8 @@ static int str_pad(rctx *c, tv s, int64_t width, tv fill, int align, tv *out) {
     uint32_t f = ' ';
     if (fill.type == TV_STR) {
         if (fill.s->nchars != 1)
-            return targ_error(c, "The fill character must be exactly one character long%s%s", "",
-                              "");
+            return tpl_arg_error(c, "The fill character must be exactly one character long%s%s", "",
+                                 "");
         size_t adv;
         f = tpl_utf8_dec(fill.s->s, fill.s->len, &adv);
     }
@@ -548,8 +499,8 @@ static size_t cp_off(const tstr *s, int64_t idx) {
 
 static void norm_range(tv startv, tv endv, int64_t n, int64_t *a, int64_t *b) {
     int64_t s = 0, e = n;
-    if (startv.type == TV_INT || startv.type == TV_BOOL) s = ival(startv);
-    if (endv.type == TV_INT || endv.type == TV_BOOL) e = ival(endv);
+    if (startv.type == TV_INT || startv.type == TV_BOOL) s = tv_ival(startv);
+    if (endv.type == TV_INT || endv.type == TV_BOOL) e = tv_ival(endv);
     if (s < 0) s += n;
     if (s < 0) s = 0;
     if (e < 0) e += n;
@@ -568,7 +519,7 @@ static int filter_map_like(rctx *c, int id, tv v, const tv *args, size_t nargs, 
 static int apply_filter_by_name(rctx *c, tv name, tv item, const tv *args, size_t nargs,
                                 const tstr **kwn, const tv *kwv, size_t nkw, tv *out) {
     if (name.type != TV_STR)
-        return targ_error(c, "filter name must be a string, not %s%s", tv_type_name(name), "");
+        return tpl_arg_error(c, "filter name must be a string, not %s%s", tv_type_name(name), "");
     int id = tpl_filter_id(name.s->s, name.s->len);
     if (id < 0)
         return rt_fail(c, KILN_TEMPLATE_ERR_TYPE, "TemplateRuntimeError", "No filter named '%s'.",
@@ -579,7 +530,7 @@ static int apply_filter_by_name(rctx *c, tv name, tv item, const tv *args, size_
 static int apply_test_by_name(rctx *c, tv name, tv item, const tv *args, size_t nargs,
                               const tstr **kwn, const tv *kwv, size_t nkw, bool *out) {
     if (name.type != TV_STR)
-        return targ_error(c, "test name must be a string, not %s%s", tv_type_name(name), "");
+        return tpl_arg_error(c, "test name must be a string, not %s%s", tv_type_name(name), "");
     int id = tpl_test_id(name.s->s, name.s->len);
     if (id < 0)
         return rt_fail(c, KILN_TEMPLATE_ERR_TYPE, "TemplateRuntimeError", "No test named '%s'.",
@@ -663,17 +614,17 @@ static int filter_indent(rctx *c, tv s, tv width, tv first, tv blank, tv *out) {
     if (s.type == TV_UNDEF) return tv_undef_fail(c, s); /* `s += newline` */
     if (s.type != TV_STR) {
         if (s.type == TV_NONE || tv_is_num(s) || s.type == TV_LIST || s.type == TV_DICT)
-            return targ_error(c, "unsupported operand type(s) for +=: '%s' and '%s'",
-                              tv_type_name(s), "str");
-        return targ_error(c, "unsupported operand type(s) for +=: '%s' and '%s'", tv_type_name(s),
-                          "str");
+            return tpl_arg_error(c, "unsupported operand type(s) for +=: '%s' and '%s'",
+                                 tv_type_name(s), "str");
+        return tpl_arg_error(c, "unsupported operand type(s) for +=: '%s' and '%s'",
+                             tv_type_name(s), "str");
     }
     tv ind;
     if (width.type == TV_STR) {
         ind = width;
     } else {
         int64_t w = 4;
-        if (!(width.type == TV_UNDEF && !width.u) && need_int(c, width, "indent width", &w))
+        if (!(width.type == TV_UNDEF && !width.u) && tpl_need_int(c, width, "indent width", &w))
             return -1;
         if (w < 0) w = 0;
         if ((uint64_t)w > c->max_output)
@@ -714,14 +665,14 @@ static int filter_tojson(rctx *c, tv v, const tv *args, size_t nargs, const tstr
     static const char *const names[] = {"ensure_ascii", "indent", "separators", "sort_keys"};
     tv a[4];
     bool g[4];
-    if (bind(c, "tojson", names, 4, 0, args, nargs, kwn, kwv, nkw, a, g)) return -1;
+    if (tpl_bind_args(c, "tojson", names, 4, 0, args, nargs, kwn, kwv, nkw, a, g)) return -1;
     json_opts o = {.item_sep = ", ", .item_sep_len = 2, .key_sep = ": ", .key_sep_len = 2};
     if (g[1] && a[1].type != TV_NONE) {
         if (a[1].type == TV_STR) {
             o.indent = a[1].s->s;
             o.indent_len = a[1].s->len;
         } else if (a[1].type == TV_INT || a[1].type == TV_BOOL) {
-            int64_t n = ival(a[1]);
+            int64_t n = tv_ival(a[1]);
             if (n < 0) n = 0;
             if (n > 4096)
                 return rt_fail(c, KILN_TEMPLATE_ERR_LIMIT, NULL, "tojson indent too large");
@@ -732,8 +683,8 @@ static int filter_tojson(rctx *c, tv v, const tv *args, size_t nargs, const tstr
             o.indent = sp;
             o.indent_len = (size_t)n;
         } else {
-            return targ_error(c, "can't multiply sequence by non-int of type '%s'%s",
-                              tv_type_name(a[1]), "");
+            return tpl_arg_error(c, "can't multiply sequence by non-int of type '%s'%s",
+                                 tv_type_name(a[1]), "");
         }
         o.item_sep = ",";
         o.item_sep_len = 1;
@@ -775,7 +726,7 @@ static int filter_tojson(rctx *c, tv v, const tv *args, size_t nargs, const tstr
 
 static int filter_round(rctx *c, tv v, tv prec, tv method, tv *out) {
     int64_t p = 0;
-    if (!(prec.type == TV_UNDEF && !prec.u) && need_int(c, prec, "precision", &p)) return -1;
+    if (!(prec.type == TV_UNDEF && !prec.u) && tpl_need_int(c, prec, "precision", &p)) return -1;
     int m = 0;
     if (!(method.type == TV_UNDEF && !method.u)) {
         if (method.type == TV_STR && tpl_str_eq(method.s, "common"))
@@ -791,13 +742,14 @@ static int filter_round(rctx *c, tv v, tv prec, tv method, tv *out) {
     if (v.type == TV_UNDEF) return tv_undef_fail(c, v);
     if (!tv_is_num(v)) {
         if (m == 0)
-            return targ_error(c, "type %s doesn't define __round__ method%s", tv_type_name(v), "");
-        return targ_error(c, "unsupported operand type(s) for *: '%s' and '%s'", tv_type_name(v),
-                          "int");
+            return tpl_arg_error(c, "type %s doesn't define __round__ method%s", tv_type_name(v),
+                                 "");
+        return tpl_arg_error(c, "unsupported operand type(s) for *: '%s' and '%s'", tv_type_name(v),
+                             "int");
     }
     if (m == 0) {
         if (v.type != TV_FLOAT) {
-            int64_t x = ival(v);
+            int64_t x = tv_ival(v);
             if (p >= 0) {
                 *out = tv_int(x);
                 return 0;
@@ -820,7 +772,7 @@ static int filter_round(rctx *c, tv v, tv prec, tv method, tv *out) {
         *out = tv_float(tpl_py_round(v.f, p));
         return 0;
     }
-    double x = v.type == TV_FLOAT ? v.f : (double)ival(v);
+    double x = v.type == TV_FLOAT ? v.f : (double)tv_ival(v);
     double scale = pow(10.0, (double)p);
     double r = (m == 1 ? ceil(x * scale) : floor(x * scale)) / scale;
     *out = tv_float(r);
@@ -941,7 +893,7 @@ static int filter_sum(rctx *c, tv v, tv attribute, tv start, tv *out) {
     if (tv_iterate(c, v, &items)) return -1;
     tv acc = (start.type == TV_UNDEF && !start.u) ? tv_int(0) : start;
     if (acc.type == TV_STR)
-        return targ_error(c, "sum() can't sum strings [use ''.join(seq) instead]%s%s", "", "");
+        return tpl_arg_error(c, "sum() can't sum strings [use ''.join(seq) instead]%s%s", "", "");
     bool has_attr = !(attribute.type == TV_UNDEF && !attribute.u) && attribute.type != TV_NONE;
     for (size_t k = 0; k < items->n; k++) {
         tv it = items->v[k];
@@ -1030,9 +982,10 @@ static int filter_dictsort(rctx *c, tv v, bool case_sensitive, tv by, bool rever
 
 static int filter_truncate(rctx *c, tv s, tv length, tv killwords, tv end, tv leeway, tv *out) {
     int64_t len = 255, lw = 5;
-    if (!(length.type == TV_UNDEF && !length.u) && need_int(c, length, "length", &len)) return -1;
+    if (!(length.type == TV_UNDEF && !length.u) && tpl_need_int(c, length, "length", &len))
+        return -1;
     if (!(leeway.type == TV_UNDEF && !leeway.u) && leeway.type != TV_NONE &&
-        need_int(c, leeway, "leeway", &lw))
+        tpl_need_int(c, leeway, "leeway", &lw))
         return -1;
     tv e;
     if (end.type == TV_UNDEF && !end.u) {
@@ -1078,7 +1031,7 @@ static int filter_truncate(rctx *c, tv s, tv length, tv killwords, tv end, tv le
 
 static int filter_batch_slice(rctx *c, int id, tv v, tv count, tv fill, tv *out) {
     int64_t n;
-    if (need_int(c, count, id == FL_BATCH ? "linecount" : "slices", &n)) return -1;
+    if (tpl_need_int(c, count, id == FL_BATCH ? "linecount" : "slices", &n)) return -1;
     tlist *items;
     if (tv_iterate(c, v, &items)) return -1;
     tlist *res = tl_new(c, L_LIST, 0);
@@ -1130,17 +1083,17 @@ int tpl_apply_filter(rctx *c, int id, tv v, const tv *args, size_t nargs, const 
 #define BIND(np, req, ...)                                                                         \
     do {                                                                                           \
         static const char *const pn_[] = {__VA_ARGS__};                                            \
-        if (bind(c, fname, pn_, np, req, args, nargs, kwn, kwv, nkw, a, g)) return -1;             \
+        if (tpl_bind_args(c, fname, pn_, np, req, args, nargs, kwn, kwv, nkw, a, g)) return -1;    \
     } while (0)
 #define BIND0()                                                                                    \
     do {                                                                                           \
-        if (bind(c, fname, NULL, 0, 0, args, nargs, kwn, kwv, nkw, a, g)) return -1;               \
+        if (tpl_bind_args(c, fname, NULL, 0, 0, args, nargs, kwn, kwv, nkw, a, g)) return -1;      \
     } while (0)
     switch (id) {
     case FL_ABS:
         BIND0();
         if (v.type == TV_INT || v.type == TV_BOOL) {
-            int64_t x = ival(v);
+            int64_t x = tv_ival(v);
             if (x == INT64_MIN)
                 return rt_fail(c, KILN_TEMPLATE_ERR_UNSUPPORTED, "OverflowError",
                                "integer overflow");
@@ -1151,7 +1104,7 @@ int tpl_apply_filter(rctx *c, int id, tv v, const tv *args, size_t nargs, const 
             *out = tv_float(fabs(v.f));
             return 0;
         }
-        return targ_error(c, "bad operand type for abs(): '%s'%s", tv_type_name(v), "");
+        return tpl_arg_error(c, "bad operand type for abs(): '%s'%s", tv_type_name(v), "");
     case FL_ATTR: {
         BIND(1, 1, "name");
         tv name;
@@ -1194,7 +1147,7 @@ int tpl_apply_filter(rctx *c, int id, tv v, const tv *args, size_t nargs, const 
     case FL_CENTER: {
         BIND(1, 0, "width");
         int64_t w = 80;
-        if (g[0] && need_int(c, a[0], "width", &w)) return -1;
+        if (g[0] && tpl_need_int(c, a[0], "width", &w)) return -1;
         tv s;
         if (soft_str(c, v, &s)) return -1;
         return str_pad(c, s, w, tv_none(), 0, out);
@@ -1257,9 +1210,9 @@ int tpl_apply_filter(rctx *c, int id, tv v, const tv *args, size_t nargs, const 
             (v.l->kind == L_GEN || v.l->kind == L_ITEMS || v.l->kind == L_KEYS ||
              v.l->kind == L_VALUES) &&
             v.l->kind == L_GEN)
-            return targ_error(c, "'%s' object is not reversible%s", tv_type_name(v), "");
+            return tpl_arg_error(c, "'%s' object is not reversible%s", tv_type_name(v), "");
         if (v.type != TV_UNDEF && v.type != TV_STR && v.type != TV_LIST && v.type != TV_DICT)
-            return targ_error(c, "'%s' object is not reversible%s", tv_type_name(v), "");
+            return tpl_arg_error(c, "'%s' object is not reversible%s", tv_type_name(v), "");
         tlist *items;
         if (tv_iterate(c, v, &items)) return -1;
         if (items->n) {
@@ -1278,7 +1231,7 @@ int tpl_apply_filter(rctx *c, int id, tv v, const tv *args, size_t nargs, const 
             return 0;
         }
         if (v.type == TV_INT || v.type == TV_BOOL) {
-            *out = tv_float((double)ival(v));
+            *out = tv_float((double)tv_ival(v));
             return 0;
         }
         double d;
@@ -1293,10 +1246,10 @@ int tpl_apply_filter(rctx *c, int id, tv v, const tv *args, size_t nargs, const 
         BIND(2, 0, "default", "base");
         tv dflt = g[0] ? a[0] : tv_int(0);
         int64_t base = 10;
-        if (g[1] && need_int(c, a[1], "base", &base)) return -1;
+        if (g[1] && tpl_need_int(c, a[1], "base", &base)) return -1;
         if (v.type == TV_UNDEF) return tv_undef_fail(c, v);
         if (v.type == TV_INT || v.type == TV_BOOL) {
-            *out = tv_int(ival(v));
+            *out = tv_int(tv_ival(v));
             return 0;
         }
         if (v.type == TV_FLOAT) {
@@ -1369,7 +1322,7 @@ int tpl_apply_filter(rctx *c, int id, tv v, const tv *args, size_t nargs, const 
         if (!res) return -1;
         if (v.type == TV_UNDEF) return make_gen(c, res, "do_items", out);
         if (v.type != TV_DICT)
-            return targ_error(c, "Can only get item pairs from a mapping.%s%s", "", "");
+            return tpl_arg_error(c, "Can only get item pairs from a mapping.%s%s", "", "");
         for (size_t k = 0; k < v.d->n; k++) {
             tlist *pair = tl_new(c, L_TUPLE, 2);
             if (!pair) return -1;
@@ -1407,7 +1360,7 @@ int tpl_apply_filter(rctx *c, int id, tv v, const tv *args, size_t nargs, const 
     case FL_REPLACE: {
         BIND(3, 2, "old", "new", "count");
         int64_t count = -1;
-        if (g[2] && a[2].type != TV_NONE && need_int(c, a[2], "count", &count)) return -1;
+        if (g[2] && a[2].type != TV_NONE && tpl_need_int(c, a[2], "count", &count)) return -1;
         tv s, o, n;
         if (tv_to_str(c, v, &s) || tv_to_str(c, a[0], &o) || tv_to_str(c, a[1], &n)) return -1;
         return str_replace(c, s, o, n, count, out);
@@ -1517,7 +1470,8 @@ int tpl_apply_test(rctx *c, int id, tv v, const tv *args, size_t nargs, const ts
     static const char *const one[] = {"other"};
     const char *tname = tpl_test_name(id);
     bool need_arg = id == TS_DIVISIBLEBY || id == TS_SAMEAS || id == TS_IN || id >= TS_EQ;
-    if (bind(c, tname, one, need_arg ? 1 : 0, need_arg ? 1 : 0, args, nargs, kwn, kwv, nkw, a, g))
+    if (tpl_bind_args(c, tname, one, need_arg ? 1 : 0, need_arg ? 1 : 0, args, nargs, kwn, kwv, nkw,
+                      a, g))
         return -1;
     switch (id) {
     case TS_ODD:
@@ -1642,7 +1596,7 @@ int tpl_apply_test(rctx *c, int id, tv v, const tv *args, size_t nargs, const ts
 /* methods                                                                                   */
 
 static int sfind(rctx *c, tv s, tv sub, tv start, tv end, bool rev, int64_t *out) {
-    if (sub.type != TV_STR) return targ_error(c, "must be str, not %s%s", tv_type_name(sub), "");
+    if (sub.type != TV_STR) return tpl_arg_error(c, "must be str, not %s%s", tv_type_name(sub), "");
     int64_t a, b;
     norm_range(start, end, (int64_t)s.s->nchars, &a, &b);
     *out = -1;
@@ -1673,16 +1627,16 @@ static int affix_match(rctx *c, tv s, tv aff, tv start, tv end, bool suffix, boo
     if (aff.type == TV_LIST && aff.l->kind == L_TUPLE)
         cands = aff.l;
     else if (aff.type != TV_STR)
-        return targ_error(c, "%s first arg must be str or a tuple of str, not %s",
-                          suffix ? "endswith" : "startswith", tv_type_name(aff));
+        return tpl_arg_error(c, "%s first arg must be str or a tuple of str, not %s",
+                             suffix ? "endswith" : "startswith", tv_type_name(aff));
     *out = false;
     if (a > (int64_t)s.s->nchars) return 0;
     size_t oa = cp_off(s.s, a), ob = cp_off(s.s, b < a ? a : b);
     for (size_t k = 0; k < cands->n; k++) {
         tv x = cands->v[k];
         if (x.type != TV_STR)
-            return targ_error(c, "tuple for %s must only contain str, not %s",
-                              suffix ? "endswith" : "startswith", tv_type_name(x));
+            return tpl_arg_error(c, "tuple for %s must only contain str, not %s",
+                                 suffix ? "endswith" : "startswith", tv_type_name(x));
         size_t n = x.s->len;
         if (b < a) continue;
         if (n > ob - oa) continue;
@@ -1880,11 +1834,11 @@ int tpl_call_method(rctx *c, tv self, int id, const tv *args, size_t nargs, cons
 #define MBIND(np, req, ...)                                                                        \
     do {                                                                                           \
         static const char *const pn_[] = {__VA_ARGS__};                                            \
-        if (bind(c, mname, pn_, np, req, args, nargs, kwn, kwv, nkw, a, g)) return -1;             \
+        if (tpl_bind_args(c, mname, pn_, np, req, args, nargs, kwn, kwv, nkw, a, g)) return -1;    \
     } while (0)
 #define MBIND0()                                                                                   \
     do {                                                                                           \
-        if (bind(c, mname, NULL, 0, 0, args, nargs, kwn, kwv, nkw, a, g)) return -1;               \
+        if (tpl_bind_args(c, mname, NULL, 0, 0, args, nargs, kwn, kwv, nkw, a, g)) return -1;      \
     } while (0)
     if (rt_step(c, 1)) return -1;
     switch (id) {
@@ -1901,7 +1855,7 @@ int tpl_call_method(rctx *c, tv self, int id, const tv *args, size_t nargs, cons
     case M_RSPLIT: {
         MBIND(2, 0, "sep", "maxsplit");
         int64_t maxsplit = -1;
-        if (g[1] && need_int(c, a[1], "maxsplit", &maxsplit)) return -1;
+        if (g[1] && tpl_need_int(c, a[1], "maxsplit", &maxsplit)) return -1;
         return str_split(c, self, g[0] ? a[0] : tv_none(), maxsplit, id == M_RSPLIT, out);
     }
     case M_SPLITLINES: {
@@ -1934,10 +1888,10 @@ int tpl_call_method(rctx *c, tv self, int id, const tv *args, size_t nargs, cons
     case M_REPLACE: {
         MBIND(3, 2, "old", "new", "count");
         int64_t count = -1;
-        if (g[2] && need_int(c, a[2], "count", &count)) return -1;
+        if (g[2] && tpl_need_int(c, a[2], "count", &count)) return -1;
         if (a[0].type != TV_STR || a[1].type != TV_STR)
-            return targ_error(c, "replace() argument must be str, not %s%s",
-                              tv_type_name(a[0].type != TV_STR ? a[0] : a[1]), "");
+            return tpl_arg_error(c, "replace() argument must be str, not %s%s",
+                                 tv_type_name(a[0].type != TV_STR ? a[0] : a[1]), "");
         return str_replace(c, self, a[0], a[1], count, out);
     }
     case M_FIND:
@@ -1955,7 +1909,7 @@ int tpl_call_method(rctx *c, tv self, int id, const tv *args, size_t nargs, cons
     case M_SCOUNT: {
         MBIND(3, 1, "sub", "start", "end");
         if (a[0].type != TV_STR)
-            return targ_error(c, "must be str, not %s%s", tv_type_name(a[0]), "");
+            return tpl_arg_error(c, "must be str, not %s%s", tv_type_name(a[0]), "");
         int64_t lo, hi;
         norm_range(a[1], a[2], (int64_t)self.s->nchars, &lo, &hi);
         if (lo > hi) {
@@ -1996,10 +1950,10 @@ int tpl_call_method(rctx *c, tv self, int id, const tv *args, size_t nargs, cons
     case M_RJUST: {
         MBIND(2, 1, "width", "fillchar");
         int64_t w;
-        if (need_int(c, a[0], "width", &w)) return -1;
+        if (tpl_need_int(c, a[0], "width", &w)) return -1;
         if (g[1] && a[1].type != TV_STR)
-            return targ_error(c, "The fill character must be a unicode character, not %s%s",
-                              tv_type_name(a[1]), "");
+            return tpl_arg_error(c, "The fill character must be a unicode character, not %s%s",
+                                 tv_type_name(a[1]), "");
         return str_pad(c, self, w, g[1] ? a[1] : tv_none(),
                        id == M_CENTER  ? 0
                        : id == M_LJUST ? 1
@@ -2009,7 +1963,7 @@ int tpl_call_method(rctx *c, tv self, int id, const tv *args, size_t nargs, cons
     case M_ZFILL: {
         MBIND(1, 1, "width");
         int64_t w;
-        if (need_int(c, a[0], "width", &w)) return -1;
+        if (tpl_need_int(c, a[0], "width", &w)) return -1;
         int64_t len = (int64_t)self.s->nchars;
         if (w <= len) {
             *out = self;
@@ -2032,7 +1986,7 @@ int tpl_call_method(rctx *c, tv self, int id, const tv *args, size_t nargs, cons
     case M_RPARTITION: {
         MBIND(1, 1, "sep");
         if (a[0].type != TV_STR)
-            return targ_error(c, "must be str, not %s%s", tv_type_name(a[0]), "");
+            return tpl_arg_error(c, "must be str, not %s%s", tv_type_name(a[0]), "");
         if (a[0].s->len == 0)
             return rt_fail(c, KILN_TEMPLATE_ERR_TYPE, "ValueError", "empty separator");
         int64_t pos;
@@ -2060,7 +2014,7 @@ int tpl_call_method(rctx *c, tv self, int id, const tv *args, size_t nargs, cons
     case M_REMOVESUFFIX: {
         MBIND(1, 1, "affix");
         if (a[0].type != TV_STR)
-            return targ_error(c, "must be str, not %s%s", tv_type_name(a[0]), "");
+            return tpl_arg_error(c, "must be str, not %s%s", tv_type_name(a[0]), "");
         size_t n = a[0].s->len;
         if (n <= self.s->len) {
             if (id == M_REMOVEPREFIX && memcmp(self.s->s, a[0].s->s, n) == 0)
@@ -2074,10 +2028,10 @@ int tpl_call_method(rctx *c, tv self, int id, const tv *args, size_t nargs, cons
     case M_FORMAT:
         return str_format(c, self, args, nargs, kwn, kwv, nkw, out);
     case M_GET: {
-        if (nkw) return targ_error(c, "dict.get() takes no keyword arguments%s%s", "", "");
+        if (nkw) return tpl_arg_error(c, "dict.get() takes no keyword arguments%s%s", "", "");
         if (nargs < 1 || nargs > 2)
-            return targ_error(c, "get expected at most 2 arguments, got %s%s", nargs ? "3+" : "0",
-                              "");
+            return tpl_arg_error(c, "get expected at most 2 arguments, got %s%s",
+                                 nargs ? "3+" : "0", "");
         tv *p;
         if (td_get(c, self.d, args[0], &p)) return -1;
         *out = p ? *p : nargs == 2 ? args[1] : tv_none();
@@ -2140,9 +2094,9 @@ int tpl_call_method(rctx *c, tv self, int id, const tv *args, size_t nargs, cons
     }
     case M_CYCLE:
         if (nkw)
-            return targ_error(c, "cycle() got an unexpected keyword argument '%s'%s", kwn[0]->s,
-                              "");
-        if (!nargs) return targ_error(c, "no items for cycling given%s%s", "", "");
+            return tpl_arg_error(c, "cycle() got an unexpected keyword argument '%s'%s", kwn[0]->s,
+                                 "");
+        if (!nargs) return tpl_arg_error(c, "no items for cycling given%s%s", "", "");
         *out = args[self.lp->i % nargs];
         return 0;
     case M_CHANGED: {
