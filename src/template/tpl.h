@@ -598,6 +598,26 @@ int tpl_arg_error(rctx *c, const char *fmt, const char *a, const char *b);
 /* An int or bool argument, or a TypeError naming `what`. */
 int tpl_need_int(rctx *c, tv v, const char *what, int64_t *out);
 
+/* Python str operations (tpl_pystr.c) on str values; results live in the render arena. */
+typedef struct cpbuf { /* a str as code points */
+    uint32_t *cp;
+    size_t n;
+} cpbuf;
+int tpl_to_cps(rctx *c, const tstr *s, cpbuf *o);
+int tpl_from_cps(rctx *c, const uint32_t *cp, size_t n, tv *out);
+size_t tpl_cp_off(const tstr *s, int64_t idx); /* byte offset of code point idx */
+/* lower(), upper() and swapcase() for mode 0, 1 and 2; capitalize(). */
+int tpl_str_case(rctx *c, tv s, int mode, tv *out);
+int tpl_str_capitalize(rctx *c, tv s, tv *out);
+/* strip(chars) on the left (which 1), the right (2) or both sides (3). */
+int tpl_str_strip(rctx *c, tv s, tv chars, int which, tv *out);
+/* replace(old, new, count), count -1 for all; split(sep, maxsplit), rsplit when right. */
+int tpl_str_replace(rctx *c, tv s, tv old, tv new_, int64_t count, tv *out);
+int tpl_str_split(rctx *c, tv s, tv sep, int64_t maxsplit, bool right, tv *out);
+int tpl_str_splitlines(rctx *c, tv s, bool keepends, tlist **out);
+/* center (align 0), ljust (1) or rjust (2) to width with fill, one character (else a space). */
+int tpl_str_pad(rctx *c, tv s, int64_t width, tv fill, int align, tv *out);
+
 /* Filters (tpl_filters.c), tests, methods */
 int tpl_apply_filter(rctx *c, int id, tv v, const tv *args, size_t nargs, const tstr **kwnames,
                      const tv *kwvals, size_t nkw, tv *out);

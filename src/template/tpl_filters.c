@@ -28,31 +28,6 @@ static int soft_str(rctx *c, tv v, tv *out) {
     return tv_to_str(c, v, out);
 }
 
-typedef struct cpbuf {
-    uint32_t *cp;
-    size_t n;
-} cpbuf;
-
-static int to_cps(rctx *c, const tstr *s, cpbuf *o) {
-    o->cp = tpl_alloc(&c->ar, (s->nchars + 1) * sizeof(uint32_t));
-    if (!o->cp) return rt_oom(c);
-    o->n = 0;
-    for (size_t i = 0; i < s->len;) {
-        size_t adv;
-        o->cp[o->n++] = tpl_utf8_dec(s->s + i, s->len - i, &adv);
-        i += adv;
-    }
-    return 0;
-}
-
-static int from_cps(rctx *c, const uint32_t *cp, size_t n, tv *out) {
-    char *buf = tpl_alloc(&c->ar, n * 4 + 1);
-    if (!buf) return rt_oom(c);
-    size_t o = 0;
-    for (size_t k = 0; k < n; k++) o += tpl_utf8_enc(cp[k], buf + o);
-    return tv_strc(c, buf, o, out);
-}
-
 static int make_gen(rctx *c, tlist *items, const char *name, tv *out) {
     items->kind = L_GEN;
     items->pos = 0;
@@ -61,27 +36,9 @@ static int make_gen(rctx *c, tlist *items, const char *name, tv *out) {
     return 0;
 }
 
-/* Python str.lower() on a value already known to be a str. */
-static int str_case(rctx *c, tv s, int mode, tv *out) { /* 0 lower, 1 upper, 2 swapcase */
-    cpbuf b;
-    if (to_cps(c, s.s, &b)) return -1;
-    for (size_t k = 0; k < b.n; k++) {
-        uint32_t x = b.cp[k];
-        if (mode == 0)
-            b.cp[k] = tpl_lower(x);
-        else if (mode == 1)
-            b.cp[k] = tpl_upper(x);
-        else
-            b.cp[k] = tpl_is_cased_upper(x) ? tpl_lower(x) : tpl_upper(x);
-    }
-    if (from_cps(c, b.cp, b.n, out)) return -1;
-    out->markup = s.markup;
-    return 0;
-}
-
 /* ignore_case postprocessor */
 static int ignore_case(rctx *c, tv v, tv *out) {
-    if (v.type == TV_STR) return str_case(c, v, 0, out);
+    if (v.type == TV_STR) return tpl_str_case(c, v, 0, out);
     *out = v;
     return 0;
 }
@@ -186,215 +143,6 @@ static int sort_values(rctx *c, tv *keys, tv *vals, size_t n, bool reverse) {
 /* ---------------------------------------------------------------------------------------- */
 /* string primitives shared by filters and methods                                           */
 
-static bool cp_in(uint32_t x, const cpbuf *set) {
-    for (size_t k = 0; k < set->n; k++)
-        if (set->cp[k] == x) return true;
-    return false;
-}
-
-/* str.strip/lstrip/rstrip(chars): which = 1 left, 2 right, 3 both */
-static int str_strip(rctx *c, tv s, tv chars, int which, tv *out) {
-    cpbuf b, set = {0};
-    bool ws = chars.type == TV_NONE || (chars.type == TV_UNDEF && !chars.u);
-    if (!ws) {
-        if (chars.type != TV_STR)
-            return tpl_arg_error(c, "strip arg must be None or str%s%s", "", "");
-        if (to_cps(c, chars.s, &set)) return -1;
-    }
-    if (to_cps(c, s.s, &b)) return -1;
-    size_t lo = 0, hi = b.n;
-    if (which & 1)
-        while (lo < hi && (ws ? tpl_is_space(b.cp[lo]) : cp_in(b.cp[lo], &set))) lo++;
-    if (which & 2)
-        while (hi > lo && (ws ? tpl_is_space(b.cp[hi - 1]) : cp_in(b.cp[hi - 1], &set))) hi--;
-    if (lo == 0 && hi == b.n) {
-        *out = s;
-        return 0;
-    }
-    if (from_cps(c, b.cp + lo, hi - lo, out)) return -1;
-    out->markup = s.markup;
-    return 0;
-}
-
-static int str_replace(rctx *c, tv s, tv old, tv new_, int64_t count, tv *out) {
-    sbuf b = {0};
-    const tstr *S = s.s, *O = old.s, *N = new_.s;
-    if (O->len == 0) { /* insert between every code point */
-        size_t k = 0, i = 0;
-        for (; i <= S->len; k++) {
-            if (count >= 0 && (int64_t)k >= count) break;
-            if (sb_put(c, &b, N->s, N->len)) return -1;
-            if (i == S->len) {
-                i++;
-                break;
-            }
-            size_t adv;
-            tpl_utf8_dec(S->s + i, S->len - i, &adv);
-            if (sb_put(c, &b, S->s + i, adv)) return -1;
-            i += adv;
-        }
-        if (i <= S->len && sb_put(c, &b, S->s + i, S->len - i)) return -1;
-    } else {
-        size_t i = 0;
-        int64_t k = 0;
-        while (i <= S->len) {
-            const char *hit =
-                (count < 0 || k < count) ? memmem(S->s + i, S->len - i, O->s, O->len) : NULL;
-            if (!hit) {
-                if (sb_put(c, &b, S->s + i, S->len - i)) return -1;
-                break;
-            }
-            size_t h = (size_t)(hit - S->s);
-            if (sb_put(c, &b, S->s + i, h - i) || sb_put(c, &b, N->s, N->len)) return -1;
-            i = h + O->len;
-            k++;
-            if (rt_step(c, 1)) return -1;
-        }
-    }
-    if (!b.p) return tv_strc(c, "", 0, out);
-    return sb_str(c, &b, out);
-}
-
-/* str.split(sep, maxsplit) / rsplit */
-static int str_split(rctx *c, tv s, tv sep, int64_t maxsplit, bool right, tv *out) {
-    tlist *l = tl_new(c, L_LIST, 0);
-    if (!l) return -1;
-    const tstr *S = s.s;
-    if (sep.type == TV_NONE || (sep.type == TV_UNDEF && !sep.u)) {
-        cpbuf b;
-        if (to_cps(c, S, &b)) return -1;
-        /* collect word spans */
-        size_t nspans = 0;
-        size_t *st = tpl_alloc(&c->ar, (b.n + 1) * sizeof(size_t) * 2);
-        if (!st) return rt_oom(c);
-        size_t i = 0;
-        while (i < b.n) {
-            while (i < b.n && tpl_is_space(b.cp[i])) i++;
-            if (i >= b.n) break;
-            size_t j = i;
-            while (j < b.n && !tpl_is_space(b.cp[j])) j++;
-            st[2 * nspans] = i;
-            st[2 * nspans + 1] = j;
-            nspans++;
-            i = j;
-        }
-        if (maxsplit >= 0 && (size_t)maxsplit < nspans) {
-            /* the remainder after maxsplit words is kept whole, including the whitespace at
-               its far end */
-            size_t k = (size_t)maxsplit;
-            if (!right) {
-                st[2 * k + 1] = b.n;
-                nspans = k + 1;
-            } else {
-                size_t first = nspans - 1 - k;
-                st[2 * first] = 0;
-                memmove(st, st + 2 * first, (k + 1) * 2 * sizeof(size_t));
-                nspans = k + 1;
-            }
-        }
-        for (size_t k = 0; k < nspans; k++) {
-            tv piece;
-            if (from_cps(c, b.cp + st[2 * k], st[2 * k + 1] - st[2 * k], &piece) ||
-                tl_push(c, l, piece))
-                return -1;
-        }
-        *out = tv_list(l);
-        return 0;
-    }
-    if (sep.type != TV_STR)
-        return tpl_arg_error(c, "must be str or None, not %s%s", tv_type_name(sep), "");
-    const tstr *P = sep.s;
-    if (P->len == 0) return rt_fail(c, KILN_TEMPLATE_ERR_TYPE, "ValueError", "empty separator");
-    /* find all occurrences left to right */
-    size_t *pos = NULL, np = 0, cap = 0;
-    for (size_t i = 0; i + P->len <= S->len;) {
-        const char *hit = memmem(S->s + i, S->len - i, P->s, P->len);
-        if (!hit) break;
-        if (np == cap) {
-            size_t nc = cap ? cap * 2 : 8;
-            size_t *q = tpl_realloc(&c->ar, pos, cap * sizeof(size_t), nc * sizeof(size_t));
-            if (!q) return rt_oom(c);
-            pos = q;
-            cap = nc;
-        }
-        pos[np++] = (size_t)(hit - S->s);
-        i = (size_t)(hit - S->s) + P->len;
-    }
-    if (right && maxsplit >= 0 && (size_t)maxsplit < np) {
-        /* rsplit: occurrences found right to left may differ for overlapping separators;
-           take the rightmost non-overlapping ones */
-        size_t *rp = tpl_alloc(&c->ar, (np + 1) * sizeof(size_t));
-        if (!rp) return rt_oom(c);
-        size_t nr = 0;
-        size_t end = S->len;
-        while (nr < (size_t)maxsplit && end >= P->len) {
-            size_t i = end - P->len;
-            bool found = false;
-            for (;;) {
-                if (memcmp(S->s + i, P->s, P->len) == 0) {
-                    found = true;
-                    break;
-                }
-                if (i == 0) break;
-                i--;
-            }
-            if (!found) break;
-            rp[nr++] = i;
-            end = i;
-        }
-        for (size_t k = 0; k < nr / 2; k++) {
-            size_t t = rp[k];
-            rp[k] = rp[nr - 1 - k];
-            rp[nr - 1 - k] = t;
-        }
-        pos = rp;
-        np = nr;
-    } else if (maxsplit >= 0 && (size_t)maxsplit < np) {
-        np = (size_t)maxsplit;
-    }
-    size_t start = 0;
-    for (size_t k = 0; k <= np; k++) {
-        size_t e = k < np ? pos[k] : S->len;
-        tv piece;
-        if (tv_strc(c, S->s + start, e - start, &piece) || tl_push(c, l, piece)) return -1;
-        start = e + P->len;
-    }
-    if (rt_step(c, np)) return -1;
-    *out = tv_list(l);
-    return 0;
-}
-
-/* str.splitlines(keepends) */
-static int str_splitlines(rctx *c, tv s, bool keepends, tlist **out) {
-    tlist *l = tl_new(c, L_LIST, 0);
-    if (!l) return -1;
-    const tstr *S = s.s;
-    size_t i = 0, start = 0;
-    while (i < S->len) {
-        size_t adv;
-        uint32_t cp = tpl_utf8_dec(S->s + i, S->len - i, &adv);
-        if (tpl_is_linebreak(cp)) {
-            size_t end = i, next = i + adv;
-            if (cp == '\r' && next < S->len && S->s[next] == '\n') next++;
-            tv piece;
-            if (tv_strc(c, S->s + start, (keepends ? next : end) - start, &piece)) return -1;
-            piece.markup = s.markup;
-            if (tl_push(c, l, piece)) return -1;
-            start = i = next;
-            continue;
-        }
-        i += adv;
-    }
-    if (start < S->len) {
-        tv piece;
-        if (tv_strc(c, S->s + start, S->len - start, &piece)) return -1;
-        piece.markup = s.markup;
-        if (tl_push(c, l, piece)) return -1;
-    }
-    *out = l;
-    return 0;
-}
-
 static int str_join(rctx *c, tv sep, tv iterable, tv *out, bool strict) {
     tlist *items;
     if (tv_iterate(c, iterable, &items)) return -1;
@@ -415,7 +163,7 @@ static int str_join(rctx *c, tv sep, tv iterable, tv *out, bool strict) {
 /* Jinja2 do_title: uppercase after runs of [-\s({\[<], lowercase elsewhere. */
 static int jinja_title(rctx *c, tv s, tv *out) {
     cpbuf b;
-    if (to_cps(c, s.s, &b)) return -1;
+    if (tpl_to_cps(c, s.s, &b)) return -1;
     bool start = true;
     for (size_t k = 0; k < b.n; k++) {
         uint32_t x = b.cp[k];
@@ -427,13 +175,13 @@ static int jinja_title(rctx *c, tv s, tv *out) {
         b.cp[k] = start ? tpl_upper(x) : tpl_lower(x);
         start = false;
     }
-    return from_cps(c, b.cp, b.n, out);
+    return tpl_from_cps(c, b.cp, b.n, out);
 }
 
 /* Python str.title(): uppercase after a non-cased character. */
 static int py_title(rctx *c, tv s, tv *out) {
     cpbuf b;
-    if (to_cps(c, s.s, &b)) return -1;
+    if (tpl_to_cps(c, s.s, &b)) return -1;
     bool prev_cased = false;
     for (size_t k = 0; k < b.n; k++) {
         uint32_t x = b.cp[k];
@@ -441,60 +189,7 @@ static int py_title(rctx *c, tv s, tv *out) {
         if (cased) b.cp[k] = prev_cased ? tpl_lower(x) : tpl_upper(x);
         prev_cased = cased;
     }
-    return from_cps(c, b.cp, b.n, out);
-}
-
-static int py_capitalize(rctx *c, tv s, tv *out) {
-    cpbuf b;
-    if (to_cps(c, s.s, &b)) return -1;
-    for (size_t k = 0; k < b.n; k++) b.cp[k] = k ? tpl_lower(b.cp[k]) : tpl_upper(b.cp[k]);
-    return from_cps(c, b.cp, b.n, out);
-}
-
-static int str_pad(rctx *c, tv s, int64_t width, tv fill, int align, tv *out) {
-    /* align: 0 center, 1 ljust, 2 rjust */
-    uint32_t f = ' ';
-    if (fill.type == TV_STR) {
-        if (fill.s->nchars != 1)
-            return tpl_arg_error(c, "The fill character must be exactly one character long%s%s", "",
-                                 "");
-        size_t adv;
-        f = tpl_utf8_dec(fill.s->s, fill.s->len, &adv);
-    }
-    int64_t len = (int64_t)s.s->nchars;
-    if (width <= len) {
-        *out = s;
-        return 0;
-    }
-    if (width - len > (int64_t)c->max_output)
-        return rt_fail(c, KILN_TEMPLATE_ERR_LIMIT, NULL, "padding too large");
-    int64_t marg = width - len, left;
-    if (align == 0)
-        left = marg / 2 + (marg & width & 1);
-    else if (align == 1)
-        left = 0;
-    else
-        left = marg;
-    char fc[4];
-    size_t fl = tpl_utf8_enc(f, fc);
-    sbuf b = {0};
-    for (int64_t k = 0; k < left; k++)
-        if (sb_put(c, &b, fc, fl)) return -1;
-    if (sb_put(c, &b, s.s->s, s.s->len)) return -1;
-    for (int64_t k = 0; k < marg - left; k++)
-        if (sb_put(c, &b, fc, fl)) return -1;
-    return sb_str(c, &b, out);
-}
-
-/* code point index -> byte offset */
-static size_t cp_off(const tstr *s, int64_t idx) {
-    size_t off = 0;
-    for (int64_t k = 0; k < idx && off < s->len; k++) {
-        size_t adv;
-        tpl_utf8_dec(s->s + off, s->len - off, &adv);
-        off += adv;
-    }
-    return off;
+    return tpl_from_cps(c, b.cp, b.n, out);
 }
 
 static void norm_range(tv startv, tv endv, int64_t n, int64_t *a, int64_t *b) {
@@ -639,7 +334,7 @@ static int filter_indent(rctx *c, tv s, tv width, tv first, tv blank, tv *out) {
     tv s2;
     if (sb_str(c, &tmp, &s2)) return -1;
     tlist *lines;
-    if (str_splitlines(c, s2, false, &lines)) return -1;
+    if (tpl_str_splitlines(c, s2, false, &lines)) return -1;
     sbuf b = {0};
     bool bl = tv_truthy(blank), fi = tv_truthy(first);
     if (fi && sb_put(c, &b, ind.s->s, ind.s->len)) return -1;
@@ -813,7 +508,8 @@ static int filter_sort(rctx *c, tv v, bool reverse, bool case_sensitive, tv attr
     tlist *parts = NULL;
     if (has_attr && attribute.type == TV_STR && memchr(attribute.s->s, ',', attribute.s->len)) {
         tv sp, comma;
-        if (tv_strc(c, ",", 1, &comma) || str_split(c, attribute, comma, -1, false, &sp)) return -1;
+        if (tv_strc(c, ",", 1, &comma) || tpl_str_split(c, attribute, comma, -1, false, &sp))
+            return -1;
         parts = sp.l;
     }
     for (size_t k = 0; k < n; k++) {
@@ -1010,7 +706,7 @@ static int filter_truncate(rctx *c, tv s, tv length, tv killwords, tv end, tv le
         return rt_fail(c, KILN_TEMPLATE_ERR_TYPE, "AttributeError",
                        "'%s' object has no attribute 'rsplit'", tv_type_name(s));
     tv str = s;
-    size_t cut = cp_off(str.s, len - elen);
+    size_t cut = tpl_cp_off(str.s, len - elen);
     sbuf b = {0};
     if (tv_truthy(killwords)) {
         if (sb_put(c, &b, str.s->s, cut)) return -1;
@@ -1137,9 +833,9 @@ int tpl_apply_filter(rctx *c, int id, tv v, const tv *args, size_t nargs, const 
         BIND0();
         tv s;
         if (soft_str(c, v, &s)) return -1;
-        int r = id == FL_CAPITALIZE ? py_capitalize(c, s, out)
+        int r = id == FL_CAPITALIZE ? tpl_str_capitalize(c, s, out)
                 : id == FL_TITLE    ? jinja_title(c, s, out)
-                                    : str_case(c, s, id == FL_LOWER ? 0 : 1, out);
+                                    : tpl_str_case(c, s, id == FL_LOWER ? 0 : 1, out);
         if (r) return -1;
         out->markup = s.markup;
         return 0;
@@ -1150,7 +846,7 @@ int tpl_apply_filter(rctx *c, int id, tv v, const tv *args, size_t nargs, const 
         if (g[0] && tpl_need_int(c, a[0], "width", &w)) return -1;
         tv s;
         if (soft_str(c, v, &s)) return -1;
-        return str_pad(c, s, w, tv_none(), 0, out);
+        return tpl_str_pad(c, s, w, tv_none(), 0, out);
     }
     case FL_COUNT:
     case FL_LENGTH: {
@@ -1363,19 +1059,19 @@ int tpl_apply_filter(rctx *c, int id, tv v, const tv *args, size_t nargs, const 
         if (g[2] && a[2].type != TV_NONE && tpl_need_int(c, a[2], "count", &count)) return -1;
         tv s, o, n;
         if (tv_to_str(c, v, &s) || tv_to_str(c, a[0], &o) || tv_to_str(c, a[1], &n)) return -1;
-        return str_replace(c, s, o, n, count, out);
+        return tpl_str_replace(c, s, o, n, count, out);
     }
     case FL_REVERSE: {
         BIND0();
         if (v.type == TV_STR) {
             cpbuf b;
-            if (to_cps(c, v.s, &b)) return -1;
+            if (tpl_to_cps(c, v.s, &b)) return -1;
             for (size_t i = 0, j = b.n; i + 1 < j; i++, j--) {
                 uint32_t t = b.cp[i];
                 b.cp[i] = b.cp[j - 1];
                 b.cp[j - 1] = t;
             }
-            if (from_cps(c, b.cp, b.n, out)) return -1;
+            if (tpl_from_cps(c, b.cp, b.n, out)) return -1;
             out->markup = v.markup;
             return 0;
         }
@@ -1418,7 +1114,7 @@ int tpl_apply_filter(rctx *c, int id, tv v, const tv *args, size_t nargs, const 
         BIND(1, 0, "chars");
         tv s;
         if (soft_str(c, v, &s)) return -1;
-        return str_strip(c, s, g[0] ? a[0] : tv_none(), 3, out);
+        return tpl_str_strip(c, s, g[0] ? a[0] : tv_none(), 3, out);
     }
     case FL_TRUNCATE:
         BIND(4, 0, "length", "killwords", "end", "leeway");
@@ -1431,7 +1127,7 @@ int tpl_apply_filter(rctx *c, int id, tv v, const tv *args, size_t nargs, const 
         tv s;
         if (soft_str(c, v, &s)) return -1;
         cpbuf b;
-        if (to_cps(c, s.s, &b)) return -1;
+        if (tpl_to_cps(c, s.s, &b)) return -1;
         int64_t n = 0;
         bool in = false;
         for (size_t k = 0; k < b.n; k++) {
@@ -1601,7 +1297,7 @@ static int sfind(rctx *c, tv s, tv sub, tv start, tv end, bool rev, int64_t *out
     norm_range(start, end, (int64_t)s.s->nchars, &a, &b);
     *out = -1;
     if (a > b) return 0;
-    size_t oa = cp_off(s.s, a), ob = cp_off(s.s, b);
+    size_t oa = tpl_cp_off(s.s, a), ob = tpl_cp_off(s.s, b);
     const char *hay = s.s->s + oa;
     size_t hn = ob - oa, nn = sub.s->len;
     if (nn > hn) return 0;
@@ -1631,7 +1327,7 @@ static int affix_match(rctx *c, tv s, tv aff, tv start, tv end, bool suffix, boo
                              suffix ? "endswith" : "startswith", tv_type_name(aff));
     *out = false;
     if (a > (int64_t)s.s->nchars) return 0;
-    size_t oa = cp_off(s.s, a), ob = cp_off(s.s, b < a ? a : b);
+    size_t oa = tpl_cp_off(s.s, a), ob = tpl_cp_off(s.s, b < a ? a : b);
     for (size_t k = 0; k < cands->n; k++) {
         tv x = cands->v[k];
         if (x.type != TV_STR)
@@ -1651,7 +1347,7 @@ static int affix_match(rctx *c, tv s, tv aff, tv start, tv end, bool suffix, boo
 
 static int str_pred(rctx *c, tv s, int id, tv *out) {
     cpbuf b;
-    if (to_cps(c, s.s, &b)) return -1;
+    if (tpl_to_cps(c, s.s, &b)) return -1;
     bool r = b.n > 0, any_cased = false;
     if (id == M_ISTITLE) {
         bool prev_cased = false;
@@ -1846,22 +1542,22 @@ int tpl_call_method(rctx *c, tv self, int id, const tv *args, size_t nargs, cons
     case M_LSTRIP:
     case M_RSTRIP:
         MBIND(1, 0, "chars");
-        return str_strip(c, self, g[0] ? a[0] : tv_none(),
-                         id == M_STRIP    ? 3
-                         : id == M_LSTRIP ? 1
-                                          : 2,
-                         out);
+        return tpl_str_strip(c, self, g[0] ? a[0] : tv_none(),
+                             id == M_STRIP    ? 3
+                             : id == M_LSTRIP ? 1
+                                              : 2,
+                             out);
     case M_SPLIT:
     case M_RSPLIT: {
         MBIND(2, 0, "sep", "maxsplit");
         int64_t maxsplit = -1;
         if (g[1] && tpl_need_int(c, a[1], "maxsplit", &maxsplit)) return -1;
-        return str_split(c, self, g[0] ? a[0] : tv_none(), maxsplit, id == M_RSPLIT, out);
+        return tpl_str_split(c, self, g[0] ? a[0] : tv_none(), maxsplit, id == M_RSPLIT, out);
     }
     case M_SPLITLINES: {
         MBIND(1, 0, "keepends");
         tlist *l;
-        if (str_splitlines(c, self, g[0] && tv_truthy(a[0]), &l)) return -1;
+        if (tpl_str_splitlines(c, self, g[0] && tv_truthy(a[0]), &l)) return -1;
         *out = tv_list(l);
         return 0;
     }
@@ -1878,13 +1574,13 @@ int tpl_call_method(rctx *c, tv self, int id, const tv *args, size_t nargs, cons
     case M_CASEFOLD:
     case M_SWAPCASE:
         MBIND0();
-        return str_case(c, self, id == M_UPPER ? 1 : id == M_SWAPCASE ? 2 : 0, out);
+        return tpl_str_case(c, self, id == M_UPPER ? 1 : id == M_SWAPCASE ? 2 : 0, out);
     case M_TITLE:
         MBIND0();
         return py_title(c, self, out);
     case M_CAPITALIZE:
         MBIND0();
-        return py_capitalize(c, self, out);
+        return tpl_str_capitalize(c, self, out);
     case M_REPLACE: {
         MBIND(3, 2, "old", "new", "count");
         int64_t count = -1;
@@ -1892,7 +1588,7 @@ int tpl_call_method(rctx *c, tv self, int id, const tv *args, size_t nargs, cons
         if (a[0].type != TV_STR || a[1].type != TV_STR)
             return tpl_arg_error(c, "replace() argument must be str, not %s%s",
                                  tv_type_name(a[0].type != TV_STR ? a[0] : a[1]), "");
-        return str_replace(c, self, a[0], a[1], count, out);
+        return tpl_str_replace(c, self, a[0], a[1], count, out);
     }
     case M_FIND:
     case M_RFIND:
@@ -1916,7 +1612,7 @@ int tpl_call_method(rctx *c, tv self, int id, const tv *args, size_t nargs, cons
             *out = tv_int(0);
             return 0;
         }
-        size_t oa = cp_off(self.s, lo), ob = cp_off(self.s, hi);
+        size_t oa = tpl_cp_off(self.s, lo), ob = tpl_cp_off(self.s, hi);
         int64_t n = 0;
         if (a[0].s->len == 0) {
             n = (int64_t)tpl_utf8_count(self.s->s + oa, ob - oa) + 1;
@@ -1954,11 +1650,11 @@ int tpl_call_method(rctx *c, tv self, int id, const tv *args, size_t nargs, cons
         if (g[1] && a[1].type != TV_STR)
             return tpl_arg_error(c, "The fill character must be a unicode character, not %s%s",
                                  tv_type_name(a[1]), "");
-        return str_pad(c, self, w, g[1] ? a[1] : tv_none(),
-                       id == M_CENTER  ? 0
-                       : id == M_LJUST ? 1
-                                       : 2,
-                       out);
+        return tpl_str_pad(c, self, w, g[1] ? a[1] : tv_none(),
+                           id == M_CENTER  ? 0
+                           : id == M_LJUST ? 1
+                                           : 2,
+                           out);
     }
     case M_ZFILL: {
         MBIND(1, 1, "width");
@@ -2000,7 +1696,7 @@ int tpl_call_method(rctx *c, tv self, int id, const tv *args, size_t nargs, cons
             t->v[1] = e;
             t->v[2] = id == M_PARTITION ? e : self;
         } else {
-            size_t o = cp_off(self.s, pos);
+            size_t o = tpl_cp_off(self.s, pos);
             if (tv_strc(c, self.s->s, o, &t->v[0]) ||
                 tv_strc(c, self.s->s + o + a[0].s->len, self.s->len - o - a[0].s->len, &t->v[2]))
                 return -1;
