@@ -618,7 +618,7 @@ int tpl_str_splitlines(rctx *c, tv s, bool keepends, tlist **out);
 /* center (align 0), ljust (1) or rjust (2) to width with fill, one character (else a space). */
 int tpl_str_pad(rctx *c, tv s, int64_t width, tv fill, int align, tv *out);
 
-/* Filters (tpl_filters.c), tests (tpl_tests.c), methods */
+/* Filters (tpl_filters.c), tests (tpl_tests.c), methods (tpl_methods.c) */
 int tpl_apply_filter(rctx *c, int id, tv v, const tv *args, size_t nargs, const tstr **kwnames,
                      const tv *kwvals, size_t nkw, tv *out);
 int tpl_apply_test(rctx *c, int id, tv v, const tv *args, size_t nargs, const tstr **kwnames,

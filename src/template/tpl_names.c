@@ -1,7 +1,7 @@
 /* tpl_names.c - the names of the built-ins a template can reach and their ids (tpl_names.h):
  * Jinja2's filters and tests, which the parser resolves, and the methods of str, dict, list
  * and loop objects, which attribute access resolves at render time. What they do is in
- * tpl_filters.c and tpl_tests.c. */
+ * tpl_filters.c, tpl_tests.c and tpl_methods.c. */
 #include <string.h>
 
 #include "template/tpl.h"
