@@ -1,4 +1,18 @@
-/* tpl.h - internals of the chat-template interpreter (see template.h). Not a public header. */
+/* tpl.h - internals of the chat-template interpreter (see template.h). Not a public header.
+ *
+ * Its files, from the bottom up; each calls only files of the lines above its own:
+ *   tpl_arena.c tpl_utf8.c       memory; UTF-8 and the Unicode data of str methods
+ *   tpl_runtime.c                errors and limits of a render
+ *   tpl_number.c tpl_names.c     Python number text; the built-ins' names and ids (tpl_names.h)
+ *   tpl_value.c                  the value model: str(), repr(), ==, <, hash, JSON
+ *   tpl_lexer.c tpl_parser.c     source -> tokens -> AST
+ *   tpl_ops.c                    operators, the sandbox's attribute and item access, slices
+ *   tpl_args.c                   how the built-ins take their arguments
+ *   tpl_pystr.c                  Python str operations, for str methods and filters alike
+ *   tpl_methods.c tpl_tests.c    the str/dict/list/loop methods; Jinja's tests
+ *   tpl_filters.c                Jinja's filters (select, reject... call the tests)
+ *   tpl_eval.c                   the interpreter: statements, expressions, macros, globals
+ *   template.c                   the public API */
 #ifndef KILN_TEMPLATE_TPL_H
 #define KILN_TEMPLATE_TPL_H
 
@@ -418,7 +432,7 @@ bool tpl_parse_py_int(const tstr *s, int base, int64_t *out, bool *overflow);
 double tpl_py_round(double x, int64_t nd);
 
 /* ------------------------------------------------------------------------------------------ */
-/* Render-time state (tpl_eval.c)                                                              */
+/* Render-time state                                                                           */
 
 typedef struct sbuf { /* string builder in the render arena */
     char *p;
@@ -455,7 +469,7 @@ int rt_type_error(rctx *c, const char *fmt, ...) /* a TypeError */
 int rt_oom(rctx *c);              /* memory cap or malloc: LIMIT or MEMORY */
 int rt_step(rctx *c, uint64_t n); /* count work; fails past max_steps */
 
-/* sbuf */
+/* sbuf (tpl_value.c) */
 int sb_put(rctx *c, sbuf *b, const char *s, size_t n);
 int sb_puts(rctx *c, sbuf *b, const char *s);
 int sb_putc(rctx *c, sbuf *b, char ch);
@@ -579,12 +593,6 @@ int rt_getitem(rctx *c, tv obj, tv key, tv *out);
 int tpl_slice(rctx *c, tv obj, tv lo, tv hi, tv step, tv *out); /* obj[lo:hi:step]; None: absent */
 
 /* ------------------------------------------------------------------------------------------ */
-/* The interpreter (tpl_eval.c)                                                                */
-
-int rt_call(rctx *c, tv fn, const tv *args, size_t nargs, const tstr **kwnames, const tv *kwvals,
-            size_t nkw, tv *out);
-
-/* ------------------------------------------------------------------------------------------ */
 /* Built-in filters, tests and methods                                                         */
 
 /* Arguments (tpl_args.c). tpl_bind_args binds positional and keyword arguments to the np
@@ -625,5 +633,13 @@ int tpl_apply_test(rctx *c, int id, tv v, const tv *args, size_t nargs, const ts
                    const tv *kwvals, size_t nkw, bool *out);
 int tpl_call_method(rctx *c, tv self, int id, const tv *args, size_t nargs, const tstr **kwnames,
                     const tv *kwvals, size_t nkw, tv *out);
+
+/* ------------------------------------------------------------------------------------------ */
+/* The interpreter (tpl_eval.c)                                                                */
+
+int rt_call(rctx *c, tv fn, const tv *args, size_t nargs, const tstr **kwnames, const tv *kwvals,
+            size_t nkw, tv *out);
+/* Render root into out, c set up by kiln_template_render; -1 with c->d filled on error. */
+int tpl_render_root(rctx *c, const body *root, sbuf *out);
 
 #endif

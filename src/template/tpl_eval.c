@@ -903,7 +903,6 @@ static int exec_body(rctx *c, const body *b, scope *sc) {
     return r;
 }
 
-int tpl_render_root(rctx *c, const body *root, sbuf *out);
 int tpl_render_root(rctx *c, const body *root, sbuf *out) {
     c->out = out;
     int r = exec_body(c, root, c->root);
