@@ -81,8 +81,6 @@ void kiln_template_destroy(kiln_template *t) {
     free(t);
 }
 
-int tpl_render_root(rctx *c, const body *root, sbuf *out);
-
 kiln_status kiln_template_render(const kiln_template *t, const json_t *context,
                                  const kiln_template_options *opts, char **out, size_t *out_len,
                                  kiln_error *err) {

@@ -1,4 +1,18 @@
-/* tpl.h - internals of the chat-template interpreter (see template.h). Not a public header. */
+/* tpl.h - internals of the chat-template interpreter (see template.h). Not a public header.
+ *
+ * Its files, from the bottom up; each calls only files of the lines above its own:
+ *   tpl_arena.c tpl_utf8.c       memory; UTF-8 and the Unicode data of str methods
+ *   tpl_runtime.c                errors and limits of a render
+ *   tpl_number.c tpl_names.c     Python number text; the built-ins' names and ids (tpl_names.h)
+ *   tpl_value.c                  the value model: str(), repr(), ==, <, hash, JSON
+ *   tpl_lexer.c tpl_parser.c     source -> tokens -> AST
+ *   tpl_ops.c                    operators, the sandbox's attribute and item access, slices
+ *   tpl_args.c                   how the built-ins take their arguments
+ *   tpl_pystr.c                  Python str operations, for str methods and filters alike
+ *   tpl_methods.c tpl_tests.c    the str/dict/list/loop methods; Jinja's tests
+ *   tpl_filters.c                Jinja's filters (select, reject... call the tests)
+ *   tpl_eval.c                   the interpreter: statements, expressions, macros, globals
+ *   template.c                   the public API */
 #ifndef KILN_TEMPLATE_TPL_H
 #define KILN_TEMPLATE_TPL_H
 
@@ -402,15 +416,23 @@ bool tpl_lex(tpl_arena *ar, const char *src, size_t n, token **out, size_t *ntok
 const tstr *tpl_str_new(tpl_arena *a, const char *s, size_t n); /* NULL on OOM */
 bool tpl_str_eq(const tstr *a, const char *s);
 
-/* Filter and test tables (tpl_filters.c): id by name, -1 when unknown. */
-int tpl_filter_id(const char *name, size_t len);
-int tpl_test_id(const char *name, size_t len);
-
 /* Parser (tpl_parser.c): tokens -> root body. */
 bool tpl_parse_tokens(tpl_arena *ar, token *toks, size_t n, body *root, tpl_diag *d);
 
 /* ------------------------------------------------------------------------------------------ */
-/* Render-time state (tpl_eval.c)                                                              */
+/* Numbers (tpl_number.c)                                                                      */
+
+/* repr(x) of a float: the shortest digits that read back, laid out as Python prints them. */
+void tpl_fmt_float(double x, char out[40]);
+/* Python float(s) and int(s, base) (base 0: from the prefix): false where Python raises
+ * ValueError; *overflow (and true) where the integer needs more than 64 bits. */
+bool tpl_parse_py_float(const tstr *s, double *out);
+bool tpl_parse_py_int(const tstr *s, int base, int64_t *out, bool *overflow);
+/* Python round(x, ndigits) of a float, correctly rounded. */
+double tpl_py_round(double x, int64_t nd);
+
+/* ------------------------------------------------------------------------------------------ */
+/* Render-time state                                                                           */
 
 typedef struct sbuf { /* string builder in the render arena */
     char *p;
@@ -438,14 +460,16 @@ typedef struct rctx {
     bool has_block_value;
 } rctx;
 
-/* Errors: record (first one wins) and return -1. `exc` is the Python exception name put in
- * front of the message ("TypeError"), or NULL. */
+/* Errors and limits (tpl_runtime.c). Errors: record (first one wins) and return -1. `exc` is
+ * the Python exception name put in front of the message ("TypeError"), or NULL. */
 int rt_fail(rctx *c, kiln_template_error_kind kind, const char *exc, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
+int rt_type_error(rctx *c, const char *fmt, ...) /* a TypeError */
+    __attribute__((format(printf, 2, 3)));
 int rt_oom(rctx *c);              /* memory cap or malloc: LIMIT or MEMORY */
 int rt_step(rctx *c, uint64_t n); /* count work; fails past max_steps */
 
-/* sbuf */
+/* sbuf (tpl_value.c) */
 int sb_put(rctx *c, sbuf *b, const char *s, size_t n);
 int sb_puts(rctx *c, sbuf *b, const char *s);
 int sb_putc(rctx *c, sbuf *b, char ch);
@@ -499,6 +523,10 @@ static inline tv tv_dict(tdict *d) {
 static inline bool tv_is_num(tv v) {
     return v.type == TV_INT || v.type == TV_FLOAT || v.type == TV_BOOL;
 }
+/* The integer of a number: a bool's 0 or 1, a float truncated. */
+static inline int64_t tv_ival(tv v) {
+    return v.type == TV_BOOL ? (int64_t)v.b : v.type == TV_FLOAT ? (int64_t)v.f : v.i;
+}
 /* Sequence-like lists that support len() and indexing (list, tuple, range). */
 static inline bool tv_is_seq(tv v) {
     return v.type == TV_LIST &&
@@ -531,7 +559,6 @@ int tv_to_sb(rctx *c, tv v, sbuf *b);
 int tv_repr_sb(rctx *c, tv v, sbuf *b);
 /* str(v) as a value (strings are returned as is). */
 int tv_to_str(rctx *c, tv v, tv *out);
-void tpl_fmt_float(double x, char out[40]);
 
 /* JSON */
 int tv_from_json(rctx *c, const void *json, tv *out);
@@ -550,21 +577,69 @@ int tv_iterate(rctx *c, tv v, tlist **out);
 /* len(); TypeError when it has none. */
 int tv_len(rctx *c, tv v, int64_t *out);
 
-/* Runtime entry points shared by the evaluator and the filters (tpl_eval.c). */
+/* ------------------------------------------------------------------------------------------ */
+/* Operators (tpl_ops.c): Python's, with Python's errors                                       */
+
+int tpl_binop(rctx *c, int op, tv a, tv b, tv *out);         /* a OP_ADD... b */
+int rt_add(rctx *c, tv a, tv b, tv *out);                    /* a + b */
+int tpl_unary(rctx *c, bool neg, tv v, tv *out);             /* -v or +v */
+int tpl_percent_format(rctx *c, tv fmt, tv args, tv *out);   /* str % args */
+int tpl_escape(rctx *c, tv v, tv *out);                      /* markupsafe.escape(v) */
+int tpl_contains(rctx *c, tv item, tv container, bool *out); /* item in container */
+/* The sandbox's obj.attr and obj[key]: each tries the other after its own lookup; undefined
+ * when neither finds anything. */
 int rt_getattr(rctx *c, tv obj, const tstr *attr, tv *out);
 int rt_getitem(rctx *c, tv obj, tv key, tv *out);
-int rt_call(rctx *c, tv fn, const tv *args, size_t nargs, const tstr **kwnames, const tv *kwvals,
-            size_t nkw, tv *out);
-int rt_add(rctx *c, tv a, tv b, tv *out);
+int tpl_slice(rctx *c, tv obj, tv lo, tv hi, tv step, tv *out); /* obj[lo:hi:step]; None: absent */
 
-/* Filters, tests, methods (tpl_filters.c) */
+/* ------------------------------------------------------------------------------------------ */
+/* Built-in filters, tests and methods                                                         */
+
+/* Arguments (tpl_args.c). tpl_bind_args binds positional and keyword arguments to the np
+ * parameters `names` of fname, the first req of them required: out[k] is the argument, or
+ * TV_UNDEF with u == NULL and given[k] false for an absent optional one. */
+int tpl_bind_args(rctx *c, const char *fname, const char *const *names, size_t np, size_t req,
+                  const tv *args, size_t nargs, const tstr **kwnames, const tv *kwvals, size_t nkw,
+                  tv *out, bool *given);
+/* A TypeError of fmt with two %s (a and b). */
+int tpl_arg_error(rctx *c, const char *fmt, const char *a, const char *b);
+/* An int or bool argument, or a TypeError naming `what`. */
+int tpl_need_int(rctx *c, tv v, const char *what, int64_t *out);
+
+/* Python str operations (tpl_pystr.c) on str values; results live in the render arena. */
+typedef struct cpbuf { /* a str as code points */
+    uint32_t *cp;
+    size_t n;
+} cpbuf;
+int tpl_to_cps(rctx *c, const tstr *s, cpbuf *o);
+int tpl_from_cps(rctx *c, const uint32_t *cp, size_t n, tv *out);
+size_t tpl_cp_off(const tstr *s, int64_t idx); /* byte offset of code point idx */
+/* lower(), upper() and swapcase() for mode 0, 1 and 2; capitalize(). */
+int tpl_str_case(rctx *c, tv s, int mode, tv *out);
+int tpl_str_capitalize(rctx *c, tv s, tv *out);
+/* strip(chars) on the left (which 1), the right (2) or both sides (3). */
+int tpl_str_strip(rctx *c, tv s, tv chars, int which, tv *out);
+/* replace(old, new, count), count -1 for all; split(sep, maxsplit), rsplit when right. */
+int tpl_str_replace(rctx *c, tv s, tv old, tv new_, int64_t count, tv *out);
+int tpl_str_split(rctx *c, tv s, tv sep, int64_t maxsplit, bool right, tv *out);
+int tpl_str_splitlines(rctx *c, tv s, bool keepends, tlist **out);
+/* center (align 0), ljust (1) or rjust (2) to width with fill, one character (else a space). */
+int tpl_str_pad(rctx *c, tv s, int64_t width, tv fill, int align, tv *out);
+
+/* Filters (tpl_filters.c), tests (tpl_tests.c), methods (tpl_methods.c) */
 int tpl_apply_filter(rctx *c, int id, tv v, const tv *args, size_t nargs, const tstr **kwnames,
                      const tv *kwvals, size_t nkw, tv *out);
 int tpl_apply_test(rctx *c, int id, tv v, const tv *args, size_t nargs, const tstr **kwnames,
                    const tv *kwvals, size_t nkw, bool *out);
-int tpl_method_id(tv obj, const char *name, size_t len, bool *unsafe); /* -1: none */
 int tpl_call_method(rctx *c, tv self, int id, const tv *args, size_t nargs, const tstr **kwnames,
                     const tv *kwvals, size_t nkw, tv *out);
-const char *tpl_method_name(int id);
+
+/* ------------------------------------------------------------------------------------------ */
+/* The interpreter (tpl_eval.c)                                                                */
+
+int rt_call(rctx *c, tv fn, const tv *args, size_t nargs, const tstr **kwnames, const tv *kwvals,
+            size_t nkw, tv *out);
+/* Render root into out, c set up by kiln_template_render; -1 with c->d filled on error. */
+int tpl_render_root(rctx *c, const body *root, sbuf *out);
 
 #endif

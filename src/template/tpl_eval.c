@@ -13,10 +13,7 @@
  * ("", empty, 0, false), comparing with == is false; attribute/item access, calls,
  * arithmetic and ordering raise UndefinedError.
  */
-#include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -31,38 +28,7 @@ enum { MAX_RANGE = 100000 };
 int tpl_eval(rctx *c, const expr *e, scope *sc, tv *out);
 
 /* ---------------------------------------------------------------------------------------- */
-/* errors and limits                                                                         */
-
-int rt_fail(rctx *c, kiln_template_error_kind kind, const char *exc, const char *fmt, ...) {
-    if (c->d.kind != KILN_TEMPLATE_OK) return -1; /* the first error wins */
-    c->d.kind = kind;
-    c->d.line = c->line;
-    c->d.col = c->col;
-    size_t off = 0;
-    if (exc) off = (size_t)snprintf(c->d.msg, sizeof c->d.msg, "%s: ", exc);
-    if (off >= sizeof c->d.msg) off = sizeof c->d.msg - 1;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(c->d.msg + off, sizeof c->d.msg - off, fmt, ap);
-    va_end(ap);
-    return -1;
-}
-
-int rt_oom(rctx *c) {
-    if (c->ar.over)
-        return rt_fail(c, KILN_TEMPLATE_ERR_LIMIT, NULL, "memory limit exceeded (%zu bytes)",
-                       c->ar.cap);
-    return rt_fail(c, KILN_TEMPLATE_ERR_MEMORY, NULL, "out of memory");
-}
-
-int rt_step(rctx *c, uint64_t n) {
-    c->steps += n;
-    if (c->steps > c->max_steps)
-        return rt_fail(c, KILN_TEMPLATE_ERR_LIMIT, NULL,
-                       "step limit exceeded (%llu statements, iterations and items)",
-                       (unsigned long long)c->max_steps);
-    return 0;
-}
+/* recursion depth                                                                          */
 
 static int enter(rctx *c) {
     if (++c->depth > c->max_depth) {
@@ -71,16 +37,6 @@ static int enter(rctx *c) {
                        "maximum template recursion depth exceeded (%d)", c->max_depth);
     }
     return 0;
-}
-
-static int type_error(rctx *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static int type_error(rctx *c, const char *fmt, ...) {
-    char buf[600];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(buf, sizeof buf, fmt, ap);
-    va_end(ap);
-    return rt_fail(c, KILN_TEMPLATE_ERR_TYPE, "TypeError", "%s", buf);
 }
 
 /* ---------------------------------------------------------------------------------------- */
@@ -159,740 +115,6 @@ static int lookup(rctx *c, scope *s, const tstr *name, tv *out) {
 }
 
 /* ---------------------------------------------------------------------------------------- */
-/* markup (markupsafe.escape) and arithmetic                                                 */
-
-static int escape_into(rctx *c, tv v, sbuf *b) {
-    if (v.type == TV_STR && v.markup) return sb_put(c, b, v.s->s, v.s->len);
-    tv s;
-    if (tv_to_str(c, v, &s)) return -1;
-    size_t run = 0;
-    for (size_t i = 0; i < s.s->len; i++) {
-        const char *e = NULL;
-        switch (s.s->s[i]) {
-        case '&':
-            e = "&amp;";
-            break;
-        case '<':
-            e = "&lt;";
-            break;
-        case '>':
-            e = "&gt;";
-            break;
-        case '"':
-            e = "&#34;";
-            break;
-        case '\'':
-            e = "&#39;";
-            break;
-        default:
-            run++;
-            continue;
-        }
-        if (sb_put(c, b, s.s->s + i - run, run) || sb_puts(c, b, e)) return -1;
-        run = 0;
-    }
-    return sb_put(c, b, s.s->s + s.s->len - run, run);
-}
-
-int tpl_escape(rctx *c, tv v, tv *out);
-int tpl_escape(rctx *c, tv v, tv *out) {
-    if (v.type == TV_STR && v.markup) {
-        *out = v;
-        return 0;
-    }
-    sbuf b = {0};
-    if (escape_into(c, v, &b) || sb_str(c, &b, out)) return -1;
-    out->markup = 1;
-    return 0;
-}
-
-static const char *op_sym(int op) {
-    static const char *const s[] = {"+", "-", "*", "/", "//", "%", "**"};
-    return s[op];
-}
-
-static int unsupported_op(rctx *c, int op, tv a, tv b) {
-    return type_error(c, "unsupported operand type(s) for %s: '%s' and '%s'", op_sym(op),
-                      tv_type_name(a), tv_type_name(b));
-}
-
-static int64_t as_i64(tv v) {
-    return v.type == TV_BOOL ? (int64_t)v.b : v.i;
-}
-
-static double as_f64(tv v) {
-    return v.type == TV_FLOAT ? v.f : (double)as_i64(v);
-}
-
-static int overflow(rctx *c) {
-    return rt_fail(c, KILN_TEMPLATE_ERR_UNSUPPORTED, "OverflowError",
-                   "integer result beyond 64 bits is not supported");
-}
-
-static int repeat(rctx *c, tv seq, int64_t times, tv *out) {
-    if (times < 0) times = 0;
-    size_t unit = seq.type == TV_STR ? seq.s->len : seq.l->n;
-    if (unit == 0) times = 0; /* '' * 10**18 is '' (and must not loop 10**18 times) */
-    if (seq.type == TV_STR) {
-        if (times && seq.s->len > c->max_output / (uint64_t)times)
-            return rt_fail(c, KILN_TEMPLATE_ERR_LIMIT, NULL, "string repetition too large");
-        sbuf b = {0};
-        for (int64_t k = 0; k < times; k++)
-            if (sb_put(c, &b, seq.s->s, seq.s->len)) return -1;
-        if (sb_str(c, &b, out)) return -1;
-        out->markup = seq.markup;
-        return 0;
-    }
-    size_t n = seq.l->n;
-    if (times && n > (size_t)(c->max_steps / (uint64_t)times))
-        return rt_fail(c, KILN_TEMPLATE_ERR_LIMIT, NULL, "list repetition too large");
-    if (rt_step(c, n * (uint64_t)times)) return -1;
-    tlist *l = tl_new(c, seq.l->kind == L_TUPLE ? L_TUPLE : L_LIST, n * (size_t)times);
-    if (!l) return -1;
-    for (int64_t k = 0; k < times; k++)
-        for (size_t i = 0; i < n; i++) l->v[l->n++] = seq.l->v[i];
-    *out = tv_list(l);
-    return 0;
-}
-
-static int printf_format(rctx *c, tv fmt, tv args, tv *out);
-
-static int binop(rctx *c, int op, tv a, tv b, tv *out) {
-    if (op == OP_MOD && a.type == TV_STR)
-        return printf_format(c, a, b, out); /* str.__mod__ first */
-    if (a.type == TV_UNDEF) return tv_undef_fail(c, a);
-    if (b.type == TV_UNDEF) return tv_undef_fail(c, b);
-    bool an = tv_is_num(a), bn = tv_is_num(b);
-    if (an && bn) {
-        bool fl = a.type == TV_FLOAT || b.type == TV_FLOAT;
-        if (!fl) {
-            int64_t x = as_i64(a), y = as_i64(b), r;
-            switch (op) {
-            case OP_ADD:
-                if (__builtin_add_overflow(x, y, &r)) return overflow(c);
-                *out = tv_int(r);
-                return 0;
-            case OP_SUB:
-                if (__builtin_sub_overflow(x, y, &r)) return overflow(c);
-                *out = tv_int(r);
-                return 0;
-            case OP_MUL:
-                if (__builtin_mul_overflow(x, y, &r)) return overflow(c);
-                *out = tv_int(r);
-                return 0;
-            case OP_DIV:
-                if (y == 0)
-                    return rt_fail(c, KILN_TEMPLATE_ERR_TYPE, "ZeroDivisionError",
-                                   "division by zero");
-                *out = tv_float((double)x / (double)y);
-                return 0;
-            case OP_FLOORDIV:
-            case OP_MOD: {
-                if (y == 0)
-                    return rt_fail(c, KILN_TEMPLATE_ERR_TYPE, "ZeroDivisionError",
-                                   op == OP_MOD ? "integer modulo by zero"
-                                                : "integer division or modulo by zero");
-                if (x == INT64_MIN && y == -1) {
-                    if (op == OP_MOD) {
-                        *out = tv_int(0);
-                        return 0;
-                    }
-                    return overflow(c);
-                }
-                int64_t q = x / y, m = x % y;
-                if (m != 0 && ((m < 0) != (y < 0))) {
-                    q -= 1;
-                    m += y;
-                }
-                *out = tv_int(op == OP_MOD ? m : q);
-                return 0;
-            }
-            case OP_POW:
-                if (y < 0) {
-                    if (x == 0)
-                        return rt_fail(c, KILN_TEMPLATE_ERR_TYPE, "ZeroDivisionError",
-                                       "0.0 cannot be raised to a negative power");
-                    *out = tv_float(pow((double)x, (double)y));
-                    return 0;
-                }
-                r = 1;
-                for (int64_t base = x, e = y; e; e >>= 1) {
-                    if (e & 1 && __builtin_mul_overflow(r, base, &r)) return overflow(c);
-                    if (e > 1 && __builtin_mul_overflow(base, base, &base)) return overflow(c);
-                }
-                *out = tv_int(r);
-                return 0;
-            }
-        }
-        double x = as_f64(a), y = as_f64(b);
-        switch (op) {
-        case OP_ADD:
-            *out = tv_float(x + y);
-            return 0;
-        case OP_SUB:
-            *out = tv_float(x - y);
-            return 0;
-        case OP_MUL:
-            *out = tv_float(x * y);
-            return 0;
-        case OP_DIV:
-            if (y == 0)
-                return rt_fail(c, KILN_TEMPLATE_ERR_TYPE, "ZeroDivisionError",
-                               "float division by zero");
-            *out = tv_float(x / y);
-            return 0;
-        case OP_FLOORDIV:
-        case OP_MOD: {
-            if (y == 0)
-                return rt_fail(c, KILN_TEMPLATE_ERR_TYPE, "ZeroDivisionError",
-                               op == OP_MOD ? "float modulo" : "float floor division by zero");
-            /* CPython float_divmod */
-            double mod = fmod(x, y), div = (x - mod) / y;
-            if (mod != 0) {
-                if ((y < 0) != (mod < 0)) {
-                    mod += y;
-                    div -= 1.0;
-                }
-            } else {
-                mod = copysign(0.0, y);
-            }
-            double fd;
-            if (div != 0) {
-                fd = floor(div);
-                if (div - fd > 0.5) fd += 1.0;
-            } else {
-                fd = copysign(0.0, x / y);
-            }
-            *out = tv_float(op == OP_MOD ? mod : fd);
-            return 0;
-        }
-        case OP_POW: {
-            if (x == 0 && y < 0)
-                return rt_fail(c, KILN_TEMPLATE_ERR_TYPE, "ZeroDivisionError",
-                               "0.0 cannot be raised to a negative power");
-            double r = pow(x, y);
-            if (x < 0 && y != floor(y))
-                return rt_fail(c, KILN_TEMPLATE_ERR_UNSUPPORTED, "ValueError",
-                               "complex results are not supported");
-            if (isinf(r) && !isinf(x) && !isinf(y))
-                return rt_fail(c, KILN_TEMPLATE_ERR_TYPE, "OverflowError",
-                               "(34, 'Numerical result out of range')");
-            *out = tv_float(r);
-            return 0;
-        }
-        }
-    }
-    switch (op) {
-    case OP_ADD:
-        if (a.type == TV_STR && b.type == TV_STR) {
-            sbuf s = {0};
-            if (a.markup || b.markup) { /* Markup.__add__/__radd__ escape the plain side */
-                if (escape_into(c, a, &s) || escape_into(c, b, &s) || sb_str(c, &s, out)) return -1;
-                out->markup = 1;
-                return 0;
-            }
-            if (sb_put(c, &s, a.s->s, a.s->len) || sb_put(c, &s, b.s->s, b.s->len)) return -1;
-            if (!s.p) return tv_strc(c, "", 0, out);
-            return sb_str(c, &s, out);
-        }
-        if (a.type == TV_LIST && b.type == TV_LIST &&
-            ((a.l->kind == L_LIST && b.l->kind == L_LIST) ||
-             (a.l->kind == L_TUPLE && b.l->kind == L_TUPLE))) {
-            if (rt_step(c, a.l->n + b.l->n)) return -1;
-            tlist *l = tl_new(c, a.l->kind, a.l->n + b.l->n);
-            if (!l) return -1;
-            if (a.l->n) memcpy(l->v, a.l->v, a.l->n * sizeof(tv));
-            if (b.l->n) memcpy(l->v + a.l->n, b.l->v, b.l->n * sizeof(tv));
-            l->n = a.l->n + b.l->n;
-            *out = tv_list(l);
-            return 0;
-        }
-        if (a.type == TV_STR ||
-            (a.type == TV_LIST && (a.l->kind == L_LIST || a.l->kind == L_TUPLE))) {
-            const char *an2 = a.type == TV_STR ? "str" : tv_type_name(a);
-            if (a.type == TV_STR && a.markup) break;
-            return type_error(c, "can only concatenate %s (not \"%s\") to %s", an2, tv_type_name(b),
-                              an2);
-        }
-        break;
-    case OP_MUL:
-        if ((a.type == TV_STR || tv_is_seq(a)) && (b.type == TV_INT || b.type == TV_BOOL) &&
-            !(a.type == TV_LIST && a.l->kind == L_RANGE))
-            return repeat(c, a, as_i64(b), out);
-        if ((b.type == TV_STR || tv_is_seq(b)) && (a.type == TV_INT || a.type == TV_BOOL) &&
-            !(b.type == TV_LIST && b.l->kind == L_RANGE))
-            return repeat(c, b, as_i64(a), out);
-        if ((a.type == TV_STR || tv_is_seq(a)) && b.type != TV_STR && !tv_is_seq(b))
-            return type_error(c, "can't multiply sequence by non-int of type '%s'",
-                              tv_type_name(b));
-        break;
-    case OP_MOD:
-        if (a.type == TV_STR) return printf_format(c, a, b, out);
-        break;
-    }
-    return unsupported_op(c, op, a, b);
-}
-
-int rt_add(rctx *c, tv a, tv b, tv *out) {
-    return binop(c, OP_ADD, a, b, out);
-}
-
-int tpl_binop(rctx *c, int op, tv a, tv b, tv *out);
-int tpl_binop(rctx *c, int op, tv a, tv b, tv *out) {
-    return binop(c, op, a, b, out);
-}
-
-int tpl_percent_format(rctx *c, tv fmt, tv args, tv *out);
-int tpl_percent_format(rctx *c, tv fmt, tv args, tv *out) {
-    return printf_format(c, fmt, args, out);
-}
-
-/* printf-style `str % args` (Python's %-formatting) for s r a d i u f F e E g G x X o c %. */
-static int printf_format(rctx *c, tv fmt, tv args, tv *out) {
-    const tv *av = &args;
-    size_t an = 1, ai = 0;
-    tdict *map = NULL;
-    if (args.type == TV_LIST && args.l->kind == L_TUPLE) {
-        av = args.l->v;
-        an = args.l->n;
-    } else if (args.type == TV_DICT) {
-        map = args.d;
-    }
-    /* Python treats any non-tuple argument with __getitem__ as a mapping: no "not all
-       arguments converted" check */
-    bool mapping_like =
-        args.type == TV_DICT || args.type == TV_UNDEF ||
-        (args.type == TV_LIST && (args.l->kind == L_LIST || args.l->kind == L_RANGE));
-    sbuf b = {0};
-    const char *s = fmt.s->s;
-    size_t n = fmt.s->len;
-    for (size_t i = 0; i < n; i++) {
-        if (s[i] != '%') {
-            if (sb_putc(c, &b, s[i])) return -1;
-            continue;
-        }
-        if (++i >= n) return rt_fail(c, KILN_TEMPLATE_ERR_TYPE, "ValueError", "incomplete format");
-        tv arg;
-        bool have_key = false;
-        if (s[i] == '(') {
-            size_t j = i + 1;
-            while (j < n && s[j] != ')') j++;
-            if (j >= n || !map)
-                return rt_fail(c, KILN_TEMPLATE_ERR_TYPE, "TypeError", "format requires a mapping");
-            tv *p = td_get_str(map, s + i + 1, j - i - 1);
-            if (!p)
-                return rt_fail(c, KILN_TEMPLATE_ERR_TYPE, "KeyError", "'%.*s'", (int)(j - i - 1),
-                               s + i + 1);
-            arg = *p;
-            have_key = true;
-            i = j + 1;
-        }
-        char spec[32];
-        size_t sl = 0;
-        spec[sl++] = '%';
-        while (i < n && strchr("-+ #0", s[i]) && sl < 10) spec[sl++] = s[i++];
-        while (i < n && s[i] >= '0' && s[i] <= '9' && sl < 20) spec[sl++] = s[i++];
-        if (i < n && s[i] == '.') {
-            spec[sl++] = s[i++];
-            while (i < n && s[i] >= '0' && s[i] <= '9' && sl < 28) spec[sl++] = s[i++];
-        }
-        if (i >= n) return rt_fail(c, KILN_TEMPLATE_ERR_TYPE, "ValueError", "incomplete format");
-        char conv = s[i];
-        if (conv == '%') {
-            if (sb_putc(c, &b, '%')) return -1;
-            continue;
-        }
-        if (!have_key) {
-            if (map) {
-                arg = args;
-            } else {
-                if (ai >= an) return type_error(c, "not enough arguments for format string");
-                arg = av[ai++];
-            }
-        }
-        if (arg.type == TV_UNDEF && conv != 's') return tv_undef_fail(c, arg);
-        char tmp[512];
-        spec[sl] = 0;
-        switch (conv) {
-        case 's':
-        case 'r':
-        case 'a': {
-            sbuf t = {0};
-            if ((conv == 's' ? tv_to_sb(c, arg, &t) : tv_repr_sb(c, arg, &t))) return -1;
-            spec[sl++] = 's';
-            spec[sl] = 0;
-            if (sl == 2) {
-                if (sb_put(c, &b, t.p, t.n)) return -1;
-            } else {
-                char *buf = tpl_alloc(&c->ar, t.n + 64);
-                if (!buf) return rt_oom(c);
-                int w = snprintf(buf, t.n + 64, spec, t.p ? t.p : "");
-                if (w > 0 && sb_put(c, &b, buf, (size_t)w < t.n + 64 ? (size_t)w : t.n + 63))
-                    return -1;
-            }
-            break;
-        }
-        case 'd':
-        case 'i':
-        case 'u':
-        case 'x':
-        case 'X':
-        case 'o':
-        case 'c': {
-            if (!tv_is_num(arg))
-                return type_error(c, "%%%c format: a real number is required, not %s", conv,
-                                  tv_type_name(arg));
-            long long v = arg.type == TV_FLOAT ? (long long)arg.f : (long long)as_i64(arg);
-            if (conv == 'c') {
-                char u8[4];
-                size_t k = tpl_utf8_enc((uint32_t)v, u8);
-                if (sb_put(c, &b, u8, k)) return -1;
-                break;
-            }
-            spec[sl++] = 'l';
-            spec[sl++] = 'l';
-            spec[sl++] = conv == 'i' || conv == 'u' ? 'd' : conv;
-            spec[sl] = 0;
-            snprintf(tmp, sizeof tmp, spec, v);
-            if (sb_puts(c, &b, tmp)) return -1;
-            break;
-        }
-        case 'f':
-        case 'F':
-        case 'e':
-        case 'E':
-        case 'g':
-        case 'G':
-            if (!tv_is_num(arg))
-                return type_error(c, "must be real number, not %s", tv_type_name(arg));
-            spec[sl++] = conv;
-            spec[sl] = 0;
-            snprintf(tmp, sizeof tmp, spec, as_f64(arg));
-            if (sb_puts(c, &b, tmp)) return -1;
-            break;
-        default:
-            return rt_fail(c, KILN_TEMPLATE_ERR_TYPE, "ValueError",
-                           "unsupported format character '%c'", conv);
-        }
-    }
-    if (!mapping_like && ai < an)
-        return type_error(c, "not all arguments converted during string formatting");
-    if (!b.p) return tv_strc(c, "", 0, out);
-    return sb_str(c, &b, out);
-}
-
-/* ---------------------------------------------------------------------------------------- */
-/* attribute and item access (SandboxedEnvironment.getattr / getitem)                        */
-
-static int loop_attr(rctx *c, tv obj, const tstr *a, tv *out) {
-    const tloop *lp = obj.lp;
-    int64_t i = (int64_t)lp->i, n = (int64_t)lp->n;
-    if (tpl_str_eq(a, "index"))
-        *out = tv_int(i + 1);
-    else if (tpl_str_eq(a, "index0"))
-        *out = tv_int(i);
-    else if (tpl_str_eq(a, "revindex"))
-        *out = tv_int(n - i);
-    else if (tpl_str_eq(a, "revindex0"))
-        *out = tv_int(n - i - 1);
-    else if (tpl_str_eq(a, "first"))
-        *out = tv_bool(i == 0);
-    else if (tpl_str_eq(a, "last"))
-        *out = tv_bool(i == n - 1);
-    else if (tpl_str_eq(a, "length"))
-        *out = tv_int(n);
-    else if (tpl_str_eq(a, "depth"))
-        *out = tv_int(lp->depth);
-    else if (tpl_str_eq(a, "depth0"))
-        *out = tv_int(lp->depth - 1);
-    else if (tpl_str_eq(a, "previtem"))
-        *out = i > 0 ? lp->items->v[i - 1]
-                     : tv_undef_hint(c, "there is no previous item", UX_UNDEFINED);
-    else if (tpl_str_eq(a, "nextitem"))
-        *out = i + 1 < n ? lp->items->v[i + 1]
-                         : tv_undef_hint(c, "there is no next item", UX_UNDEFINED);
-    else
-        return 0;
-    return 1;
-}
-
-static int bound_method(rctx *c, tv obj, int id, tv *out) {
-    tfunc *f = tpl_zalloc(&c->ar, sizeof *f);
-    if (!f) return rt_oom(c);
-    f->kind = F_METHOD;
-    f->id = id;
-    f->self = obj;
-    out->type = TV_FUNC;
-    out->markup = 0;
-    out->fn = f;
-    return 1;
-}
-
-/* Python getattr(obj, name) for the attributes templates can reach. 1 found, 0 not, -1 err. */
-static int attr_only(rctx *c, tv obj, const tstr *a, tv *out) {
-    if (obj.type == TV_UNDEF) return tv_undef_fail(c, obj);
-    if (a->len >= 4 && a->s[0] == '_' && a->s[1] == '_' && a->s[a->len - 1] == '_' &&
-        a->s[a->len - 2] == '_') {
-        char msg[200];
-        snprintf(msg, sizeof msg, "access to attribute '%.*s' of '%s' object is unsafe.",
-                 (int)(a->len > 60 ? 60 : a->len), a->s, tv_type_name(obj));
-        *out = tv_undef_hint(c, msg, UX_SECURITY);
-        return 1;
-    }
-    if (obj.type == TV_NS) {
-        tv *p = td_get_str(obj.d, a->s, a->len);
-        if (p) {
-            *out = *p;
-            return 1;
-        }
-        return 0;
-    }
-    if (obj.type == TV_LOOP) {
-        int r = loop_attr(c, obj, a, out);
-        if (r) return r;
-    }
-    if (obj.type == TV_LIST && obj.l->kind == L_TUPLE && obj.l->gen_name == tpl_group_tuple &&
-        obj.l->n == 2) { /* groupby's _GroupTuple(grouper, list) */
-        if (tpl_str_eq(a, "grouper")) {
-            *out = obj.l->v[0];
-            return 1;
-        }
-        if (tpl_str_eq(a, "list")) {
-            *out = obj.l->v[1];
-            return 1;
-        }
-    }
-    bool unsafe = false;
-    int id = tpl_method_id(obj, a->s, a->len, &unsafe);
-    if (id >= 0) {
-        if (unsafe) {
-            char msg[200];
-            snprintf(msg, sizeof msg, "access to attribute '%s' of '%s' object is unsafe.", a->s,
-                     tv_type_name(obj));
-            *out = tv_undef_hint(c, msg, UX_SECURITY);
-            return 1;
-        }
-        return bound_method(c, obj, id, out);
-    }
-    return 0;
-}
-
-static int normalize_index(int64_t i, size_t n, size_t *out) {
-    if (i < 0) i += (int64_t)n;
-    if (i < 0 || (uint64_t)i >= n) return 0;
-    *out = (size_t)i;
-    return 1;
-}
-
-/* Python obj[key]: 1 found, 0 LookupError/TypeError (not fatal here), -1 err. */
-static int item_only(rctx *c, tv obj, tv key, tv *out) {
-    if (obj.type == TV_UNDEF) return tv_undef_fail(c, obj);
-    if (obj.type == TV_DICT) {
-        tv *p;
-        if (!tv_hashable(key)) return 0; /* a TypeError, which getitem swallows */
-        if (td_get(c, obj.d, key, &p)) return -1;
-        if (p) {
-            *out = *p;
-            return 1;
-        }
-        return 0;
-    }
-    bool is_int = key.type == TV_INT || key.type == TV_BOOL;
-    size_t idx;
-    if (obj.type == TV_LIST && tv_is_seq(obj)) {
-        if (!is_int || !normalize_index(as_i64(key), obj.l->n, &idx)) return 0;
-        *out = obj.l->v[idx];
-        return 1;
-    }
-    if (obj.type == TV_STR) {
-        if (!is_int || !normalize_index(as_i64(key), obj.s->nchars, &idx)) return 0;
-        const char *p = obj.s->s;
-        size_t off = 0, adv = 0;
-        for (size_t k = 0;; k++) {
-            tpl_utf8_dec(p + off, obj.s->len - off, &adv);
-            if (k == idx) break;
-            off += adv;
-        }
-        if (tv_strc(c, p + off, adv, out)) return -1;
-        out->markup = obj.markup;
-        return 1;
-    }
-    return 0;
-}
-
-int rt_getattr(rctx *c, tv obj, const tstr *attr, tv *out) {
-    int r = attr_only(c, obj, attr, out);
-    if (r) return r < 0 ? -1 : 0;
-    r = item_only(c, obj, tv_str(attr), out);
-    if (r) return r < 0 ? -1 : 0;
-    *out = tv_undef_attr(c, obj, tv_str(attr));
-    return 0;
-}
-
-int rt_getitem(rctx *c, tv obj, tv key, tv *out) {
-    int r = item_only(c, obj, key, out);
-    if (r) return r < 0 ? -1 : 0;
-    if (key.type == TV_STR) {
-        r = attr_only(c, obj, key.s, out);
-        if (r) return r < 0 ? -1 : 0;
-    }
-    *out = tv_undef_attr(c, obj, key);
-    return 0;
-}
-
-/* Python slice semantics: indices for obj[lo:hi:step]. */
-static int slice_indices(rctx *c, tv lo, tv hi, tv st, int64_t n, int64_t *start, int64_t *stop,
-                         int64_t *step, bool *bad) {
-    *bad = false;
-    int64_t s = 1;
-    if (st.type != TV_NONE) {
-        if (st.type != TV_INT && st.type != TV_BOOL) {
-            *bad = true;
-            return 0;
-        }
-        s = as_i64(st);
-        if (s == 0)
-            return rt_fail(c, KILN_TEMPLATE_ERR_TYPE, "ValueError", "slice step cannot be zero");
-    }
-    int64_t a, b;
-    if (lo.type == TV_NONE) {
-        a = s > 0 ? 0 : n - 1;
-    } else {
-        if (lo.type != TV_INT && lo.type != TV_BOOL) {
-            *bad = true;
-            return 0;
-        }
-        a = as_i64(lo);
-        if (a < 0) a += n;
-        if (a < 0) a = s > 0 ? 0 : -1;
-        if (a >= n) a = s > 0 ? n : n - 1;
-    }
-    if (hi.type == TV_NONE) {
-        b = s > 0 ? n : -1;
-    } else {
-        if (hi.type != TV_INT && hi.type != TV_BOOL) {
-            *bad = true;
-            return 0;
-        }
-        b = as_i64(hi);
-        if (b < 0) b += n;
-        if (b < 0) b = s > 0 ? 0 : -1;
-        if (b >= n) b = s > 0 ? n : n - 1;
-    }
-    *start = a;
-    *stop = b;
-    *step = s;
-    return 0;
-}
-
-/* Jinja2 compiles slices to a plain Python subscript (no sandbox getitem), so every failure
- * here is an error, not an undefined. */
-static int do_slice(rctx *c, tv obj, tv lo, tv hi, tv st, tv *out) {
-    if (obj.type == TV_UNDEF) return tv_undef_fail(c, obj);
-    bool is_str = obj.type == TV_STR;
-    if (!is_str && !tv_is_seq(obj)) {
-        if (obj.type == TV_DICT) return type_error(c, "unhashable type: 'slice'");
-        return type_error(c, "'%s' object is not subscriptable", tv_type_name(obj));
-    }
-    int64_t n = is_str ? (int64_t)obj.s->nchars : (int64_t)obj.l->n;
-    int64_t a = 0, b = 0, s = 1;
-    bool bad;
-    if (slice_indices(c, lo, hi, st, n, &a, &b, &s, &bad)) return -1;
-    if (bad)
-        return type_error(c, "slice indices must be integers or None or have an __index__ method");
-    size_t count = 0;
-    if (s > 0 && b > a) count = (size_t)((b - a + s - 1) / s);
-    if (s < 0 && a > b) count = (size_t)((a - b + (-s) - 1) / (-s));
-    if (rt_step(c, count)) return -1;
-    if (is_str) {
-        /* code point offsets */
-        size_t *offs = tpl_alloc(&c->ar, ((size_t)n + 1) * sizeof *offs);
-        if (!offs) return rt_oom(c);
-        size_t off = 0;
-        for (int64_t k = 0; k < n; k++) {
-            size_t adv;
-            offs[k] = off;
-            tpl_utf8_dec(obj.s->s + off, obj.s->len - off, &adv);
-            off += adv;
-        }
-        offs[n] = off;
-        sbuf sb = {0};
-        if (s == 1) {
-            if (count && sb_put(c, &sb, obj.s->s + offs[a], offs[a + (int64_t)count] - offs[a]))
-                return -1;
-        } else {
-            for (size_t k = 0; k < count; k++) {
-                int64_t i = a + (int64_t)k * s;
-                if (sb_put(c, &sb, obj.s->s + offs[i], offs[i + 1] - offs[i])) return -1;
-            }
-        }
-        if (!sb.p) {
-            if (tv_strc(c, "", 0, out)) return -1;
-        } else if (sb_str(c, &sb, out)) {
-            return -1;
-        }
-        out->markup = obj.markup;
-        return 0;
-    }
-    tlist *l = tl_new(c, obj.l->kind == L_TUPLE ? L_TUPLE : L_LIST, count);
-    if (!l) return -1;
-    for (size_t k = 0; k < count; k++) l->v[l->n++] = obj.l->v[a + (int64_t)k * s];
-    if (obj.l->kind == L_RANGE) { /* a range sliced is a range */
-        l->kind = L_RANGE;
-        l->r_step = obj.l->r_step * s;
-        l->r_start = obj.l->r_start + a * obj.l->r_step;
-        l->r_stop = obj.l->r_start + b * obj.l->r_step;
-    }
-    *out = tv_list(l);
-    return 0;
-}
-
-/* `a in b` */
-static int contains(rctx *c, tv item, tv container, bool *out) {
-    switch (container.type) {
-    case TV_STR:
-        if (item.type == TV_UNDEF) return tv_undef_fail(c, item);
-        if (item.type != TV_STR)
-            return type_error(c, "'in <string>' requires string as left operand, not %s",
-                              tv_type_name(item));
-        *out = item.s->len == 0 ||
-               memmem(container.s->s, container.s->len, item.s->s, item.s->len) != NULL;
-        return 0;
-    case TV_DICT: {
-        tv *p;
-        if (td_get(c, container.d, item, &p)) return -1;
-        *out = p != NULL;
-        return 0;
-    }
-    case TV_UNDEF:
-        if (container.u && container.u->exc == UX_SECURITY) return tv_undef_fail(c, container);
-        *out = false;
-        return 0;
-    case TV_LIST: {
-        const tlist *l = container.l;
-        size_t from = l->kind == L_GEN ? l->pos : 0;
-        *out = false;
-        for (size_t k = from; k < l->n; k++) {
-            if (tv_eq(l->v[k], item)) {
-                *out = true;
-                if (l->kind == L_GEN) container.l->pos = k + 1;
-                return rt_step(c, k - from + 1);
-            }
-        }
-        if (l->kind == L_GEN) container.l->pos = l->n;
-        return rt_step(c, l->n - from);
-    }
-    default:
-        return type_error(c, "argument of type '%s' is not iterable", tv_type_name(container));
-    }
-}
-
-int tpl_contains(rctx *c, tv item, tv container, bool *out);
-int tpl_contains(rctx *c, tv item, tv container, bool *out) {
-    return contains(c, item, container, out);
-}
-
-/* ---------------------------------------------------------------------------------------- */
 /* calls                                                                                     */
 
 static int exec_body(rctx *c, const body *b, scope *sc);
@@ -944,7 +166,8 @@ static int call_macro(rctx *c, const tfunc *fn, const tv *args, size_t nargs, co
         for (size_t k = 0; k < nkw; k++) {
             if (!used[k] && name_eq(kwn[k], pn)) {
                 if (set) {
-                    type_error(c, "macro '%s' got multiple values for argument '%s'", mname, pn->s);
+                    rt_type_error(c, "macro '%s' got multiple values for argument '%s'", mname,
+                                  pn->s);
                     goto done;
                 }
                 v = kwv[k];
@@ -968,7 +191,7 @@ static int call_macro(rctx *c, const tfunc *fn, const tv *args, size_t nargs, co
     }
     if (nargs > sig->nparams) {
         if (!sig->uses_varargs) {
-            type_error(c, "macro '%s' takes not more than %zu argument(s)", mname, sig->nparams);
+            rt_type_error(c, "macro '%s' takes not more than %zu argument(s)", mname, sig->nparams);
             goto done;
         }
     }
@@ -984,7 +207,7 @@ static int call_macro(rctx *c, const tfunc *fn, const tv *args, size_t nargs, co
     for (size_t k = 0; k < nkw; k++) {
         if (used[k]) continue;
         if (!kw) {
-            type_error(c, "macro '%s' takes no keyword argument '%s'", mname, kwn[k]->s);
+            rt_type_error(c, "macro '%s' takes no keyword argument '%s'", mname, kwn[k]->s);
             goto done;
         }
         if (td_set(c, kw, tv_str(kwn[k]), kwv[k])) goto done;
@@ -1002,18 +225,18 @@ done:
 
 static int to_int_arg(rctx *c, tv v, int64_t *out) {
     if (v.type == TV_INT || v.type == TV_BOOL) {
-        *out = as_i64(v);
+        *out = v.type == TV_BOOL ? (int64_t)v.b : v.i;
         return 0;
     }
     if (v.type == TV_UNDEF) return tv_undef_fail(c, v);
-    return type_error(c, "'%s' object cannot be interpreted as an integer", tv_type_name(v));
+    return rt_type_error(c, "'%s' object cannot be interpreted as an integer", tv_type_name(v));
 }
 
 static int dict_from_args(rctx *c, const tv *args, size_t nargs, const tstr **kwn, const tv *kwv,
                           size_t nkw, const char *fname, tdict **out) {
     tdict *d = td_new(c);
     if (!d) return -1;
-    if (nargs > 1) return type_error(c, "%s expected at most 1 argument, got %zu", fname, nargs);
+    if (nargs > 1) return rt_type_error(c, "%s expected at most 1 argument, got %zu", fname, nargs);
     if (nargs == 1) {
         tv a = args[0];
         if (a.type == TV_DICT || a.type == TV_NS) {
@@ -1042,7 +265,7 @@ static int dict_from_args(rctx *c, const tv *args, size_t nargs, const tstr **kw
 
 static int do_strftime(rctx *c, tv fmtv, tv *out) {
     if (fmtv.type != TV_STR)
-        return type_error(c, "strftime() argument 1 must be str, not %s", tv_type_name(fmtv));
+        return rt_type_error(c, "strftime() argument 1 must be str, not %s", tv_type_name(fmtv));
     struct tm tm;
     if (c->now) {
         tm = *c->now;
@@ -1095,9 +318,9 @@ static int call_builtin(rctx *c, int id, const tv *args, size_t nargs, const tst
                         const tv *kwv, size_t nkw, tv *out) {
     switch (id) {
     case G_RANGE: {
-        if (nkw) return type_error(c, "range() takes no keyword arguments");
+        if (nkw) return rt_type_error(c, "range() takes no keyword arguments");
         if (nargs < 1 || nargs > 3)
-            return type_error(c, "range expected at least 1 argument, got %zu", nargs);
+            return rt_type_error(c, "range expected at least 1 argument, got %zu", nargs);
         int64_t a = 0, b, s = 1;
         if (nargs == 1) {
             if (to_int_arg(c, args[0], &b)) return -1;
@@ -1139,8 +362,8 @@ static int call_builtin(rctx *c, int id, const tv *args, size_t nargs, const tst
     }
     case G_RAISE: {
         if (nargs != 1 || nkw)
-            return type_error(c, "raise_exception() takes 1 positional argument but %zu were given",
-                              nargs + nkw);
+            return rt_type_error(
+                c, "raise_exception() takes 1 positional argument but %zu were given", nargs + nkw);
         tv m;
         if (args[0].type == TV_UNDEF) {
             m = args[0];
@@ -1152,8 +375,8 @@ static int call_builtin(rctx *c, int id, const tv *args, size_t nargs, const tst
     }
     case G_STRFTIME:
         if (nargs != 1 || nkw)
-            return type_error(c, "strftime_now() takes 1 positional argument but %zu were given",
-                              nargs + nkw);
+            return rt_type_error(c, "strftime_now() takes 1 positional argument but %zu were given",
+                                 nargs + nkw);
         if (args[0].type == TV_UNDEF) return tv_undef_fail(c, args[0]);
         return do_strftime(c, args[0], out);
     }
@@ -1166,7 +389,8 @@ int rt_call(rctx *c, tv fn, const tv *args, size_t nargs, const tstr **kwn, cons
             size_t nkw, tv *out) {
     if (fn.type == TV_UNDEF) return tv_undef_fail(c, fn);
     if (fn.type == TV_LOOP) return call_loop(c, fn, args, nargs, nkw, out);
-    if (fn.type != TV_FUNC) return type_error(c, "'%s' object is not callable", tv_type_name(fn));
+    if (fn.type != TV_FUNC)
+        return rt_type_error(c, "'%s' object is not callable", tv_type_name(fn));
     switch (fn.fn->kind) {
     case F_BUILTIN:
         return call_builtin(c, fn.fn->id, args, nargs, kwn, kwv, nkw, out);
@@ -1176,7 +400,7 @@ int rt_call(rctx *c, tv fn, const tv *args, size_t nargs, const tstr **kwn, cons
     case F_CALLER:
         return call_macro(c, fn.fn, args, nargs, kwn, kwv, nkw, out);
     }
-    return type_error(c, "object is not callable");
+    return rt_type_error(c, "object is not callable");
 }
 
 /* ---------------------------------------------------------------------------------------- */
@@ -1201,8 +425,8 @@ static int eval_args(rctx *c, const callargs *a, scope *sc, evargs *ea, size_t e
     if (a->dyn_kwargs) {
         if (tpl_eval(c, a->dyn_kwargs, sc, &dyn_k)) return -1;
         if (dyn_k.type != TV_DICT)
-            return type_error(c, "argument after ** must be a mapping, not %s",
-                              tv_type_name(dyn_k));
+            return rt_type_error(c, "argument after ** must be a mapping, not %s",
+                                 tv_type_name(dyn_k));
         nk += dyn_k.d->n;
     }
     ea->args = tpl_alloc(&c->ar, (np + 1) * sizeof(tv));
@@ -1222,7 +446,7 @@ static int eval_args(rctx *c, const callargs *a, scope *sc, evargs *ea, size_t e
     if (a->dyn_kwargs) {
         for (size_t k = 0; k < dyn_k.d->n; k++) {
             tv key = dyn_k.d->e[k].k;
-            if (key.type != TV_STR) return type_error(c, "keywords must be strings");
+            if (key.type != TV_STR) return rt_type_error(c, "keywords must be strings");
             ea->kwn[ea->nkw] = key.s;
             ea->kwv[ea->nkw++] = dyn_k.d->e[k].v;
         }
@@ -1257,10 +481,10 @@ static int eval_compare(rctx *c, const expr *e, scope *sc, tv *out) {
             if (tv_le(c, right, left, &r)) return -1;
             break;
         case CMP_IN:
-            if (contains(c, left, right, &r)) return -1;
+            if (tpl_contains(c, left, right, &r)) return -1;
             break;
         case CMP_NOTIN:
-            if (contains(c, left, right, &r)) return -1;
+            if (tpl_contains(c, left, right, &r)) return -1;
             r = !r;
             break;
         }
@@ -1327,7 +551,7 @@ static int eval_inner(rctx *c, const expr *e, scope *sc, tv *out) {
                 return -1;
             c->line = e->line;
             c->col = e->col;
-            return do_slice(c, obj, lo, hi, st, out);
+            return tpl_slice(c, obj, lo, hi, st, out);
         }
         tv key;
         if (tpl_eval(c, k, sc, &key)) return -1;
@@ -1388,25 +612,14 @@ static int eval_inner(rctx *c, const expr *e, scope *sc, tv *out) {
     case E_POS: {
         tv v;
         if (tpl_eval(c, e->bin.a, sc, &v)) return -1;
-        if (v.type == TV_UNDEF) return tv_undef_fail(c, v);
-        if (!tv_is_num(v))
-            return type_error(c, "bad operand type for unary %c: '%s'",
-                              e->kind == E_NEG ? '-' : '+', tv_type_name(v));
-        if (v.type == TV_FLOAT) {
-            *out = tv_float(e->kind == E_NEG ? -v.f : v.f);
-        } else {
-            int64_t i = as_i64(v);
-            if (e->kind == E_NEG && i == INT64_MIN) return overflow(c);
-            *out = tv_int(e->kind == E_NEG ? -i : i);
-        }
-        return 0;
+        return tpl_unary(c, e->kind == E_NEG, v, out);
     }
     case E_BIN: {
         tv a, b;
         if (tpl_eval(c, e->bin.a, sc, &a) || tpl_eval(c, e->bin.b, sc, &b)) return -1;
         c->line = e->line;
         c->col = e->col;
-        return binop(c, e->op, a, b, out);
+        return tpl_binop(c, e->op, a, b, out);
     }
     case E_AND:
     case E_OR: {
@@ -1549,8 +762,9 @@ static int exec_for(rctx *c, const stmt *s, scope *sc) {
 static int call_loop(rctx *c, tv lv, const tv *args, size_t nargs, size_t nkw, tv *out) {
     const tloop *lp = lv.lp;
     if (!lp->node->loop.recursive)
-        return type_error(c, "The loop must have the 'recursive' marker to be called recursively.");
-    if (nargs != 1 || nkw) return type_error(c, "loop() takes exactly one argument");
+        return rt_type_error(c,
+                             "The loop must have the 'recursive' marker to be called recursively.");
+    if (nargs != 1 || nkw) return rt_type_error(c, "loop() takes exactly one argument");
     if (enter(c)) return -1;
     sbuf buf = {0};
     sbuf *saved = c->out;
@@ -1619,7 +833,8 @@ static int exec_stmt(rctx *c, const stmt *s, scope *sc) {
         /* Jinja2 yields a filter block's result without str(): the final ''.join fails on
            anything but a string */
         if (v.type != TV_STR)
-            return type_error(c, "sequence item: expected str instance, %s found", tv_type_name(v));
+            return rt_type_error(c, "sequence item: expected str instance, %s found",
+                                 tv_type_name(v));
         if (output_value(c, v)) return -1;
         return ctl;
     }
@@ -1688,7 +903,6 @@ static int exec_body(rctx *c, const body *b, scope *sc) {
     return r;
 }
 
-int tpl_render_root(rctx *c, const body *root, sbuf *out);
 int tpl_render_root(rctx *c, const body *root, sbuf *out) {
     c->out = out;
     int r = exec_body(c, root, c->root);

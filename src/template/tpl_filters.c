@@ -1,7 +1,5 @@
-/* tpl_filters.c - Jinja2 3.1's built-in filters and tests (jinja2/filters.py, jinja2/tests.py,
- * "List of Builtin Filters/Tests" in the Template Designer Documentation), transformers'
- * tojson, and the str/dict/list methods the ImmutableSandboxedEnvironment lets templates
- * call (Python semantics; mutating methods such as list.append or dict.update are refused).
+/* tpl_filters.c - Jinja2 3.1's built-in filters (jinja2/filters.py, "List of Builtin Filters"
+ * in the Template Designer Documentation) and transformers' tojson.
  *
  * Filters returning generators in Jinja2 (map, select, reject, selectattr, rejectattr,
  * unique, items, batch, slice, reverse of a sequence) return one here too: iterable once,
@@ -14,230 +12,10 @@
 #include <string.h>
 
 #include "template/tpl.h"
-
-int tpl_escape(rctx *c, tv v, tv *out);
-int tpl_binop(rctx *c, int op, tv a, tv b, tv *out);
-int tpl_percent_format(rctx *c, tv fmt, tv args, tv *out);
-int tpl_contains(rctx *c, tv item, tv container, bool *out);
-
-/* ---------------------------------------------------------------------------------------- */
-/* tables                                                                                    */
-
-enum {
-    FL_ABS,
-    FL_ATTR,
-    FL_BATCH,
-    FL_CAPITALIZE,
-    FL_CENTER,
-    FL_COUNT,
-    FL_D,
-    FL_DEFAULT,
-    FL_DICTSORT,
-    FL_E,
-    FL_ESCAPE,
-    FL_FIRST,
-    FL_FLOAT,
-    FL_FORCEESCAPE,
-    FL_FORMAT,
-    FL_GROUPBY,
-    FL_INDENT,
-    FL_INT,
-    FL_ITEMS,
-    FL_JOIN,
-    FL_LAST,
-    FL_LENGTH,
-    FL_LIST,
-    FL_LOWER,
-    FL_MAP,
-    FL_MAX,
-    FL_MIN,
-    FL_REJECT,
-    FL_REJECTATTR,
-    FL_REPLACE,
-    FL_REVERSE,
-    FL_ROUND,
-    FL_SAFE,
-    FL_SELECT,
-    FL_SELECTATTR,
-    FL_SLICE,
-    FL_SORT,
-    FL_STRING,
-    FL_SUM,
-    FL_TITLE,
-    FL_TOJSON,
-    FL_TRIM,
-    FL_TRUNCATE,
-    FL_UNIQUE,
-    FL_UPPER,
-    FL_WORDCOUNT,
-    FL_COUNT_
-};
-
-static const char *const filter_names[FL_COUNT_] = {
-    "abs",        "attr",     "batch",   "capitalize", "center", "count",  "d",
-    "default",    "dictsort", "e",       "escape",     "first",  "float",  "forceescape",
-    "format",     "groupby",  "indent",  "int",        "items",  "join",   "last",
-    "length",     "list",     "lower",   "map",        "max",    "min",    "reject",
-    "rejectattr", "replace",  "reverse", "round",      "safe",   "select", "selectattr",
-    "slice",      "sort",     "string",  "sum",        "title",  "tojson", "trim",
-    "truncate",   "unique",   "upper",   "wordcount",
-};
-
-/* Jinja2 filters this interpreter does not implement (parse error UNSUPPORTED). */
-static const char *const unsupported_filters[] = {
-    "filesizeformat", "pprint",   "random",  "striptags", "urlencode",
-    "urlize",         "wordwrap", "xmlattr", NULL,
-};
-
-enum {
-    TS_ODD,
-    TS_EVEN,
-    TS_DIVISIBLEBY,
-    TS_DEFINED,
-    TS_UNDEFINED,
-    TS_FILTER,
-    TS_TEST,
-    TS_NONE,
-    TS_BOOLEAN,
-    TS_FALSE,
-    TS_TRUE,
-    TS_INTEGER,
-    TS_FLOAT,
-    TS_LOWER,
-    TS_UPPER,
-    TS_STRING,
-    TS_MAPPING,
-    TS_NUMBER,
-    TS_SEQUENCE,
-    TS_ITERABLE,
-    TS_CALLABLE,
-    TS_SAMEAS,
-    TS_ESCAPED,
-    TS_IN,
-    TS_EQ,
-    TS_NE,
-    TS_GT,
-    TS_GE,
-    TS_LT,
-    TS_LE,
-    TS_COUNT_
-};
-
-static const struct {
-    const char *name;
-    int id;
-} test_names[] = {
-    {"odd", TS_ODD},
-    {"even", TS_EVEN},
-    {"divisibleby", TS_DIVISIBLEBY},
-    {"defined", TS_DEFINED},
-    {"undefined", TS_UNDEFINED},
-    {"filter", TS_FILTER},
-    {"test", TS_TEST},
-    {"none", TS_NONE},
-    {"boolean", TS_BOOLEAN},
-    {"false", TS_FALSE},
-    {"true", TS_TRUE},
-    {"integer", TS_INTEGER},
-    {"float", TS_FLOAT},
-    {"lower", TS_LOWER},
-    {"upper", TS_UPPER},
-    {"string", TS_STRING},
-    {"mapping", TS_MAPPING},
-    {"number", TS_NUMBER},
-    {"sequence", TS_SEQUENCE},
-    {"iterable", TS_ITERABLE},
-    {"callable", TS_CALLABLE},
-    {"sameas", TS_SAMEAS},
-    {"escaped", TS_ESCAPED},
-    {"in", TS_IN},
-    {"==", TS_EQ},
-    {"eq", TS_EQ},
-    {"equalto", TS_EQ},
-    {"!=", TS_NE},
-    {"ne", TS_NE},
-    {">", TS_GT},
-    {"gt", TS_GT},
-    {"greaterthan", TS_GT},
-    {">=", TS_GE},
-    {"ge", TS_GE},
-    {"<", TS_LT},
-    {"lt", TS_LT},
-    {"lessthan", TS_LT},
-    {"<=", TS_LE},
-    {"le", TS_LE},
-};
-
-static bool name_is(const char *a, size_t n, const char *b) {
-    return strlen(b) == n && memcmp(a, b, n) == 0;
-}
-
-int tpl_filter_id(const char *name, size_t len) {
-    for (int k = 0; k < FL_COUNT_; k++)
-        if (name_is(name, len, filter_names[k])) return k;
-    for (int k = 0; unsupported_filters[k]; k++)
-        if (name_is(name, len, unsupported_filters[k])) return -2;
-    return -1;
-}
-
-int tpl_test_id(const char *name, size_t len) {
-    for (size_t k = 0; k < sizeof test_names / sizeof test_names[0]; k++)
-        if (name_is(name, len, test_names[k].name)) return test_names[k].id;
-    return -1;
-}
+#include "template/tpl_names.h"
 
 /* ---------------------------------------------------------------------------------------- */
 /* helpers                                                                                   */
-
-static int targ_error(rctx *c, const char *fmt, const char *a, const char *b) {
-    char buf[300];
-    snprintf(buf, sizeof buf, fmt, a, b);
-    return rt_fail(c, KILN_TEMPLATE_ERR_TYPE, "TypeError", "%s", buf);
-}
-
-/* Bind Python-style arguments to the parameter list `names` (np of them); `req` leading
- * parameters are required. out[k] is TV_UNDEF with u == NULL and given[k] false for absent
- * optional parameters. */
-static int bind(rctx *c, const char *fname, const char *const *names, size_t np, size_t req,
-                const tv *args, size_t nargs, const tstr **kwn, const tv *kwv, size_t nkw, tv *out,
-                bool *given) {
-    if (nargs > np) {
-        char msg[200];
-        snprintf(msg, sizeof msg, "%s() takes at most %zu arguments (%zu given)", fname, np, nargs);
-        return rt_fail(c, KILN_TEMPLATE_ERR_TYPE, "TypeError", "%s", msg);
-    }
-    for (size_t k = 0; k < np; k++) {
-        given[k] = k < nargs;
-        out[k] = k < nargs ? args[k] : tv_undef();
-    }
-    for (size_t j = 0; j < nkw; j++) {
-        size_t k = 0;
-        while (k < np && !tpl_str_eq(kwn[j], names[k])) k++;
-        if (k == np)
-            return targ_error(c, "%s() got an unexpected keyword argument '%s'", fname, kwn[j]->s);
-        if (given[k])
-            return targ_error(c, "%s() got multiple values for argument '%s'", fname, kwn[j]->s);
-        given[k] = true;
-        out[k] = kwv[j];
-    }
-    for (size_t k = 0; k < req; k++)
-        if (!given[k]) return targ_error(c, "%s() missing required argument '%s'", fname, names[k]);
-    return 0;
-}
-
-static int64_t ival(tv v) {
-    return v.type == TV_BOOL ? (int64_t)v.b : v.type == TV_FLOAT ? (int64_t)v.f : v.i;
-}
-
-static int need_int(rctx *c, tv v, const char *what, int64_t *out) {
-    if (v.type == TV_INT || v.type == TV_BOOL) {
-        *out = ival(v);
-        return 0;
-    }
-    if (v.type == TV_UNDEF) return tv_undef_fail(c, v);
-    return targ_error(c, "'%s' object cannot be interpreted as an integer (%s)", tv_type_name(v),
-                      what);
-}
 
 /* soft_str: str(v), keeping Markup. */
 static int soft_str(rctx *c, tv v, tv *out) {
@@ -248,31 +26,6 @@ static int soft_str(rctx *c, tv v, tv *out) {
     return tv_to_str(c, v, out);
 }
 
-typedef struct cpbuf {
-    uint32_t *cp;
-    size_t n;
-} cpbuf;
-
-static int to_cps(rctx *c, const tstr *s, cpbuf *o) {
-    o->cp = tpl_alloc(&c->ar, (s->nchars + 1) * sizeof(uint32_t));
-    if (!o->cp) return rt_oom(c);
-    o->n = 0;
-    for (size_t i = 0; i < s->len;) {
-        size_t adv;
-        o->cp[o->n++] = tpl_utf8_dec(s->s + i, s->len - i, &adv);
-        i += adv;
-    }
-    return 0;
-}
-
-static int from_cps(rctx *c, const uint32_t *cp, size_t n, tv *out) {
-    char *buf = tpl_alloc(&c->ar, n * 4 + 1);
-    if (!buf) return rt_oom(c);
-    size_t o = 0;
-    for (size_t k = 0; k < n; k++) o += tpl_utf8_enc(cp[k], buf + o);
-    return tv_strc(c, buf, o, out);
-}
-
 static int make_gen(rctx *c, tlist *items, const char *name, tv *out) {
     items->kind = L_GEN;
     items->pos = 0;
@@ -281,27 +34,9 @@ static int make_gen(rctx *c, tlist *items, const char *name, tv *out) {
     return 0;
 }
 
-/* Python str.lower() on a value already known to be a str. */
-static int str_case(rctx *c, tv s, int mode, tv *out) { /* 0 lower, 1 upper, 2 swapcase */
-    cpbuf b;
-    if (to_cps(c, s.s, &b)) return -1;
-    for (size_t k = 0; k < b.n; k++) {
-        uint32_t x = b.cp[k];
-        if (mode == 0)
-            b.cp[k] = tpl_lower(x);
-        else if (mode == 1)
-            b.cp[k] = tpl_upper(x);
-        else
-            b.cp[k] = tpl_is_cased_upper(x) ? tpl_lower(x) : tpl_upper(x);
-    }
-    if (from_cps(c, b.cp, b.n, out)) return -1;
-    out->markup = s.markup;
-    return 0;
-}
-
 /* ignore_case postprocessor */
 static int ignore_case(rctx *c, tv v, tv *out) {
-    if (v.type == TV_STR) return str_case(c, v, 0, out);
+    if (v.type == TV_STR) return tpl_str_case(c, v, 0, out);
     *out = v;
     return 0;
 }
@@ -403,345 +138,10 @@ static int sort_values(rctx *c, tv *keys, tv *vals, size_t n, bool reverse) {
     return S.failed ? -1 : 0;
 }
 
-/* ---------------------------------------------------------------------------------------- */
-/* Python float()/int() parsing of strings                                                   */
-
-static bool parse_py_float(const tstr *s, double *out) {
-    const char *p = s->s, *e = s->s + s->len;
-    while (p < e && ((unsigned char)*p <= ' ') && tpl_is_space((unsigned char)*p)) p++;
-    while (e > p && tpl_is_space((unsigned char)e[-1])) e--;
-    if (p == e) return false;
-    char buf[128];
-    size_t o = 0;
-    for (const char *q = p; q < e; q++) {
-        if (*q == '_') {
-            if (q == p || q + 1 == e || !(q[-1] >= '0' && q[-1] <= '9') ||
-                !(q[1] >= '0' && q[1] <= '9'))
-                return false;
-            continue;
-        }
-        if (o + 1 >= sizeof buf) return false;
-        buf[o++] = *q;
-    }
-    buf[o] = 0;
-    const char *b = buf;
-    if (*b == '+' || *b == '-') b++;
-    if (!strcasecmp(b, "inf") || !strcasecmp(b, "infinity") || !strcasecmp(b, "nan")) {
-        double v = (b[0] | 32) == 'n' ? NAN : INFINITY;
-        *out = buf[0] == '-' ? -v : v;
-        return true;
-    }
-    for (const char *q = b; *q; q++)
-        if (!strchr("0123456789.eE+-", *q)) return false;
-    char *end;
-    *out = strtod(buf, &end);
-    return *end == 0 && end != buf;
-}
-
-static bool parse_py_int(const tstr *s, int base, int64_t *out, bool *overflow) {
-    const char *p = s->s, *e = s->s + s->len;
-    *overflow = false;
-    while (p < e && tpl_is_space((unsigned char)*p)) p++;
-    while (e > p && tpl_is_space((unsigned char)e[-1])) e--;
-    bool neg = false;
-    if (p < e && (*p == '+' || *p == '-')) neg = *p++ == '-';
-    if (p == e) return false;
-    if (base == 0 || base == 16 || base == 8 || base == 2) {
-        if (e - p >= 2 && p[0] == '0') {
-            char x = (char)(p[1] | 32);
-            int b = x == 'x' ? 16 : x == 'o' ? 8 : x == 'b' ? 2 : 0;
-            if (b && (base == 0 || base == b)) {
-                base = b;
-                p += 2;
-                if (p < e && *p == '_') p++;
-            }
-        }
-        if (base == 0) base = 10;
-    }
-    if (base < 2 || base > 36 || p == e) return false;
-    uint64_t v = 0;
-    bool prev_us = true;
-    for (; p < e; p++) {
-        if (*p == '_') {
-            if (prev_us) return false;
-            prev_us = true;
-            continue;
-        }
-        int d;
-        char ch = *p;
-        if (ch >= '0' && ch <= '9')
-            d = ch - '0';
-        else if ((ch | 32) >= 'a' && (ch | 32) <= 'z')
-            d = (ch | 32) - 'a' + 10;
-        else
-            return false;
-        if (d >= base) return false;
-        prev_us = false;
-        if (v > (UINT64_MAX - (uint64_t)d) / (uint64_t)base) {
-            *overflow = true;
-            return true;
-        }
-        v = v * (uint64_t)base + (uint64_t)d;
-    }
-    if (prev_us) return false;
-    if (v > (uint64_t)INT64_MAX + (neg ? 1 : 0)) {
-        *overflow = true;
-        return true;
-    }
-    *out = neg ? (int64_t)(0 - v) : (int64_t)v;
-    return true;
-}
-
-/* Python round(x, ndigits) for floats: correctly rounded through the decimal expansion. */
-static double py_round(double x, int64_t nd) {
-    if (!isfinite(x) || x == 0) return x;
-    if (nd > 320) return x;
-    if (nd >= 0) {
-        char buf[512];
-        snprintf(buf, sizeof buf, "%.*f", (int)nd, x);
-        return strtod(buf, NULL);
-    }
-    if (nd < -320) return copysign(0.0, x);
-    double p = pow(10.0, (double)-nd);
-    double y = x / p, z = round(y);
-    if (fabs(y - z) == 0.5) z = 2.0 * round(y / 2.0);
-    z *= p;
-    if (!isfinite(z)) return x;
-    return z;
-}
-
-/* ---------------------------------------------------------------------------------------- */
-/* string primitives shared by filters and methods                                           */
-
-static bool cp_in(uint32_t x, const cpbuf *set) {
-    for (size_t k = 0; k < set->n; k++)
-        if (set->cp[k] == x) return true;
-    return false;
-}
-
-/* str.strip/lstrip/rstrip(chars): which = 1 left, 2 right, 3 both */
-static int str_strip(rctx *c, tv s, tv chars, int which, tv *out) {
-    cpbuf b, set = {0};
-    bool ws = chars.type == TV_NONE || (chars.type == TV_UNDEF && !chars.u);
-    if (!ws) {
-        if (chars.type != TV_STR) return targ_error(c, "strip arg must be None or str%s%s", "", "");
-        if (to_cps(c, chars.s, &set)) return -1;
-    }
-    if (to_cps(c, s.s, &b)) return -1;
-    size_t lo = 0, hi = b.n;
-    if (which & 1)
-        while (lo < hi && (ws ? tpl_is_space(b.cp[lo]) : cp_in(b.cp[lo], &set))) lo++;
-    if (which & 2)
-        while (hi > lo && (ws ? tpl_is_space(b.cp[hi - 1]) : cp_in(b.cp[hi - 1], &set))) hi--;
-    if (lo == 0 && hi == b.n) {
-        *out = s;
-        return 0;
-    }
-    if (from_cps(c, b.cp + lo, hi - lo, out)) return -1;
-    out->markup = s.markup;
-    return 0;
-}
-
-static int str_replace(rctx *c, tv s, tv old, tv new_, int64_t count, tv *out) {
-    sbuf b = {0};
-    const tstr *S = s.s, *O = old.s, *N = new_.s;
-    if (O->len == 0) { /* insert between every code point */
-        size_t k = 0, i = 0;
-        for (; i <= S->len; k++) {
-            if (count >= 0 && (int64_t)k >= count) break;
-            if (sb_put(c, &b, N->s, N->len)) return -1;
-            if (i == S->len) {
-                i++;
-                break;
-            }
-            size_t adv;
-            tpl_utf8_dec(S->s + i, S->len - i, &adv);
-            if (sb_put(c, &b, S->s + i, adv)) return -1;
-            i += adv;
-        }
-        if (i <= S->len && sb_put(c, &b, S->s + i, S->len - i)) return -1;
-    } else {
-        size_t i = 0;
-        int64_t k = 0;
-        while (i <= S->len) {
-            const char *hit =
-                (count < 0 || k < count) ? memmem(S->s + i, S->len - i, O->s, O->len) : NULL;
-            if (!hit) {
-                if (sb_put(c, &b, S->s + i, S->len - i)) return -1;
-                break;
-            }
-            size_t h = (size_t)(hit - S->s);
-            if (sb_put(c, &b, S->s + i, h - i) || sb_put(c, &b, N->s, N->len)) return -1;
-            i = h + O->len;
-            k++;
-            if (rt_step(c, 1)) return -1;
-        }
-    }
-    if (!b.p) return tv_strc(c, "", 0, out);
-    return sb_str(c, &b, out);
-}
-
-/* str.split(sep, maxsplit) / rsplit */
-static int str_split(rctx *c, tv s, tv sep, int64_t maxsplit, bool right, tv *out) {
-    tlist *l = tl_new(c, L_LIST, 0);
-    if (!l) return -1;
-    const tstr *S = s.s;
-    if (sep.type == TV_NONE || (sep.type == TV_UNDEF && !sep.u)) {
-        cpbuf b;
-        if (to_cps(c, S, &b)) return -1;
-        /* collect word spans */
-        size_t nspans = 0;
-        size_t *st = tpl_alloc(&c->ar, (b.n + 1) * sizeof(size_t) * 2);
-        if (!st) return rt_oom(c);
-        size_t i = 0;
-        while (i < b.n) {
-            while (i < b.n && tpl_is_space(b.cp[i])) i++;
-            if (i >= b.n) break;
-            size_t j = i;
-            while (j < b.n && !tpl_is_space(b.cp[j])) j++;
-            st[2 * nspans] = i;
-            st[2 * nspans + 1] = j;
-            nspans++;
-            i = j;
-        }
-        if (maxsplit >= 0 && (size_t)maxsplit < nspans) {
-            /* the remainder after maxsplit words is kept whole, including the whitespace at
-               its far end */
-            size_t k = (size_t)maxsplit;
-            if (!right) {
-                st[2 * k + 1] = b.n;
-                nspans = k + 1;
-            } else {
-                size_t first = nspans - 1 - k;
-                st[2 * first] = 0;
-                memmove(st, st + 2 * first, (k + 1) * 2 * sizeof(size_t));
-                nspans = k + 1;
-            }
-        }
-        for (size_t k = 0; k < nspans; k++) {
-            tv piece;
-            if (from_cps(c, b.cp + st[2 * k], st[2 * k + 1] - st[2 * k], &piece) ||
-                tl_push(c, l, piece))
-                return -1;
-        }
-        *out = tv_list(l);
-        return 0;
-    }
-    if (sep.type != TV_STR)
-        return targ_error(c, "must be str or None, not %s%s", tv_type_name(sep), "");
-    const tstr *P = sep.s;
-    if (P->len == 0) return rt_fail(c, KILN_TEMPLATE_ERR_TYPE, "ValueError", "empty separator");
-    /* find all occurrences left to right */
-    size_t *pos = NULL, np = 0, cap = 0;
-    for (size_t i = 0; i + P->len <= S->len;) {
-        const char *hit = memmem(S->s + i, S->len - i, P->s, P->len);
-        if (!hit) break;
-        if (np == cap) {
-            size_t nc = cap ? cap * 2 : 8;
-            size_t *q = tpl_realloc(&c->ar, pos, cap * sizeof(size_t), nc * sizeof(size_t));
-            if (!q) return rt_oom(c);
-            pos = q;
-            cap = nc;
-        }
-        pos[np++] = (size_t)(hit - S->s);
-        i = (size_t)(hit - S->s) + P->len;
-    }
-    if (right && maxsplit >= 0 && (size_t)maxsplit < np) {
-        /* rsplit: occurrences found right to left may differ for overlapping separators;
-           take the rightmost non-overlapping ones */
-        size_t *rp = tpl_alloc(&c->ar, (np + 1) * sizeof(size_t));
-        if (!rp) return rt_oom(c);
-        size_t nr = 0;
-        size_t end = S->len;
-        while (nr < (size_t)maxsplit && end >= P->len) {
-            size_t i = end - P->len;
-            bool found = false;
-            for (;;) {
-                if (memcmp(S->s + i, P->s, P->len) == 0) {
-                    found = true;
-                    break;
-                }
-                if (i == 0) break;
-                i--;
-            }
-            if (!found) break;
-            rp[nr++] = i;
-            end = i;
-        }
-        for (size_t k = 0; k < nr / 2; k++) {
-            size_t t = rp[k];
-            rp[k] = rp[nr - 1 - k];
-            rp[nr - 1 - k] = t;
-        }
-        pos = rp;
-        np = nr;
-    } else if (maxsplit >= 0 && (size_t)maxsplit < np) {
-        np = (size_t)maxsplit;
-    }
-    size_t start = 0;
-    for (size_t k = 0; k <= np; k++) {
-        size_t e = k < np ? pos[k] : S->len;
-        tv piece;
-        if (tv_strc(c, S->s + start, e - start, &piece) || tl_push(c, l, piece)) return -1;
-        start = e + P->len;
-    }
-    if (rt_step(c, np)) return -1;
-    *out = tv_list(l);
-    return 0;
-}
-
-/* str.splitlines(keepends) */
-static int str_splitlines(rctx *c, tv s, bool keepends, tlist **out) {
-    tlist *l = tl_new(c, L_LIST, 0);
-    if (!l) return -1;
-    const tstr *S = s.s;
-    size_t i = 0, start = 0;
-    while (i < S->len) {
-        size_t adv;
-        uint32_t cp = tpl_utf8_dec(S->s + i, S->len - i, &adv);
-        if (tpl_is_linebreak(cp)) {
-            size_t end = i, next = i + adv;
-            if (cp == '\r' && next < S->len && S->s[next] == '\n') next++;
-            tv piece;
-            if (tv_strc(c, S->s + start, (keepends ? next : end) - start, &piece)) return -1;
-            piece.markup = s.markup;
-            if (tl_push(c, l, piece)) return -1;
-            start = i = next;
-            continue;
-        }
-        i += adv;
-    }
-    if (start < S->len) {
-        tv piece;
-        if (tv_strc(c, S->s + start, S->len - start, &piece)) return -1;
-        piece.markup = s.markup;
-        if (tl_push(c, l, piece)) return -1;
-    }
-    *out = l;
-    return 0;
-}
-
-static int str_join(rctx *c, tv sep, tv iterable, tv *out, bool strict) {
-    tlist *items;
-    if (tv_iterate(c, iterable, &items)) return -1;
-    sbuf b = {0};
-    for (size_t k = 0; k < items->n; k++) {
-        if (k && sb_put(c, &b, sep.s->s, sep.s->len)) return -1;
-        tv it = items->v[k];
-        if (strict && it.type != TV_STR)
-            return targ_error(c, "sequence item %s: expected str instance, %s found", "",
-                              tv_type_name(it));
-        if (tv_to_sb(c, it, &b)) return -1;
-    }
-    if (rt_step(c, items->n)) return -1;
-    if (!b.p) return tv_strc(c, "", 0, out);
-    return sb_str(c, &b, out);
-}
-
 /* Jinja2 do_title: uppercase after runs of [-\s({\[<], lowercase elsewhere. */
 static int jinja_title(rctx *c, tv s, tv *out) {
     cpbuf b;
-    if (to_cps(c, s.s, &b)) return -1;
+    if (tpl_to_cps(c, s.s, &b)) return -1;
     bool start = true;
     for (size_t k = 0; k < b.n; k++) {
         uint32_t x = b.cp[k];
@@ -753,87 +153,7 @@ static int jinja_title(rctx *c, tv s, tv *out) {
         b.cp[k] = start ? tpl_upper(x) : tpl_lower(x);
         start = false;
     }
-    return from_cps(c, b.cp, b.n, out);
-}
-
-/* Python str.title(): uppercase after a non-cased character. */
-static int py_title(rctx *c, tv s, tv *out) {
-    cpbuf b;
-    if (to_cps(c, s.s, &b)) return -1;
-    bool prev_cased = false;
-    for (size_t k = 0; k < b.n; k++) {
-        uint32_t x = b.cp[k];
-        bool cased = tpl_is_cased_lower(x) || tpl_is_cased_upper(x);
-        if (cased) b.cp[k] = prev_cased ? tpl_lower(x) : tpl_upper(x);
-        prev_cased = cased;
-    }
-    return from_cps(c, b.cp, b.n, out);
-}
-
-static int py_capitalize(rctx *c, tv s, tv *out) {
-    cpbuf b;
-    if (to_cps(c, s.s, &b)) return -1;
-    for (size_t k = 0; k < b.n; k++) b.cp[k] = k ? tpl_lower(b.cp[k]) : tpl_upper(b.cp[k]);
-    return from_cps(c, b.cp, b.n, out);
-}
-
-static int str_pad(rctx *c, tv s, int64_t width, tv fill, int align, tv *out) {
-    /* align: 0 center, 1 ljust, 2 rjust */
-    uint32_t f = ' ';
-    if (fill.type == TV_STR) {
-        if (fill.s->nchars != 1)
-            return targ_error(c, "The fill character must be exactly one character long%s%s", "",
-                              "");
-        size_t adv;
-        f = tpl_utf8_dec(fill.s->s, fill.s->len, &adv);
-    }
-    int64_t len = (int64_t)s.s->nchars;
-    if (width <= len) {
-        *out = s;
-        return 0;
-    }
-    if (width - len > (int64_t)c->max_output)
-        return rt_fail(c, KILN_TEMPLATE_ERR_LIMIT, NULL, "padding too large");
-    int64_t marg = width - len, left;
-    if (align == 0)
-        left = marg / 2 + (marg & width & 1);
-    else if (align == 1)
-        left = 0;
-    else
-        left = marg;
-    char fc[4];
-    size_t fl = tpl_utf8_enc(f, fc);
-    sbuf b = {0};
-    for (int64_t k = 0; k < left; k++)
-        if (sb_put(c, &b, fc, fl)) return -1;
-    if (sb_put(c, &b, s.s->s, s.s->len)) return -1;
-    for (int64_t k = 0; k < marg - left; k++)
-        if (sb_put(c, &b, fc, fl)) return -1;
-    return sb_str(c, &b, out);
-}
-
-/* code point index -> byte offset */
-static size_t cp_off(const tstr *s, int64_t idx) {
-    size_t off = 0;
-    for (int64_t k = 0; k < idx && off < s->len; k++) {
-        size_t adv;
-        tpl_utf8_dec(s->s + off, s->len - off, &adv);
-        off += adv;
-    }
-    return off;
-}
-
-static void norm_range(tv startv, tv endv, int64_t n, int64_t *a, int64_t *b) {
-    int64_t s = 0, e = n;
-    if (startv.type == TV_INT || startv.type == TV_BOOL) s = ival(startv);
-    if (endv.type == TV_INT || endv.type == TV_BOOL) e = ival(endv);
-    if (s < 0) s += n;
-    if (s < 0) s = 0;
-    if (e < 0) e += n;
-    if (e < 0) e = 0;
-    if (e > n) e = n;
-    *a = s;
-    *b = e;
+    return tpl_from_cps(c, b.cp, b.n, out);
 }
 
 /* ---------------------------------------------------------------------------------------- */
@@ -845,7 +165,7 @@ static int filter_map_like(rctx *c, int id, tv v, const tv *args, size_t nargs, 
 static int apply_filter_by_name(rctx *c, tv name, tv item, const tv *args, size_t nargs,
                                 const tstr **kwn, const tv *kwv, size_t nkw, tv *out) {
     if (name.type != TV_STR)
-        return targ_error(c, "filter name must be a string, not %s%s", tv_type_name(name), "");
+        return tpl_arg_error(c, "filter name must be a string, not %s%s", tv_type_name(name), "");
     int id = tpl_filter_id(name.s->s, name.s->len);
     if (id < 0)
         return rt_fail(c, KILN_TEMPLATE_ERR_TYPE, "TemplateRuntimeError", "No filter named '%s'.",
@@ -856,7 +176,7 @@ static int apply_filter_by_name(rctx *c, tv name, tv item, const tv *args, size_
 static int apply_test_by_name(rctx *c, tv name, tv item, const tv *args, size_t nargs,
                               const tstr **kwn, const tv *kwv, size_t nkw, bool *out) {
     if (name.type != TV_STR)
-        return targ_error(c, "test name must be a string, not %s%s", tv_type_name(name), "");
+        return tpl_arg_error(c, "test name must be a string, not %s%s", tv_type_name(name), "");
     int id = tpl_test_id(name.s->s, name.s->len);
     if (id < 0)
         return rt_fail(c, KILN_TEMPLATE_ERR_TYPE, "TemplateRuntimeError", "No test named '%s'.",
@@ -940,17 +260,17 @@ static int filter_indent(rctx *c, tv s, tv width, tv first, tv blank, tv *out) {
     if (s.type == TV_UNDEF) return tv_undef_fail(c, s); /* `s += newline` */
     if (s.type != TV_STR) {
         if (s.type == TV_NONE || tv_is_num(s) || s.type == TV_LIST || s.type == TV_DICT)
-            return targ_error(c, "unsupported operand type(s) for +=: '%s' and '%s'",
-                              tv_type_name(s), "str");
-        return targ_error(c, "unsupported operand type(s) for +=: '%s' and '%s'", tv_type_name(s),
-                          "str");
+            return tpl_arg_error(c, "unsupported operand type(s) for +=: '%s' and '%s'",
+                                 tv_type_name(s), "str");
+        return tpl_arg_error(c, "unsupported operand type(s) for +=: '%s' and '%s'",
+                             tv_type_name(s), "str");
     }
     tv ind;
     if (width.type == TV_STR) {
         ind = width;
     } else {
         int64_t w = 4;
-        if (!(width.type == TV_UNDEF && !width.u) && need_int(c, width, "indent width", &w))
+        if (!(width.type == TV_UNDEF && !width.u) && tpl_need_int(c, width, "indent width", &w))
             return -1;
         if (w < 0) w = 0;
         if ((uint64_t)w > c->max_output)
@@ -965,7 +285,7 @@ static int filter_indent(rctx *c, tv s, tv width, tv first, tv blank, tv *out) {
     tv s2;
     if (sb_str(c, &tmp, &s2)) return -1;
     tlist *lines;
-    if (str_splitlines(c, s2, false, &lines)) return -1;
+    if (tpl_str_splitlines(c, s2, false, &lines)) return -1;
     sbuf b = {0};
     bool bl = tv_truthy(blank), fi = tv_truthy(first);
     if (fi && sb_put(c, &b, ind.s->s, ind.s->len)) return -1;
@@ -991,14 +311,14 @@ static int filter_tojson(rctx *c, tv v, const tv *args, size_t nargs, const tstr
     static const char *const names[] = {"ensure_ascii", "indent", "separators", "sort_keys"};
     tv a[4];
     bool g[4];
-    if (bind(c, "tojson", names, 4, 0, args, nargs, kwn, kwv, nkw, a, g)) return -1;
+    if (tpl_bind_args(c, "tojson", names, 4, 0, args, nargs, kwn, kwv, nkw, a, g)) return -1;
     json_opts o = {.item_sep = ", ", .item_sep_len = 2, .key_sep = ": ", .key_sep_len = 2};
     if (g[1] && a[1].type != TV_NONE) {
         if (a[1].type == TV_STR) {
             o.indent = a[1].s->s;
             o.indent_len = a[1].s->len;
         } else if (a[1].type == TV_INT || a[1].type == TV_BOOL) {
-            int64_t n = ival(a[1]);
+            int64_t n = tv_ival(a[1]);
             if (n < 0) n = 0;
             if (n > 4096)
                 return rt_fail(c, KILN_TEMPLATE_ERR_LIMIT, NULL, "tojson indent too large");
@@ -1009,8 +329,8 @@ static int filter_tojson(rctx *c, tv v, const tv *args, size_t nargs, const tstr
             o.indent = sp;
             o.indent_len = (size_t)n;
         } else {
-            return targ_error(c, "can't multiply sequence by non-int of type '%s'%s",
-                              tv_type_name(a[1]), "");
+            return tpl_arg_error(c, "can't multiply sequence by non-int of type '%s'%s",
+                                 tv_type_name(a[1]), "");
         }
         o.item_sep = ",";
         o.item_sep_len = 1;
@@ -1052,7 +372,7 @@ static int filter_tojson(rctx *c, tv v, const tv *args, size_t nargs, const tstr
 
 static int filter_round(rctx *c, tv v, tv prec, tv method, tv *out) {
     int64_t p = 0;
-    if (!(prec.type == TV_UNDEF && !prec.u) && need_int(c, prec, "precision", &p)) return -1;
+    if (!(prec.type == TV_UNDEF && !prec.u) && tpl_need_int(c, prec, "precision", &p)) return -1;
     int m = 0;
     if (!(method.type == TV_UNDEF && !method.u)) {
         if (method.type == TV_STR && tpl_str_eq(method.s, "common"))
@@ -1068,13 +388,14 @@ static int filter_round(rctx *c, tv v, tv prec, tv method, tv *out) {
     if (v.type == TV_UNDEF) return tv_undef_fail(c, v);
     if (!tv_is_num(v)) {
         if (m == 0)
-            return targ_error(c, "type %s doesn't define __round__ method%s", tv_type_name(v), "");
-        return targ_error(c, "unsupported operand type(s) for *: '%s' and '%s'", tv_type_name(v),
-                          "int");
+            return tpl_arg_error(c, "type %s doesn't define __round__ method%s", tv_type_name(v),
+                                 "");
+        return tpl_arg_error(c, "unsupported operand type(s) for *: '%s' and '%s'", tv_type_name(v),
+                             "int");
     }
     if (m == 0) {
         if (v.type != TV_FLOAT) {
-            int64_t x = ival(v);
+            int64_t x = tv_ival(v);
             if (p >= 0) {
                 *out = tv_int(x);
                 return 0;
@@ -1094,10 +415,10 @@ static int filter_round(rctx *c, tv v, tv prec, tv method, tv *out) {
             *out = tv_int(base);
             return 0;
         }
-        *out = tv_float(py_round(v.f, p));
+        *out = tv_float(tpl_py_round(v.f, p));
         return 0;
     }
-    double x = v.type == TV_FLOAT ? v.f : (double)ival(v);
+    double x = v.type == TV_FLOAT ? v.f : (double)tv_ival(v);
     double scale = pow(10.0, (double)p);
     double r = (m == 1 ? ceil(x * scale) : floor(x * scale)) / scale;
     *out = tv_float(r);
@@ -1138,7 +459,8 @@ static int filter_sort(rctx *c, tv v, bool reverse, bool case_sensitive, tv attr
     tlist *parts = NULL;
     if (has_attr && attribute.type == TV_STR && memchr(attribute.s->s, ',', attribute.s->len)) {
         tv sp, comma;
-        if (tv_strc(c, ",", 1, &comma) || str_split(c, attribute, comma, -1, false, &sp)) return -1;
+        if (tv_strc(c, ",", 1, &comma) || tpl_str_split(c, attribute, comma, -1, false, &sp))
+            return -1;
         parts = sp.l;
     }
     for (size_t k = 0; k < n; k++) {
@@ -1218,7 +540,7 @@ static int filter_sum(rctx *c, tv v, tv attribute, tv start, tv *out) {
     if (tv_iterate(c, v, &items)) return -1;
     tv acc = (start.type == TV_UNDEF && !start.u) ? tv_int(0) : start;
     if (acc.type == TV_STR)
-        return targ_error(c, "sum() can't sum strings [use ''.join(seq) instead]%s%s", "", "");
+        return tpl_arg_error(c, "sum() can't sum strings [use ''.join(seq) instead]%s%s", "", "");
     bool has_attr = !(attribute.type == TV_UNDEF && !attribute.u) && attribute.type != TV_NONE;
     for (size_t k = 0; k < items->n; k++) {
         tv it = items->v[k];
@@ -1228,8 +550,6 @@ static int filter_sum(rctx *c, tv v, tv attribute, tv start, tv *out) {
     *out = acc;
     return 0;
 }
-
-const char tpl_group_tuple[] = "_GroupTuple";
 
 /* groupby(attribute, default=None, case_sensitive=False): sort by the key, then group runs of
  * equal keys into (grouper, list) tuples; without case_sensitive the grouper is the first
@@ -1309,9 +629,10 @@ static int filter_dictsort(rctx *c, tv v, bool case_sensitive, tv by, bool rever
 
 static int filter_truncate(rctx *c, tv s, tv length, tv killwords, tv end, tv leeway, tv *out) {
     int64_t len = 255, lw = 5;
-    if (!(length.type == TV_UNDEF && !length.u) && need_int(c, length, "length", &len)) return -1;
+    if (!(length.type == TV_UNDEF && !length.u) && tpl_need_int(c, length, "length", &len))
+        return -1;
     if (!(leeway.type == TV_UNDEF && !leeway.u) && leeway.type != TV_NONE &&
-        need_int(c, leeway, "leeway", &lw))
+        tpl_need_int(c, leeway, "leeway", &lw))
         return -1;
     tv e;
     if (end.type == TV_UNDEF && !end.u) {
@@ -1336,7 +657,7 @@ static int filter_truncate(rctx *c, tv s, tv length, tv killwords, tv end, tv le
         return rt_fail(c, KILN_TEMPLATE_ERR_TYPE, "AttributeError",
                        "'%s' object has no attribute 'rsplit'", tv_type_name(s));
     tv str = s;
-    size_t cut = cp_off(str.s, len - elen);
+    size_t cut = tpl_cp_off(str.s, len - elen);
     sbuf b = {0};
     if (tv_truthy(killwords)) {
         if (sb_put(c, &b, str.s->s, cut)) return -1;
@@ -1357,7 +678,7 @@ static int filter_truncate(rctx *c, tv s, tv length, tv killwords, tv end, tv le
 
 static int filter_batch_slice(rctx *c, int id, tv v, tv count, tv fill, tv *out) {
     int64_t n;
-    if (need_int(c, count, id == FL_BATCH ? "linecount" : "slices", &n)) return -1;
+    if (tpl_need_int(c, count, id == FL_BATCH ? "linecount" : "slices", &n)) return -1;
     tlist *items;
     if (tv_iterate(c, v, &items)) return -1;
     tlist *res = tl_new(c, L_LIST, 0);
@@ -1405,21 +726,21 @@ int tpl_apply_filter(rctx *c, int id, tv v, const tv *args, size_t nargs, const 
                      const tv *kwv, size_t nkw, tv *out) {
     tv a[5];
     bool g[5];
-    const char *fname = (id >= 0 && id < FL_COUNT_) ? filter_names[id] : "filter";
+    const char *fname = tpl_filter_name(id);
 #define BIND(np, req, ...)                                                                         \
     do {                                                                                           \
         static const char *const pn_[] = {__VA_ARGS__};                                            \
-        if (bind(c, fname, pn_, np, req, args, nargs, kwn, kwv, nkw, a, g)) return -1;             \
+        if (tpl_bind_args(c, fname, pn_, np, req, args, nargs, kwn, kwv, nkw, a, g)) return -1;    \
     } while (0)
 #define BIND0()                                                                                    \
     do {                                                                                           \
-        if (bind(c, fname, NULL, 0, 0, args, nargs, kwn, kwv, nkw, a, g)) return -1;               \
+        if (tpl_bind_args(c, fname, NULL, 0, 0, args, nargs, kwn, kwv, nkw, a, g)) return -1;      \
     } while (0)
     switch (id) {
     case FL_ABS:
         BIND0();
         if (v.type == TV_INT || v.type == TV_BOOL) {
-            int64_t x = ival(v);
+            int64_t x = tv_ival(v);
             if (x == INT64_MIN)
                 return rt_fail(c, KILN_TEMPLATE_ERR_UNSUPPORTED, "OverflowError",
                                "integer overflow");
@@ -1430,7 +751,7 @@ int tpl_apply_filter(rctx *c, int id, tv v, const tv *args, size_t nargs, const 
             *out = tv_float(fabs(v.f));
             return 0;
         }
-        return targ_error(c, "bad operand type for abs(): '%s'%s", tv_type_name(v), "");
+        return tpl_arg_error(c, "bad operand type for abs(): '%s'%s", tv_type_name(v), "");
     case FL_ATTR: {
         BIND(1, 1, "name");
         tv name;
@@ -1463,9 +784,9 @@ int tpl_apply_filter(rctx *c, int id, tv v, const tv *args, size_t nargs, const 
         BIND0();
         tv s;
         if (soft_str(c, v, &s)) return -1;
-        int r = id == FL_CAPITALIZE ? py_capitalize(c, s, out)
+        int r = id == FL_CAPITALIZE ? tpl_str_capitalize(c, s, out)
                 : id == FL_TITLE    ? jinja_title(c, s, out)
-                                    : str_case(c, s, id == FL_LOWER ? 0 : 1, out);
+                                    : tpl_str_case(c, s, id == FL_LOWER ? 0 : 1, out);
         if (r) return -1;
         out->markup = s.markup;
         return 0;
@@ -1473,10 +794,10 @@ int tpl_apply_filter(rctx *c, int id, tv v, const tv *args, size_t nargs, const 
     case FL_CENTER: {
         BIND(1, 0, "width");
         int64_t w = 80;
-        if (g[0] && need_int(c, a[0], "width", &w)) return -1;
+        if (g[0] && tpl_need_int(c, a[0], "width", &w)) return -1;
         tv s;
         if (soft_str(c, v, &s)) return -1;
-        return str_pad(c, s, w, tv_none(), 0, out);
+        return tpl_str_pad(c, s, w, tv_none(), 0, out);
     }
     case FL_COUNT:
     case FL_LENGTH: {
@@ -1536,9 +857,9 @@ int tpl_apply_filter(rctx *c, int id, tv v, const tv *args, size_t nargs, const 
             (v.l->kind == L_GEN || v.l->kind == L_ITEMS || v.l->kind == L_KEYS ||
              v.l->kind == L_VALUES) &&
             v.l->kind == L_GEN)
-            return targ_error(c, "'%s' object is not reversible%s", tv_type_name(v), "");
+            return tpl_arg_error(c, "'%s' object is not reversible%s", tv_type_name(v), "");
         if (v.type != TV_UNDEF && v.type != TV_STR && v.type != TV_LIST && v.type != TV_DICT)
-            return targ_error(c, "'%s' object is not reversible%s", tv_type_name(v), "");
+            return tpl_arg_error(c, "'%s' object is not reversible%s", tv_type_name(v), "");
         tlist *items;
         if (tv_iterate(c, v, &items)) return -1;
         if (items->n) {
@@ -1557,11 +878,11 @@ int tpl_apply_filter(rctx *c, int id, tv v, const tv *args, size_t nargs, const 
             return 0;
         }
         if (v.type == TV_INT || v.type == TV_BOOL) {
-            *out = tv_float((double)ival(v));
+            *out = tv_float((double)tv_ival(v));
             return 0;
         }
         double d;
-        if (v.type == TV_STR && parse_py_float(v.s, &d)) {
+        if (v.type == TV_STR && tpl_parse_py_float(v.s, &d)) {
             *out = tv_float(d);
             return 0;
         }
@@ -1572,10 +893,10 @@ int tpl_apply_filter(rctx *c, int id, tv v, const tv *args, size_t nargs, const 
         BIND(2, 0, "default", "base");
         tv dflt = g[0] ? a[0] : tv_int(0);
         int64_t base = 10;
-        if (g[1] && need_int(c, a[1], "base", &base)) return -1;
+        if (g[1] && tpl_need_int(c, a[1], "base", &base)) return -1;
         if (v.type == TV_UNDEF) return tv_undef_fail(c, v);
         if (v.type == TV_INT || v.type == TV_BOOL) {
-            *out = tv_int(ival(v));
+            *out = tv_int(tv_ival(v));
             return 0;
         }
         if (v.type == TV_FLOAT) {
@@ -1596,7 +917,7 @@ int tpl_apply_filter(rctx *c, int id, tv v, const tv *args, size_t nargs, const 
                 *out = dflt;
                 return 0;
             }
-            if (parse_py_int(v.s, (int)base, &r, &ovf)) {
+            if (tpl_parse_py_int(v.s, (int)base, &r, &ovf)) {
                 if (ovf)
                     return rt_fail(c, KILN_TEMPLATE_ERR_UNSUPPORTED, "OverflowError",
                                    "integer beyond 64 bits");
@@ -1604,7 +925,7 @@ int tpl_apply_filter(rctx *c, int id, tv v, const tv *args, size_t nargs, const 
                 return 0;
             }
             double d; /* "42.23"|int gives 42 */
-            if (parse_py_float(v.s, &d) && isfinite(d)) {
+            if (tpl_parse_py_float(v.s, &d) && isfinite(d)) {
                 if (fabs(d) >= 9.2e18)
                     return rt_fail(c, KILN_TEMPLATE_ERR_UNSUPPORTED, "OverflowError",
                                    "integer beyond 64 bits");
@@ -1648,7 +969,7 @@ int tpl_apply_filter(rctx *c, int id, tv v, const tv *args, size_t nargs, const 
         if (!res) return -1;
         if (v.type == TV_UNDEF) return make_gen(c, res, "do_items", out);
         if (v.type != TV_DICT)
-            return targ_error(c, "Can only get item pairs from a mapping.%s%s", "", "");
+            return tpl_arg_error(c, "Can only get item pairs from a mapping.%s%s", "", "");
         for (size_t k = 0; k < v.d->n; k++) {
             tlist *pair = tl_new(c, L_TUPLE, 2);
             if (!pair) return -1;
@@ -1686,22 +1007,22 @@ int tpl_apply_filter(rctx *c, int id, tv v, const tv *args, size_t nargs, const 
     case FL_REPLACE: {
         BIND(3, 2, "old", "new", "count");
         int64_t count = -1;
-        if (g[2] && a[2].type != TV_NONE && need_int(c, a[2], "count", &count)) return -1;
+        if (g[2] && a[2].type != TV_NONE && tpl_need_int(c, a[2], "count", &count)) return -1;
         tv s, o, n;
         if (tv_to_str(c, v, &s) || tv_to_str(c, a[0], &o) || tv_to_str(c, a[1], &n)) return -1;
-        return str_replace(c, s, o, n, count, out);
+        return tpl_str_replace(c, s, o, n, count, out);
     }
     case FL_REVERSE: {
         BIND0();
         if (v.type == TV_STR) {
             cpbuf b;
-            if (to_cps(c, v.s, &b)) return -1;
+            if (tpl_to_cps(c, v.s, &b)) return -1;
             for (size_t i = 0, j = b.n; i + 1 < j; i++, j--) {
                 uint32_t t = b.cp[i];
                 b.cp[i] = b.cp[j - 1];
                 b.cp[j - 1] = t;
             }
-            if (from_cps(c, b.cp, b.n, out)) return -1;
+            if (tpl_from_cps(c, b.cp, b.n, out)) return -1;
             out->markup = v.markup;
             return 0;
         }
@@ -1744,7 +1065,7 @@ int tpl_apply_filter(rctx *c, int id, tv v, const tv *args, size_t nargs, const 
         BIND(1, 0, "chars");
         tv s;
         if (soft_str(c, v, &s)) return -1;
-        return str_strip(c, s, g[0] ? a[0] : tv_none(), 3, out);
+        return tpl_str_strip(c, s, g[0] ? a[0] : tv_none(), 3, out);
     }
     case FL_TRUNCATE:
         BIND(4, 0, "length", "killwords", "end", "leeway");
@@ -1757,7 +1078,7 @@ int tpl_apply_filter(rctx *c, int id, tv v, const tv *args, size_t nargs, const 
         tv s;
         if (soft_str(c, v, &s)) return -1;
         cpbuf b;
-        if (to_cps(c, s.s, &b)) return -1;
+        if (tpl_to_cps(c, s.s, &b)) return -1;
         int64_t n = 0;
         bool in = false;
         for (size_t k = 0; k < b.n; k++) {
@@ -1773,853 +1094,4 @@ int tpl_apply_filter(rctx *c, int id, tv v, const tv *args, size_t nargs, const 
 #undef BIND
 #undef BIND0
     return rt_fail(c, KILN_TEMPLATE_ERR_UNSUPPORTED, NULL, "unknown filter");
-}
-
-/* ---------------------------------------------------------------------------------------- */
-/* tests                                                                                     */
-
-static int test_mod(rctx *c, tv v, tv m, int64_t want, bool *out) {
-    tv r;
-    if (tpl_binop(c, OP_MOD, v, m, &r)) return -1;
-    if (want < 0) { /* divisibleby: == 0 */
-        *out = tv_eq(r, tv_int(0));
-        return 0;
-    }
-    *out = tv_eq(r, tv_int(want));
-    return 0;
-}
-
-int tpl_apply_test(rctx *c, int id, tv v, const tv *args, size_t nargs, const tstr **kwn,
-                   const tv *kwv, size_t nkw, bool *out) {
-    tv a[2];
-    bool g[2];
-    static const char *const one[] = {"other"};
-    const char *tname = "test";
-    for (size_t k = 0; k < sizeof test_names / sizeof test_names[0]; k++)
-        if (test_names[k].id == id) {
-            tname = test_names[k].name;
-            break;
-        }
-    bool need_arg = id == TS_DIVISIBLEBY || id == TS_SAMEAS || id == TS_IN || id >= TS_EQ;
-    if (bind(c, tname, one, need_arg ? 1 : 0, need_arg ? 1 : 0, args, nargs, kwn, kwv, nkw, a, g))
-        return -1;
-    switch (id) {
-    case TS_ODD:
-        return test_mod(c, v, tv_int(2), 1, out);
-    case TS_EVEN:
-        return test_mod(c, v, tv_int(2), 0, out);
-    case TS_DIVISIBLEBY:
-        return test_mod(c, v, a[0], -1, out);
-    case TS_DEFINED:
-        *out = v.type != TV_UNDEF;
-        return 0;
-    case TS_UNDEFINED:
-        *out = v.type == TV_UNDEF;
-        return 0;
-    case TS_FILTER:
-        *out = v.type == TV_STR && tpl_filter_id(v.s->s, v.s->len) >= 0;
-        return 0;
-    case TS_TEST:
-        *out = v.type == TV_STR && tpl_test_id(v.s->s, v.s->len) >= 0;
-        return 0;
-    case TS_NONE:
-        *out = v.type == TV_NONE;
-        return 0;
-    case TS_BOOLEAN:
-        *out = v.type == TV_BOOL;
-        return 0;
-    case TS_FALSE:
-        *out = v.type == TV_BOOL && !v.b;
-        return 0;
-    case TS_TRUE:
-        *out = v.type == TV_BOOL && v.b;
-        return 0;
-    case TS_INTEGER:
-        *out = v.type == TV_INT;
-        return 0;
-    case TS_FLOAT:
-        *out = v.type == TV_FLOAT;
-        return 0;
-    case TS_LOWER:
-    case TS_UPPER: {
-        tv s;
-        if (tv_to_str(c, v, &s)) return -1;
-        bool any = false, ok = true;
-        for (size_t i = 0; i < s.s->len;) {
-            size_t adv;
-            uint32_t x = tpl_utf8_dec(s.s->s + i, s.s->len - i, &adv);
-            if (tpl_is_cased_lower(x)) {
-                any = true;
-                if (id == TS_UPPER) ok = false;
-            } else if (tpl_is_cased_upper(x)) {
-                any = true;
-                if (id == TS_LOWER) ok = false;
-            }
-            i += adv;
-        }
-        *out = any && ok;
-        return 0;
-    }
-    case TS_STRING:
-        *out = v.type == TV_STR;
-        return 0;
-    case TS_MAPPING:
-        *out = v.type == TV_DICT;
-        return 0;
-    case TS_NUMBER:
-        *out = tv_is_num(v);
-        return 0;
-    case TS_SEQUENCE:
-        *out = v.type == TV_STR || v.type == TV_DICT || v.type == TV_UNDEF ||
-               (v.type == TV_LIST &&
-                (v.l->kind == L_LIST || v.l->kind == L_TUPLE || v.l->kind == L_RANGE));
-        return 0;
-    case TS_ITERABLE:
-        *out = v.type == TV_STR || v.type == TV_DICT || v.type == TV_UNDEF || v.type == TV_LIST ||
-               v.type == TV_LOOP;
-        return 0;
-    case TS_CALLABLE:
-        *out = v.type == TV_FUNC || v.type == TV_UNDEF || v.type == TV_LOOP;
-        return 0;
-    case TS_SAMEAS: {
-        tv o = a[0];
-        if (v.type != o.type) {
-            *out = false;
-        } else if (v.type == TV_NONE || v.type == TV_UNDEF) {
-            *out = v.type == TV_NONE || v.u == o.u;
-        } else if (v.type == TV_BOOL) {
-            *out = v.b == o.b;
-        } else if (v.type == TV_INT) {
-            *out = v.i == o.i && v.i >= -5 && v.i <= 256; /* CPython's small int cache */
-        } else if (v.type == TV_FLOAT) {
-            *out = false;
-        } else {
-            *out = v.s == o.s; /* same object (any pointer member) */
-        }
-        return 0;
-    }
-    case TS_ESCAPED:
-        *out = v.type == TV_STR && v.markup;
-        return 0;
-    case TS_IN: {
-        return tpl_contains(c, v, a[0], out);
-    }
-    case TS_EQ:
-        *out = tv_eq(v, a[0]);
-        return 0;
-    case TS_NE:
-        *out = !tv_eq(v, a[0]);
-        return 0;
-    case TS_LT:
-        return tv_lt(c, v, a[0], out);
-    case TS_GT:
-        return tv_lt(c, a[0], v, out);
-    case TS_LE:
-        return tv_le(c, v, a[0], out);
-    case TS_GE:
-        return tv_le(c, a[0], v, out);
-    }
-    return rt_fail(c, KILN_TEMPLATE_ERR_UNSUPPORTED, NULL, "unknown test");
-}
-
-/* ---------------------------------------------------------------------------------------- */
-/* methods                                                                                   */
-
-enum {
-    /* str */
-    M_STRIP,
-    M_LSTRIP,
-    M_RSTRIP,
-    M_SPLIT,
-    M_RSPLIT,
-    M_SPLITLINES,
-    M_STARTSWITH,
-    M_ENDSWITH,
-    M_UPPER,
-    M_LOWER,
-    M_TITLE,
-    M_CAPITALIZE,
-    M_SWAPCASE,
-    M_CASEFOLD,
-    M_REPLACE,
-    M_FIND,
-    M_RFIND,
-    M_INDEX,
-    M_RINDEX,
-    M_SCOUNT,
-    M_JOIN,
-    M_ISDIGIT,
-    M_ISDECIMAL,
-    M_ISNUMERIC,
-    M_ISALPHA,
-    M_ISALNUM,
-    M_ISSPACE,
-    M_ISLOWER,
-    M_ISUPPER,
-    M_ISTITLE,
-    M_CENTER,
-    M_LJUST,
-    M_RJUST,
-    M_ZFILL,
-    M_PARTITION,
-    M_RPARTITION,
-    M_REMOVEPREFIX,
-    M_REMOVESUFFIX,
-    M_FORMAT,
-    M_STR_LAST_,
-    /* dict */
-    M_GET = 100,
-    M_ITEMS,
-    M_KEYS,
-    M_VALUES,
-    M_DCOPY,
-    M_DICT_UNSAFE, /* clear pop popitem setdefault update */
-    /* list / tuple */
-    M_LCOUNT = 200,
-    M_LINDEX,
-    M_LCOPY,
-    M_LIST_UNSAFE, /* append clear extend insert pop remove reverse sort */
-    /* loop */
-    M_CYCLE = 300,
-    M_CHANGED,
-};
-
-static const struct {
-    const char *name;
-    int id;
-} str_methods[] = {
-    {"strip", M_STRIP},
-    {"lstrip", M_LSTRIP},
-    {"rstrip", M_RSTRIP},
-    {"split", M_SPLIT},
-    {"rsplit", M_RSPLIT},
-    {"splitlines", M_SPLITLINES},
-    {"startswith", M_STARTSWITH},
-    {"endswith", M_ENDSWITH},
-    {"upper", M_UPPER},
-    {"lower", M_LOWER},
-    {"title", M_TITLE},
-    {"capitalize", M_CAPITALIZE},
-    {"swapcase", M_SWAPCASE},
-    {"casefold", M_CASEFOLD},
-    {"replace", M_REPLACE},
-    {"find", M_FIND},
-    {"rfind", M_RFIND},
-    {"index", M_INDEX},
-    {"rindex", M_RINDEX},
-    {"count", M_SCOUNT},
-    {"join", M_JOIN},
-    {"isdigit", M_ISDIGIT},
-    {"isdecimal", M_ISDECIMAL},
-    {"isnumeric", M_ISNUMERIC},
-    {"isalpha", M_ISALPHA},
-    {"isalnum", M_ISALNUM},
-    {"isspace", M_ISSPACE},
-    {"islower", M_ISLOWER},
-    {"isupper", M_ISUPPER},
-    {"istitle", M_ISTITLE},
-    {"center", M_CENTER},
-    {"ljust", M_LJUST},
-    {"rjust", M_RJUST},
-    {"zfill", M_ZFILL},
-    {"partition", M_PARTITION},
-    {"rpartition", M_RPARTITION},
-    {"removeprefix", M_REMOVEPREFIX},
-    {"removesuffix", M_REMOVESUFFIX},
-    {"format", M_FORMAT},
-};
-
-static const char *const dict_unsafe[] = {"clear", "pop", "popitem", "setdefault", "update", NULL};
-static const char *const list_unsafe[] = {"append", "clear",   "extend", "insert", "pop",
-                                          "remove", "reverse", "sort",   NULL};
-
-const char *tpl_method_name(int id) {
-    for (size_t k = 0; k < sizeof str_methods / sizeof str_methods[0]; k++)
-        if (str_methods[k].id == id) return str_methods[k].name;
-    switch (id) {
-    case M_GET:
-        return "get";
-    case M_ITEMS:
-        return "items";
-    case M_KEYS:
-        return "keys";
-    case M_VALUES:
-        return "values";
-    case M_DCOPY:
-    case M_LCOPY:
-        return "copy";
-    case M_LCOUNT:
-        return "count";
-    case M_LINDEX:
-        return "index";
-    case M_CYCLE:
-        return "cycle";
-    case M_CHANGED:
-        return "changed";
-    }
-    return "method";
-}
-
-int tpl_method_id(tv obj, const char *name, size_t len, bool *unsafe) {
-    *unsafe = false;
-    switch (obj.type) {
-    case TV_STR:
-        for (size_t k = 0; k < sizeof str_methods / sizeof str_methods[0]; k++)
-            if (name_is(name, len, str_methods[k].name)) return str_methods[k].id;
-        return -1;
-    case TV_DICT:
-        if (name_is(name, len, "get")) return M_GET;
-        if (name_is(name, len, "items")) return M_ITEMS;
-        if (name_is(name, len, "keys")) return M_KEYS;
-        if (name_is(name, len, "values")) return M_VALUES;
-        if (name_is(name, len, "copy")) return M_DCOPY;
-        for (int k = 0; dict_unsafe[k]; k++)
-            if (name_is(name, len, dict_unsafe[k])) {
-                *unsafe = true;
-                return M_DICT_UNSAFE;
-            }
-        return -1;
-    case TV_LIST:
-        if (obj.l->kind == L_LIST || obj.l->kind == L_TUPLE || obj.l->kind == L_RANGE) {
-            if (name_is(name, len, "count")) return M_LCOUNT;
-            if (name_is(name, len, "index")) return M_LINDEX;
-        }
-        if (obj.l->kind == L_LIST) {
-            if (name_is(name, len, "copy")) return M_LCOPY;
-            for (int k = 0; list_unsafe[k]; k++)
-                if (name_is(name, len, list_unsafe[k])) {
-                    *unsafe = true;
-                    return M_LIST_UNSAFE;
-                }
-        }
-        return -1;
-    case TV_LOOP:
-        if (name_is(name, len, "cycle")) return M_CYCLE;
-        if (name_is(name, len, "changed")) return M_CHANGED;
-        return -1;
-    default:
-        return -1;
-    }
-}
-
-static int sfind(rctx *c, tv s, tv sub, tv start, tv end, bool rev, int64_t *out) {
-    if (sub.type != TV_STR) return targ_error(c, "must be str, not %s%s", tv_type_name(sub), "");
-    int64_t a, b;
-    norm_range(start, end, (int64_t)s.s->nchars, &a, &b);
-    *out = -1;
-    if (a > b) return 0;
-    size_t oa = cp_off(s.s, a), ob = cp_off(s.s, b);
-    const char *hay = s.s->s + oa;
-    size_t hn = ob - oa, nn = sub.s->len;
-    if (nn > hn) return 0;
-    const char *hit = NULL;
-    if (!rev) {
-        hit = nn ? memmem(hay, hn, sub.s->s, nn) : hay;
-    } else {
-        for (size_t i = hn - nn + 1; i > 0; i--)
-            if (memcmp(hay + i - 1, sub.s->s, nn) == 0) {
-                hit = hay + i - 1;
-                break;
-            }
-    }
-    if (hit) *out = a + (int64_t)tpl_utf8_count(hay, (size_t)(hit - hay));
-    return 0;
-}
-
-static int affix_match(rctx *c, tv s, tv aff, tv start, tv end, bool suffix, bool *out) {
-    int64_t a, b;
-    norm_range(start, end, (int64_t)s.s->nchars, &a, &b);
-    tlist one = {.kind = L_TUPLE, .n = 1, .v = &aff};
-    const tlist *cands = &one;
-    if (aff.type == TV_LIST && aff.l->kind == L_TUPLE)
-        cands = aff.l;
-    else if (aff.type != TV_STR)
-        return targ_error(c, "%s first arg must be str or a tuple of str, not %s",
-                          suffix ? "endswith" : "startswith", tv_type_name(aff));
-    *out = false;
-    if (a > (int64_t)s.s->nchars) return 0;
-    size_t oa = cp_off(s.s, a), ob = cp_off(s.s, b < a ? a : b);
-    for (size_t k = 0; k < cands->n; k++) {
-        tv x = cands->v[k];
-        if (x.type != TV_STR)
-            return targ_error(c, "tuple for %s must only contain str, not %s",
-                              suffix ? "endswith" : "startswith", tv_type_name(x));
-        size_t n = x.s->len;
-        if (b < a) continue;
-        if (n > ob - oa) continue;
-        const char *p = suffix ? s.s->s + ob - n : s.s->s + oa;
-        if (memcmp(p, x.s->s, n) == 0) {
-            *out = true;
-            return 0;
-        }
-    }
-    return 0;
-}
-
-static int str_pred(rctx *c, tv s, int id, tv *out) {
-    cpbuf b;
-    if (to_cps(c, s.s, &b)) return -1;
-    bool r = b.n > 0, any_cased = false;
-    if (id == M_ISTITLE) {
-        bool prev_cased = false;
-        r = false;
-        for (size_t k = 0; k < b.n; k++) {
-            uint32_t x = b.cp[k];
-            if (tpl_is_cased_upper(x)) {
-                if (prev_cased) {
-                    *out = tv_bool(false);
-                    return 0;
-                }
-                prev_cased = true;
-                r = true;
-            } else if (tpl_is_cased_lower(x)) {
-                if (!prev_cased) {
-                    *out = tv_bool(false);
-                    return 0;
-                }
-                prev_cased = true;
-                r = true;
-            } else {
-                prev_cased = false;
-            }
-        }
-        *out = tv_bool(r);
-        return 0;
-    }
-    for (size_t k = 0; k < b.n; k++) {
-        uint32_t x = b.cp[k];
-        switch (id) {
-        case M_ISDIGIT:
-        case M_ISDECIMAL:
-        case M_ISNUMERIC:
-            if (!tpl_is_digit(x)) r = false;
-            break;
-        case M_ISALPHA:
-            if (!tpl_is_alpha(x)) r = false;
-            break;
-        case M_ISALNUM:
-            if (!tpl_is_alpha(x) && !tpl_is_digit(x)) r = false;
-            break;
-        case M_ISSPACE:
-            if (!tpl_is_space(x)) r = false;
-            break;
-        case M_ISLOWER:
-            if (tpl_is_cased_upper(x)) r = false;
-            if (tpl_is_cased_lower(x)) any_cased = true;
-            break;
-        case M_ISUPPER:
-            if (tpl_is_cased_lower(x)) r = false;
-            if (tpl_is_cased_upper(x)) any_cased = true;
-            break;
-        }
-    }
-    if (id == M_ISLOWER || id == M_ISUPPER) r = r && any_cased;
-    *out = tv_bool(r);
-    return 0;
-}
-
-/* str.format (SandboxedEnvironment routes it through a sandboxed formatter): "{}", "{0}",
- * "{name}", "{0.attr}", "{0[key]}", "{!r}"/"{!s}", "{{" and "}}". Format specs are not
- * supported. */
-static int str_format(rctx *c, tv fmt, const tv *args, size_t nargs, const tstr **kwn,
-                      const tv *kwv, size_t nkw, tv *out) {
-    sbuf b = {0};
-    const char *s = fmt.s->s;
-    size_t n = fmt.s->len, auto_idx = 0;
-    for (size_t i = 0; i < n; i++) {
-        char ch = s[i];
-        if (ch == '}') {
-            if (i + 1 < n && s[i + 1] == '}') {
-                if (sb_putc(c, &b, '}')) return -1;
-                i++;
-                continue;
-            }
-            return rt_fail(c, KILN_TEMPLATE_ERR_TYPE, "ValueError",
-                           "Single '}' encountered in format string");
-        }
-        if (ch != '{') {
-            if (sb_putc(c, &b, ch)) return -1;
-            continue;
-        }
-        if (i + 1 < n && s[i + 1] == '{') {
-            if (sb_putc(c, &b, '{')) return -1;
-            i++;
-            continue;
-        }
-        size_t j = i + 1;
-        while (j < n && s[j] != '}') j++;
-        if (j >= n)
-            return rt_fail(c, KILN_TEMPLATE_ERR_TYPE, "ValueError",
-                           "Single '{' encountered in format string");
-        const char *f = s + i + 1, *fe = s + j;
-        const char *conv = memchr(f, '!', (size_t)(fe - f));
-        const char *spec = memchr(f, ':', (size_t)(fe - f));
-        if (spec && (!conv || spec < conv)) {
-            if (spec + 1 < fe)
-                return rt_fail(c, KILN_TEMPLATE_ERR_UNSUPPORTED, NULL,
-                               "unsupported: format specs in str.format");
-            fe = spec;
-        }
-        char cv = 's';
-        if (conv && conv < fe) {
-            cv = conv + 1 < fe ? conv[1] : 's';
-            fe = conv;
-        }
-        /* field name: first part up to '.' or '[' */
-        const char *p = f;
-        while (p < fe && *p != '.' && *p != '[') p++;
-        tv val;
-        if (p == f) {
-            if (auto_idx >= nargs)
-                return rt_fail(c, KILN_TEMPLATE_ERR_TYPE, "IndexError",
-                               "Replacement index %zu out of range for positional args tuple",
-                               auto_idx);
-            val = args[auto_idx++];
-        } else if (*f >= '0' && *f <= '9') {
-            size_t idx = 0;
-            for (const char *q = f; q < p; q++) {
-                if (*q < '0' || *q > '9')
-                    return rt_fail(c, KILN_TEMPLATE_ERR_TYPE, "ValueError", "bad format field");
-                idx = idx * 10 + (size_t)(*q - '0');
-                if (idx > 1000000) break;
-            }
-            if (idx >= nargs)
-                return rt_fail(c, KILN_TEMPLATE_ERR_TYPE, "IndexError",
-                               "Replacement index %zu out of range for positional args tuple", idx);
-            val = args[idx];
-        } else {
-            size_t k = 0;
-            while (k < nkw &&
-                   !(kwn[k]->len == (size_t)(p - f) && memcmp(kwn[k]->s, f, (size_t)(p - f)) == 0))
-                k++;
-            if (k == nkw)
-                return rt_fail(c, KILN_TEMPLATE_ERR_TYPE, "KeyError", "'%.*s'", (int)(p - f), f);
-            val = kwv[k];
-        }
-        while (p < fe) {
-            if (*p == '.') {
-                const char *q = ++p;
-                while (p < fe && *p != '.' && *p != '[') p++;
-                const tstr *an = tpl_str_new(&c->ar, q, (size_t)(p - q));
-                if (!an) return rt_oom(c);
-                if (rt_getattr(c, val, an, &val)) return -1;
-            } else {
-                const char *q = ++p;
-                while (p < fe && *p != ']') p++;
-                tv key;
-                bool digits = p > q;
-                for (const char *r = q; r < p; r++) digits = digits && *r >= '0' && *r <= '9';
-                if (digits && p - q < 18) {
-                    int64_t x = 0;
-                    for (const char *r = q; r < p; r++) x = x * 10 + (*r - '0');
-                    key = tv_int(x);
-                } else if (tv_strc(c, q, (size_t)(p - q), &key)) {
-                    return -1;
-                }
-                if (rt_getitem(c, val, key, &val)) return -1;
-                if (p < fe) p++;
-            }
-        }
-        if (cv == 'r' || cv == 'a') {
-            if (tv_repr_sb(c, val, &b)) return -1;
-        } else {
-            if (val.type == TV_UNDEF && val.u && val.u->exc == UX_SECURITY)
-                return tv_undef_fail(c, val);
-            if (tv_to_sb(c, val, &b)) return -1;
-        }
-        i = j;
-    }
-    if (!b.p) return tv_strc(c, "", 0, out);
-    return sb_str(c, &b, out);
-}
-
-int tpl_call_method(rctx *c, tv self, int id, const tv *args, size_t nargs, const tstr **kwn,
-                    const tv *kwv, size_t nkw, tv *out) {
-    tv a[4];
-    bool g[4];
-    const char *mname = tpl_method_name(id);
-#define MBIND(np, req, ...)                                                                        \
-    do {                                                                                           \
-        static const char *const pn_[] = {__VA_ARGS__};                                            \
-        if (bind(c, mname, pn_, np, req, args, nargs, kwn, kwv, nkw, a, g)) return -1;             \
-    } while (0)
-#define MBIND0()                                                                                   \
-    do {                                                                                           \
-        if (bind(c, mname, NULL, 0, 0, args, nargs, kwn, kwv, nkw, a, g)) return -1;               \
-    } while (0)
-    if (rt_step(c, 1)) return -1;
-    switch (id) {
-    case M_STRIP:
-    case M_LSTRIP:
-    case M_RSTRIP:
-        MBIND(1, 0, "chars");
-        return str_strip(c, self, g[0] ? a[0] : tv_none(),
-                         id == M_STRIP    ? 3
-                         : id == M_LSTRIP ? 1
-                                          : 2,
-                         out);
-    case M_SPLIT:
-    case M_RSPLIT: {
-        MBIND(2, 0, "sep", "maxsplit");
-        int64_t maxsplit = -1;
-        if (g[1] && need_int(c, a[1], "maxsplit", &maxsplit)) return -1;
-        return str_split(c, self, g[0] ? a[0] : tv_none(), maxsplit, id == M_RSPLIT, out);
-    }
-    case M_SPLITLINES: {
-        MBIND(1, 0, "keepends");
-        tlist *l;
-        if (str_splitlines(c, self, g[0] && tv_truthy(a[0]), &l)) return -1;
-        *out = tv_list(l);
-        return 0;
-    }
-    case M_STARTSWITH:
-    case M_ENDSWITH: {
-        MBIND(3, 1, "prefix", "start", "end");
-        bool r = false;
-        if (affix_match(c, self, a[0], a[1], a[2], id == M_ENDSWITH, &r)) return -1;
-        *out = tv_bool(r);
-        return 0;
-    }
-    case M_UPPER:
-    case M_LOWER:
-    case M_CASEFOLD:
-    case M_SWAPCASE:
-        MBIND0();
-        return str_case(c, self, id == M_UPPER ? 1 : id == M_SWAPCASE ? 2 : 0, out);
-    case M_TITLE:
-        MBIND0();
-        return py_title(c, self, out);
-    case M_CAPITALIZE:
-        MBIND0();
-        return py_capitalize(c, self, out);
-    case M_REPLACE: {
-        MBIND(3, 2, "old", "new", "count");
-        int64_t count = -1;
-        if (g[2] && need_int(c, a[2], "count", &count)) return -1;
-        if (a[0].type != TV_STR || a[1].type != TV_STR)
-            return targ_error(c, "replace() argument must be str, not %s%s",
-                              tv_type_name(a[0].type != TV_STR ? a[0] : a[1]), "");
-        return str_replace(c, self, a[0], a[1], count, out);
-    }
-    case M_FIND:
-    case M_RFIND:
-    case M_INDEX:
-    case M_RINDEX: {
-        MBIND(3, 1, "sub", "start", "end");
-        int64_t r;
-        if (sfind(c, self, a[0], a[1], a[2], id == M_RFIND || id == M_RINDEX, &r)) return -1;
-        if (r < 0 && (id == M_INDEX || id == M_RINDEX))
-            return rt_fail(c, KILN_TEMPLATE_ERR_TYPE, "ValueError", "substring not found");
-        *out = tv_int(r);
-        return 0;
-    }
-    case M_SCOUNT: {
-        MBIND(3, 1, "sub", "start", "end");
-        if (a[0].type != TV_STR)
-            return targ_error(c, "must be str, not %s%s", tv_type_name(a[0]), "");
-        int64_t lo, hi;
-        norm_range(a[1], a[2], (int64_t)self.s->nchars, &lo, &hi);
-        if (lo > hi) {
-            *out = tv_int(0);
-            return 0;
-        }
-        size_t oa = cp_off(self.s, lo), ob = cp_off(self.s, hi);
-        int64_t n = 0;
-        if (a[0].s->len == 0) {
-            n = (int64_t)tpl_utf8_count(self.s->s + oa, ob - oa) + 1;
-        } else {
-            for (size_t i = oa; i + a[0].s->len <= ob;) {
-                const char *h = memmem(self.s->s + i, ob - i, a[0].s->s, a[0].s->len);
-                if (!h) break;
-                n++;
-                i = (size_t)(h - self.s->s) + a[0].s->len;
-            }
-        }
-        *out = tv_int(n);
-        return 0;
-    }
-    case M_JOIN:
-        MBIND(1, 1, "iterable");
-        return str_join(c, self, a[0], out, true);
-    case M_ISDIGIT:
-    case M_ISDECIMAL:
-    case M_ISNUMERIC:
-    case M_ISALPHA:
-    case M_ISALNUM:
-    case M_ISSPACE:
-    case M_ISLOWER:
-    case M_ISUPPER:
-    case M_ISTITLE:
-        MBIND0();
-        return str_pred(c, self, id, out);
-    case M_CENTER:
-    case M_LJUST:
-    case M_RJUST: {
-        MBIND(2, 1, "width", "fillchar");
-        int64_t w;
-        if (need_int(c, a[0], "width", &w)) return -1;
-        if (g[1] && a[1].type != TV_STR)
-            return targ_error(c, "The fill character must be a unicode character, not %s%s",
-                              tv_type_name(a[1]), "");
-        return str_pad(c, self, w, g[1] ? a[1] : tv_none(),
-                       id == M_CENTER  ? 0
-                       : id == M_LJUST ? 1
-                                       : 2,
-                       out);
-    }
-    case M_ZFILL: {
-        MBIND(1, 1, "width");
-        int64_t w;
-        if (need_int(c, a[0], "width", &w)) return -1;
-        int64_t len = (int64_t)self.s->nchars;
-        if (w <= len) {
-            *out = self;
-            return 0;
-        }
-        if (w - len > (int64_t)c->max_output)
-            return rt_fail(c, KILN_TEMPLATE_ERR_LIMIT, NULL, "zfill too large");
-        sbuf b = {0};
-        size_t start = 0;
-        if (self.s->len && (self.s->s[0] == '+' || self.s->s[0] == '-')) {
-            if (sb_putc(c, &b, self.s->s[0])) return -1;
-            start = 1;
-        }
-        for (int64_t k = 0; k < w - len; k++)
-            if (sb_putc(c, &b, '0')) return -1;
-        if (sb_put(c, &b, self.s->s + start, self.s->len - start)) return -1;
-        return sb_str(c, &b, out);
-    }
-    case M_PARTITION:
-    case M_RPARTITION: {
-        MBIND(1, 1, "sep");
-        if (a[0].type != TV_STR)
-            return targ_error(c, "must be str, not %s%s", tv_type_name(a[0]), "");
-        if (a[0].s->len == 0)
-            return rt_fail(c, KILN_TEMPLATE_ERR_TYPE, "ValueError", "empty separator");
-        int64_t pos;
-        if (sfind(c, self, a[0], tv_none(), tv_none(), id == M_RPARTITION, &pos)) return -1;
-        tlist *t = tl_new(c, L_TUPLE, 3);
-        if (!t) return -1;
-        tv e;
-        if (tv_strc(c, "", 0, &e)) return -1;
-        if (pos < 0) {
-            t->v[0] = id == M_PARTITION ? self : e;
-            t->v[1] = e;
-            t->v[2] = id == M_PARTITION ? e : self;
-        } else {
-            size_t o = cp_off(self.s, pos);
-            if (tv_strc(c, self.s->s, o, &t->v[0]) ||
-                tv_strc(c, self.s->s + o + a[0].s->len, self.s->len - o - a[0].s->len, &t->v[2]))
-                return -1;
-            t->v[1] = a[0];
-        }
-        t->n = 3;
-        *out = tv_list(t);
-        return 0;
-    }
-    case M_REMOVEPREFIX:
-    case M_REMOVESUFFIX: {
-        MBIND(1, 1, "affix");
-        if (a[0].type != TV_STR)
-            return targ_error(c, "must be str, not %s%s", tv_type_name(a[0]), "");
-        size_t n = a[0].s->len;
-        if (n <= self.s->len) {
-            if (id == M_REMOVEPREFIX && memcmp(self.s->s, a[0].s->s, n) == 0)
-                return tv_strc(c, self.s->s + n, self.s->len - n, out);
-            if (id == M_REMOVESUFFIX && n && memcmp(self.s->s + self.s->len - n, a[0].s->s, n) == 0)
-                return tv_strc(c, self.s->s, self.s->len - n, out);
-        }
-        *out = self;
-        return 0;
-    }
-    case M_FORMAT:
-        return str_format(c, self, args, nargs, kwn, kwv, nkw, out);
-    case M_GET: {
-        if (nkw) return targ_error(c, "dict.get() takes no keyword arguments%s%s", "", "");
-        if (nargs < 1 || nargs > 2)
-            return targ_error(c, "get expected at most 2 arguments, got %s%s", nargs ? "3+" : "0",
-                              "");
-        tv *p;
-        if (td_get(c, self.d, args[0], &p)) return -1;
-        *out = p ? *p : nargs == 2 ? args[1] : tv_none();
-        return 0;
-    }
-    case M_ITEMS:
-    case M_KEYS:
-    case M_VALUES: {
-        MBIND0();
-        tlist *l = tl_new(c, id == M_ITEMS ? L_ITEMS : id == M_KEYS ? L_KEYS : L_VALUES, self.d->n);
-        if (!l) return -1;
-        for (size_t k = 0; k < self.d->n; k++) {
-            if (id == M_ITEMS) {
-                tlist *pair = tl_new(c, L_TUPLE, 2);
-                if (!pair) return -1;
-                pair->v[0] = self.d->e[k].k;
-                pair->v[1] = self.d->e[k].v;
-                pair->n = 2;
-                l->v[l->n++] = tv_list(pair);
-            } else {
-                l->v[l->n++] = id == M_KEYS ? self.d->e[k].k : self.d->e[k].v;
-            }
-        }
-        *out = tv_list(l);
-        return 0;
-    }
-    case M_DCOPY: {
-        MBIND0();
-        tdict *d = td_new(c);
-        if (!d) return -1;
-        for (size_t k = 0; k < self.d->n; k++)
-            if (td_set(c, d, self.d->e[k].k, self.d->e[k].v)) return -1;
-        *out = tv_dict(d);
-        return 0;
-    }
-    case M_LCOPY: {
-        MBIND0();
-        tlist *l = tl_new(c, L_LIST, self.l->n);
-        if (!l) return -1;
-        if (self.l->n) memcpy(l->v, self.l->v, self.l->n * sizeof(tv));
-        l->n = self.l->n;
-        *out = tv_list(l);
-        return 0;
-    }
-    case M_LCOUNT: {
-        MBIND(1, 1, "value");
-        int64_t n = 0;
-        for (size_t k = 0; k < self.l->n; k++) n += tv_eq(self.l->v[k], a[0]);
-        *out = tv_int(n);
-        return rt_step(c, self.l->n);
-    }
-    case M_LINDEX: {
-        MBIND(1, 1, "value");
-        for (size_t k = 0; k < self.l->n; k++)
-            if (tv_eq(self.l->v[k], a[0])) {
-                *out = tv_int((int64_t)k);
-                return rt_step(c, k);
-            }
-        return rt_fail(c, KILN_TEMPLATE_ERR_TYPE, "ValueError", "value is not in list");
-    }
-    case M_CYCLE:
-        if (nkw)
-            return targ_error(c, "cycle() got an unexpected keyword argument '%s'%s", kwn[0]->s,
-                              "");
-        if (!nargs) return targ_error(c, "no items for cycling given%s%s", "", "");
-        *out = args[self.lp->i % nargs];
-        return 0;
-    case M_CHANGED: {
-        tlist *t = tl_new(c, L_TUPLE, nargs);
-        if (!t) return -1;
-        for (size_t k = 0; k < nargs; k++) t->v[t->n++] = args[k];
-        tv val = tv_list(t);
-        tloop *lp = self.lp;
-        bool changed = !lp->has_last || !tv_eq(lp->last, val);
-        lp->last = val;
-        lp->has_last = true;
-        *out = tv_bool(changed);
-        return 0;
-    }
-    }
-#undef MBIND
-#undef MBIND0
-    return rt_fail(c, KILN_TEMPLATE_ERR_SECURITY, "SecurityError", "method not allowed");
 }

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "template/tpl.h"
+#include "template/tpl_names.h"
 
 enum { MAX_PARSE_DEPTH = 256, MAX_EXPR_HEIGHT = 1000 };
 

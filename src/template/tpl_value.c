@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "template/tpl.h"
+#include "template/tpl_names.h"
 
 enum { MAX_VALUE_DEPTH = 200 };
 
@@ -196,6 +197,10 @@ int tv_undef_fail(rctx *c, tv v) {
 
 /* ---------------------------------------------------------------------------------------- */
 /* lists and dicts                                                                           */
+
+/* gen_name of groupby's (grouper, list) tuples: Jinja2's _GroupTuple, whose attributes
+ * grouper and list attribute access knows. */
+const char tpl_group_tuple[] = "_GroupTuple";
 
 tlist *tl_new(rctx *c, int kind, size_t cap) {
     tlist *l = tpl_zalloc(&c->ar, sizeof *l);
@@ -561,74 +566,6 @@ bool tv_hashable(tv v) {
 
 /* ---------------------------------------------------------------------------------------- */
 /* str() and repr()                                                                          */
-
-void tpl_fmt_float(double x, char out[40]) {
-    if (isnan(x)) {
-        strcpy(out, "nan");
-        return;
-    }
-    if (isinf(x)) {
-        strcpy(out, x < 0 ? "-inf" : "inf");
-        return;
-    }
-    if (x == 0) {
-        strcpy(out, signbit(x) ? "-0.0" : "0.0");
-        return;
-    }
-    char tmp[40];
-    for (int prec = 1; prec <= 17; prec++) {
-        snprintf(tmp, sizeof tmp, "%.*e", prec - 1, x);
-        if (strtod(tmp, NULL) == x) break;
-    }
-    /* tmp = [-]d[.ddd]e[+-]XX */
-    char digits[24];
-    int nd = 0;
-    const char *p = tmp;
-    bool neg = false;
-    if (*p == '-') {
-        neg = true;
-        p++;
-    }
-    for (; *p && *p != 'e'; p++)
-        if (*p >= '0' && *p <= '9') digits[nd++] = *p;
-    int exp10 = atoi(p + 1);
-    while (nd > 1 && digits[nd - 1] == '0') nd--;
-    digits[nd] = 0;
-    int decpt = exp10 + 1;
-    char *o = out;
-    if (neg) *o++ = '-';
-    if (decpt > -4 && decpt <= 16) {
-        if (decpt <= 0) {
-            *o++ = '0';
-            *o++ = '.';
-            for (int k = 0; k < -decpt; k++) *o++ = '0';
-            memcpy(o, digits, (size_t)nd);
-            o += nd;
-        } else if (decpt >= nd) {
-            memcpy(o, digits, (size_t)nd);
-            o += nd;
-            for (int k = nd; k < decpt; k++) *o++ = '0';
-            *o++ = '.';
-            *o++ = '0';
-        } else {
-            memcpy(o, digits, (size_t)decpt);
-            o += decpt;
-            *o++ = '.';
-            memcpy(o, digits + decpt, (size_t)(nd - decpt));
-            o += nd - decpt;
-        }
-        *o = 0;
-    } else {
-        *o++ = digits[0];
-        if (nd > 1) {
-            *o++ = '.';
-            memcpy(o, digits + 1, (size_t)(nd - 1));
-            o += nd - 1;
-        }
-        int e = decpt - 1;
-        sprintf(o, "e%c%02d", e < 0 ? '-' : '+', e < 0 ? -e : e);
-    }
-}
 
 static int repr_str(rctx *c, const tstr *s, sbuf *b) {
     bool has_sq = memchr(s->s, '\'', s->len) != NULL, has_dq = memchr(s->s, '"', s->len) != NULL;
