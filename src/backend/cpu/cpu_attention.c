@@ -6,7 +6,7 @@
  */
 #include <string.h>
 
-#include "backend/cpu/cpu_backend_internal.h"
+#include "backend/cpu/cpu_context.h"
 #include "backend/cpu/ops.h"
 #include "kv/kv_format.h"
 #include "kv/kv_pool.h"

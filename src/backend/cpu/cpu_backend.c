@@ -14,7 +14,7 @@
 #include <string.h>
 
 #include "backend/cpu/cpu.h"
-#include "backend/cpu/cpu_backend_internal.h"
+#include "backend/cpu/cpu_context.h"
 #include "backend/cpu/ops.h"
 #include "util/error.h"
 

@@ -9,7 +9,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "backend/cpu/cpu_backend_internal.h"
+#include "backend/cpu/cpu_context.h"
 #include "backend/cpu/ops.h"
 
 static float sigmoidf(float v) {

@@ -7,7 +7,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "backend/cpu/cpu_backend_internal.h"
+#include "backend/cpu/cpu_context.h"
 #include "backend/cpu/ops.h"
 
 void kiln_cpu_moe_route(kiln_backend *be, float *probs, int32_t *sel_all, float *wt_all,

@@ -1,6 +1,7 @@
-/* cpu_backend_internal.h - the CPU backend context, shared by its operation files. */
-#ifndef KILN_BACKEND_CPU_CPU_BACKEND_INTERNAL_H
-#define KILN_BACKEND_CPU_CPU_BACKEND_INTERNAL_H
+/* cpu_context.h - the CPU backend context (thread pool, arena, the step), shared by its
+ * operation files; the operation table itself is assembled in cpu_backend.c. */
+#ifndef KILN_BACKEND_CPU_CPU_CONTEXT_H
+#define KILN_BACKEND_CPU_CPU_CONTEXT_H
 
 #include <stddef.h>
 #include <stdint.h>
