@@ -274,6 +274,48 @@ static void test_attention(void) {
     printf("attention: %d cases\n", n_cases);
 }
 
+/* The operand rounding of f16 / bf16 rows, seen directly: with two keys whose values are
+ * v0 = 1 and v1 = 0, out[d] = P0 * 1 + P1 * 0 = P0 as the pipeline rounded it, so out must be
+ * exactly representable in the rows' precision (a kernel that skips rounding P gives an f32
+ * value with more significant bits); the scores go through q . k with q rounded too, checked
+ * by a q with more bits than the format keeps. Both paths: the scalar reference and the
+ * AVX-512 group kernel. */
+static void test_operand_rounding(void) {
+    const int hd = 64, bs = 16;
+    float K[2 * 64], V[2 * 64], Q[64];
+    for (int d = 0; d < hd; d++) {
+        K[d] = d == 0 ? 1.0f : 0.0f, K[hd + d] = d == 1 ? 1.0f : 0.0f;
+        V[d] = 1.0f, V[hd + d] = 0.0f;
+        Q[d] = d < 2 ? (d == 0 ? 1.2345679f : -0.7654321f) : 0.0f;
+    }
+    for (int op = 1; op <= 2; op++) {
+        kvstore s = make_store(K, V, 2, hd, bs, op);
+        float ref[64], got[64];
+        ref_one(ref, Q, &s, bs, hd, hd, 0, 0, 2, 1.0f, 0.0f, op);
+        kiln_attn_kv kv = {(const void *const *)s.kb, (const void *const *)s.vb, bs, hd, 0, hd, op};
+        int32_t b0 = 0, e0 = 2;
+        float *scr = scratch_for(1, 1, hd, 2);
+        kiln_attention_group(got, hd, Q, hd, 1, 1, &b0, &e0, &kv, 1.0f, 0.0f, scr);
+        free(scr);
+        for (int d = 0; d < hd; d++) {
+            const float r16 = op == 1 ? kiln_fp16_to_fp32(kiln_fp32_to_fp16(ref[d]))
+                                      : kiln_bf16_to_fp32(kiln_fp32_to_bf16(ref[d]));
+            const float g16 = op == 1 ? kiln_fp16_to_fp32(kiln_fp32_to_fp16(got[d]))
+                                      : kiln_bf16_to_fp32(kiln_fp32_to_bf16(got[d]));
+            CHECKF(r16 == ref[d], "reference op %d: P not rounded (%.9g)", op, ref[d]);
+            CHECKF(g16 == got[d], "avx512 op %d: P not rounded (%.9g)", op, got[d]);
+        }
+        /* the score difference q0 - q1 with q rounded: P0 = sigmoid(round(q0) - round(q1)) */
+        const float q0 = op == 1 ? kiln_fp16_to_fp32(kiln_fp32_to_fp16(Q[0]))
+                                 : kiln_bf16_to_fp32(kiln_fp32_to_bf16(Q[0]));
+        const float q1 = op == 1 ? kiln_fp16_to_fp32(kiln_fp32_to_fp16(Q[1]))
+                                 : kiln_bf16_to_fp32(kiln_fp32_to_bf16(Q[1]));
+        const double p0 = 1.0 / (1.0 + exp((double)q1 - (double)q0));
+        CHECKF(fabs(ref[0] - p0) <= (op == 1 ? 1e-3 : 4e-3), "op %d: %.9g vs %.9g", op, ref[0], p0);
+        free_store(&s);
+    }
+}
+
 int main(void) {
     if (!kiln_simd_supported(KILN_SIMD_AVX512)) {
         printf("no AVX-512 path on this CPU: skipped\n");
@@ -282,5 +324,6 @@ int main(void) {
     test_exp();
     test_rmsnorm_swiglu();
     test_attention();
+    test_operand_rounding();
     return kiln_test_finish("test_ops_paths");
 }
