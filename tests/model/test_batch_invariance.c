@@ -6,7 +6,7 @@
  *   - prefilled in chunks of 1, 7 or everything,
  *   - mixed into steps with other sequences (prefilling and decoding, before and after it
  *     in the flat batch), on a 2-thread pool,
- * with f32 and f16 KV pools. The block tables come from a shared kiln_kv_pool, so the
+ * with f32, f16 and bf16 KV pools. The block tables come from a shared kiln_kv_pool, so the
  * sequence's blocks are scattered differently in each schedule.
  * Token ids come from ../shared/reference/hf/<arch>/reference.safetensors (input_ids: 48
  * tokens, more than the sliding window of 16).
@@ -217,6 +217,7 @@ int main(int argc, char **argv) {
     for (int i = 0; i < n; i++) {
         check_arch(archs[i], KILN_DTYPE_F32, tp2);
         check_arch(archs[i], KILN_DTYPE_F16, tp2);
+        check_arch(archs[i], KILN_DTYPE_BF16, tp2);
     }
     kiln_backend_destroy(tp2);
     return kiln_test_finish("test_batch_invariance");
