@@ -85,7 +85,8 @@ typedef struct kiln_model_params {
  * Load a model from a GGUF file, a llama2.c checkpoint or a Hugging Face directory.
  * params may be NULL (defaults: tokenizer found beside the model, not required).
  * *out is set only on success; free it with kiln_model_free after every engine using it is
- * destroyed.
+ * destroyed and its streams are read (kiln_stream_next decodes text with the model's
+ * tokenizer; kiln_stream_destroy does not need the model).
  * Errors: KILN_ERR_INVALID_ARGUMENT (NULL path/out), KILN_ERR_IO, KILN_ERR_FORMAT,
  * KILN_ERR_UNSUPPORTED, KILN_ERR_NOT_FOUND (tokenizer required but missing),
  * KILN_ERR_OUT_OF_MEMORY; every message names the file.
@@ -308,8 +309,8 @@ KILN_API kiln_status kiln_engine_create(const kiln_model *model, const kiln_engi
 /**
  * Stop the engine: requests still queued or running finish with KILN_FINISH_CANCELLED (their
  * streams get the FINISH event and stay readable until destroyed), then the thread is joined
- * and the pool freed. Streams may outlive the engine. NULL is a no-op. Must not be called
- * from the engine thread.
+ * and the pool freed. Streams may outlive the engine (not the model: reading them decodes
+ * text). NULL is a no-op. Must not be called from the engine thread.
  */
 KILN_API void kiln_engine_destroy(kiln_engine *engine);
 
@@ -321,7 +322,9 @@ typedef struct kiln_engine_stats {
     int32_t n_running;      /* sequences admitted and not finished */
     int32_t n_queued;       /* requests submitted and not yet admitted */
     int64_t n_steps;        /* forward steps run */
-    int64_t n_prefill_tokens, n_decode_tokens; /* tokens fed to the model, by kind */
+    int64_t n_prefill_tokens, n_decode_tokens; /* tokens fed to the model, by kind (with the
+                                                  few a request runs past its stop string
+                                                  before the engine sees it stopped) */
     int64_t n_requests_finished;
 } kiln_engine_stats;
 
@@ -390,7 +393,9 @@ typedef struct kiln_request {
     int32_t n_stop;                /* <= KILN_MAX_STOP_STRINGS */
     const char *const *stop;       /* NUL-terminated, non-empty UTF-8 strings. The earliest match
                                       in the generated text ends generation; the match and
-                                      everything after it are left out of the text. */
+                                      everything after it are left out of the text. Matched
+                                      while the stream is read (kiln_stream_next): see
+                                      kiln_usage for what is counted. */
     int32_t n_stop_token_ids;      /* <= 64 */
     const int32_t *stop_token_ids; /* each in [0, n_vocab) (vLLM `stop_token_ids`) */
     bool ignore_eos;               /* keep generating through end-of-generation tokens */
@@ -454,7 +459,14 @@ typedef struct kiln_token_logprob {
 
 typedef struct kiln_usage {
     int32_t prompt_tokens;     /* tokens of the (tokenized) prompt */
-    int32_t completion_tokens; /* tokens generated, the stopping token included */
+    int32_t completion_tokens; /* tokens generated, the stopping token included: the EOS or
+                                  stop id (counted, not emitted), or the token whose text
+                                  decided a stop string's match (the one that completed it, or
+                                  a later one when another stop string's partial match had to
+                                  fail first); = the TOKEN events delivered, plus 1 for a
+                                  stopping EOS or stop id. Tokens the engine generated after
+                                  a stop string's deciding token are never delivered or
+                                  counted. */
 } kiln_usage;
 
 /**
@@ -466,7 +478,9 @@ typedef struct kiln_usage {
 typedef struct kiln_event {
     kiln_event_type type;
     int64_t time_ns; /* when the engine queued the event: CLOCK_MONOTONIC, nanoseconds (for
-                        latency metrics that must not depend on when the consumer woke) */
+                        latency metrics that must not depend on when the consumer woke). A TEXT
+                        event has its token's time (the engine FINISH's for text released at
+                        the end); the FINISH of a stop string the deciding token's time */
 
     /* KILN_EVENT_TOKEN */
     int32_t token;          /* id in [0, n_vocab) */
@@ -491,13 +505,20 @@ typedef struct kiln_event {
  * Take the next event. timeout_ms < 0 waits as long as needed, 0 does not wait, > 0 waits
  * at most that many milliseconds. When no event arrives in time, or the stream is finished
  * and its FINISH event was already taken, ev->type is KILN_EVENT_NONE and KILN_OK is
- * returned. Only one thread may read a stream at a time.
+ * returned. Only one thread may read a stream at a time (several threads may take turns).
+ * The text pipeline runs here, on the caller's thread (DESIGN.md "One request, end to end",
+ * step 7): TOKEN events are detokenized incrementally, incomplete UTF-8 and text that could
+ * still begin a stop string are held back, and stop strings are matched. When one matches,
+ * this call asks the engine to stop the request (as kiln_stream_cancel does), drops the
+ * tokens the engine generated after the deciding one, and delivers FINISH (reason stop) once
+ * the engine has released the request's KV blocks (at its next step boundary).
  * Errors: KILN_ERR_INVALID_ARGUMENT (NULL stream or ev).
  */
 KILN_API kiln_status kiln_stream_next(kiln_stream *stream, int64_t timeout_ms, kiln_event *ev,
                                       kiln_error *err);
 
-/** True once the FINISH event has been queued (it may still be unread). Any thread. */
+/** True once the engine has queued its FINISH (the request is released; the FINISH event and
+ *  some TOKEN/TEXT events may still be unread). Any thread. */
 KILN_API bool kiln_stream_finished(const kiln_stream *stream);
 
 /**
