@@ -85,7 +85,8 @@ typedef struct kiln_model_params {
  * Load a model from a GGUF file, a llama2.c checkpoint or a Hugging Face directory.
  * params may be NULL (defaults: tokenizer found beside the model, not required).
  * *out is set only on success; free it with kiln_model_free after every engine using it is
- * destroyed.
+ * destroyed and its streams are read (kiln_stream_next decodes text with the model's
+ * tokenizer; kiln_stream_destroy does not need the model).
  * Errors: KILN_ERR_INVALID_ARGUMENT (NULL path/out), KILN_ERR_IO, KILN_ERR_FORMAT,
  * KILN_ERR_UNSUPPORTED, KILN_ERR_NOT_FOUND (tokenizer required but missing),
  * KILN_ERR_OUT_OF_MEMORY; every message names the file.
@@ -149,6 +150,116 @@ KILN_API bool kiln_model_is_eog(const kiln_model *model, int32_t id);
  *  tokenizer_config.json chat_template); owned by the model; NULL when it has none. */
 KILN_API const char *kiln_model_chat_template(const kiln_model *model);
 
+/** True when the model has a tokenizer: text prompts, TEXT events, kiln_model_tokenize /
+ *  detokenize / token_piece and the chat template's bos_token / eos_token need one. False for
+ *  a NULL model. */
+KILN_API bool kiln_model_has_tokenizer(const kiln_model *model);
+
+/**
+ * Sampling defaults a checkpoint ships: Hugging Face transformers' generation_config.json
+ * (GenerationConfig), read from a Hugging Face directory; GGUF files and llama2.c checkpoints
+ * carry none (every has_ flag false). A value applies only when its has_ flag is set (the
+ * file gave it, with a JSON number; top_k an integer, do_sample a boolean). Values are as the
+ * file wrote them, not range-checked: callers keep only those valid for kiln_request.
+ * Semantics as transformers: do_sample false means greedy decoding (the sampling fields are
+ * then ignored, i.e. temperature 0 here); top_k 0 = off; repetition_penalty 1 = off (CTRL).
+ */
+typedef struct kiln_generation_defaults {
+    bool has_temperature, has_top_p, has_top_k, has_min_p, has_repetition_penalty, has_do_sample;
+    float temperature;        /* softmax temperature */
+    float top_p;              /* nucleus mass, (0, 1] */
+    int32_t top_k;            /* most likely tokens kept; 0 = off */
+    float min_p;              /* probability floor relative to the most likely token, [0, 1] */
+    float repetition_penalty; /* > 0; 1 = off */
+    bool do_sample;           /* false = greedy */
+} kiln_generation_defaults;
+
+/** Fill *out with the model's generation defaults (all zero / false for a NULL model or one
+ *  without generation_config.json). out must not be NULL. */
+KILN_API void kiln_model_generation_defaults(const kiln_model *model,
+                                             kiln_generation_defaults *out);
+
+/* ---------------------------------------------------------------------------------------- */
+/* Chat templates                                                                            */
+
+/**
+ * A compiled chat template: Jinja source rendered with Hugging Face semantics, as
+ * transformers' apply_chat_template does (Jinja2 sandbox, trim_blocks, lstrip_blocks,
+ * loopcontrols, tojson, raise_exception, strftime_now; src/template/template.h lists the
+ * subset). Immutable once created: any number of threads may render it at once.
+ */
+typedef struct kiln_chat_template kiln_chat_template;
+
+typedef struct kiln_chat_template_params {
+    const char *source;    /* Jinja text to use instead of the model's own (NUL-terminated); NULL =
+                              the model's (kiln_model_chat_template), else ChatML */
+    const char *bos_token; /* the template's bos_token; NULL = the model's BOS text (the
+                              tokenizer_config.json bos_token, else the BOS piece), "" if none */
+    const char *eos_token; /* likewise eos_token */
+} kiln_chat_template_params;
+
+/**
+ * Compile a chat template. model may be NULL (bos_token / eos_token are then "" unless params
+ * give them); params may be NULL (all defaults). With params->source NULL the model's own
+ * template is used; when the model has none, or it does not parse (or uses Jinja that kiln does
+ * not implement), the ChatML template is used instead ("<|im_start|>{role}\n{content}<|im_end|>\n"
+ * per message, then "<|im_start|>assistant\n" when add_generation_prompt: transformers' former
+ * default, llama.cpp's "chatml") and kiln_chat_template_fallback says why. A source given in
+ * params never falls back: it must parse.
+ * *out is set only on success; free it with kiln_chat_template_destroy.
+ * Errors: KILN_ERR_INVALID_ARGUMENT (NULL out; params->source not valid UTF-8),
+ * KILN_ERR_FORMAT (params->source has a syntax error: "line L, column C: ..."),
+ * KILN_ERR_UNSUPPORTED (params->source uses extends/include/import/block/...),
+ * KILN_ERR_OUT_OF_MEMORY, KILN_ERR_INTERNAL (ChatML itself does not parse: a bug).
+ */
+KILN_API kiln_status kiln_chat_template_create(const kiln_model *model,
+                                               const kiln_chat_template_params *params,
+                                               kiln_chat_template **out, kiln_error *err);
+
+/** Free a chat template. NULL is a no-op. */
+KILN_API void kiln_chat_template_destroy(kiln_chat_template *tpl);
+
+/** NULL when the template in use is the model's own (or params->source); else the ChatML
+ *  fallback is in use and this says why ("the model has no chat template", "the model's chat
+ *  template does not parse (...)"). Owned by tpl. */
+KILN_API const char *kiln_chat_template_fallback(const kiln_chat_template *tpl);
+
+/** What one rendering gets. The JSON texts are NUL-terminated UTF-8; each is parsed as
+ *  json.loads would (object key order kept, integers and reals apart, "\u0000" allowed). */
+typedef struct kiln_chat_input {
+    const char *messages_json;  /* a JSON array of message objects: "role", "content" and
+                                   whatever else the template reads (tool_calls, name, ...);
+                                   NULL = [] */
+    const char *tools_json;     /* a JSON array of tool definitions; NULL = tools is None */
+    const char *kwargs_json;    /* a JSON object of extra template variables (vLLM's
+                                   chat_template_kwargs, e.g. {"enable_thinking": false}); NULL
+                                   = none */
+    bool add_generation_prompt; /* end with the header of an assistant turn */
+} kiln_chat_input;
+
+/**
+ * Render a conversation to prompt text, as transformers' apply_chat_template(messages,
+ * tools=..., documents=None, add_generation_prompt=..., tokenize=False, **kwargs) does. The
+ * template sees: the kwargs first, then messages, add_generation_prompt and tools (these win
+ * over kwargs of the same name), and bos_token, eos_token and documents (None) unless the
+ * kwargs set them (transformers' {**special_tokens_map, **kwargs}). strftime_now uses the
+ * local time. The text is not tokenized: tokenize it with parse_special true (control-token
+ * texts such as "<|im_start|>" recognised) and add_special false when the template writes the
+ * BOS itself.
+ * On success *out is a malloc'd NUL-terminated string of *out_len bytes; free it with kiln_free.
+ * Errors: KILN_ERR_INVALID_ARGUMENT (NULL tpl/in/out/out_len; a JSON text that does not parse
+ * or has the wrong type, named; and every template failure: raise_exception(msg), where the
+ * message is exactly msg, undefined values, type errors, sandbox refusals, resource limits,
+ * whose messages read like Jinja2's), KILN_ERR_OUT_OF_MEMORY. *out is untouched on failure.
+ */
+KILN_API kiln_status kiln_chat_template_render(const kiln_chat_template *tpl,
+                                               const kiln_chat_input *in, char **out,
+                                               size_t *out_len, kiln_error *err);
+
+/** Free memory kiln allocated for the caller (kiln_chat_template_render's text). NULL is a
+ *  no-op. */
+KILN_API void kiln_free(void *p);
+
 /* ---------------------------------------------------------------------------------------- */
 /* Engines                                                                                   */
 
@@ -199,8 +310,8 @@ KILN_API kiln_status kiln_engine_create(const kiln_model *model, const kiln_engi
 /**
  * Stop the engine: requests still queued or running finish with KILN_FINISH_CANCELLED (their
  * streams get the FINISH event and stay readable until destroyed), then the thread is joined
- * and the pool freed. Streams may outlive the engine. NULL is a no-op. Must not be called
- * from the engine thread.
+ * and the pool freed. Streams may outlive the engine (not the model: reading them decodes
+ * text). NULL is a no-op. Must not be called from the engine thread.
  */
 KILN_API void kiln_engine_destroy(kiln_engine *engine);
 
@@ -212,7 +323,9 @@ typedef struct kiln_engine_stats {
     int32_t n_running;      /* sequences admitted and not finished */
     int32_t n_queued;       /* requests submitted and not yet admitted */
     int64_t n_steps;        /* forward steps run */
-    int64_t n_prefill_tokens, n_decode_tokens; /* tokens fed to the model, by kind */
+    int64_t n_prefill_tokens, n_decode_tokens; /* tokens fed to the model, by kind (with the
+                                                  few a request runs past its stop string
+                                                  before the engine sees it stopped) */
     int64_t n_requests_finished;
 } kiln_engine_stats;
 
@@ -281,7 +394,9 @@ typedef struct kiln_request {
     int32_t n_stop;                /* <= KILN_MAX_STOP_STRINGS */
     const char *const *stop;       /* NUL-terminated, non-empty UTF-8 strings. The earliest match
                                       in the generated text ends generation; the match and
-                                      everything after it are left out of the text. */
+                                      everything after it are left out of the text. Matched
+                                      while the stream is read (kiln_stream_next): see
+                                      kiln_usage for what is counted. */
     int32_t n_stop_token_ids;      /* <= 64 */
     const int32_t *stop_token_ids; /* each in [0, n_vocab) (vLLM `stop_token_ids`) */
     bool ignore_eos;               /* keep generating through end-of-generation tokens */
@@ -345,7 +460,14 @@ typedef struct kiln_token_logprob {
 
 typedef struct kiln_usage {
     int32_t prompt_tokens;     /* tokens of the (tokenized) prompt */
-    int32_t completion_tokens; /* tokens generated, the stopping token included */
+    int32_t completion_tokens; /* tokens generated, the stopping token included: the EOS or
+                                  stop id (counted, not emitted), or the token whose text
+                                  decided a stop string's match (the one that completed it, or
+                                  a later one when another stop string's partial match had to
+                                  fail first); = the TOKEN events delivered, plus 1 for a
+                                  stopping EOS or stop id. Tokens the engine generated after
+                                  a stop string's deciding token are never delivered or
+                                  counted. */
 } kiln_usage;
 
 /**
@@ -357,7 +479,9 @@ typedef struct kiln_usage {
 typedef struct kiln_event {
     kiln_event_type type;
     int64_t time_ns; /* when the engine queued the event: CLOCK_MONOTONIC, nanoseconds (for
-                        latency metrics that must not depend on when the consumer woke) */
+                        latency metrics that must not depend on when the consumer woke). A TEXT
+                        event has its token's time (the engine FINISH's for text released at
+                        the end); the FINISH of a stop string the deciding token's time */
 
     /* KILN_EVENT_TOKEN */
     int32_t token;          /* id in [0, n_vocab) */
@@ -382,13 +506,20 @@ typedef struct kiln_event {
  * Take the next event. timeout_ms < 0 waits as long as needed, 0 does not wait, > 0 waits
  * at most that many milliseconds. When no event arrives in time, or the stream is finished
  * and its FINISH event was already taken, ev->type is KILN_EVENT_NONE and KILN_OK is
- * returned. Only one thread may read a stream at a time.
+ * returned. Only one thread may read a stream at a time (several threads may take turns).
+ * The text pipeline runs here, on the caller's thread (DESIGN.md "One request, end to end",
+ * step 7): TOKEN events are detokenized incrementally, incomplete UTF-8 and text that could
+ * still begin a stop string are held back, and stop strings are matched. When one matches,
+ * this call asks the engine to stop the request (as kiln_stream_cancel does), drops the
+ * tokens the engine generated after the deciding one, and delivers FINISH (reason stop) once
+ * the engine has released the request's KV blocks (at its next step boundary).
  * Errors: KILN_ERR_INVALID_ARGUMENT (NULL stream or ev).
  */
 KILN_API kiln_status kiln_stream_next(kiln_stream *stream, int64_t timeout_ms, kiln_event *ev,
                                       kiln_error *err);
 
-/** True once the FINISH event has been queued (it may still be unread). Any thread. */
+/** True once the engine has queued its FINISH (the request is released; the FINISH event and
+ *  some TOKEN/TEXT events may still be unread). Any thread. */
 KILN_API bool kiln_stream_finished(const kiln_stream *stream);
 
 /**

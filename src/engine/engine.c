@@ -257,7 +257,7 @@ kiln_status kiln_engine_submit_debug(kiln_engine *e, const kiln_request *req,
         kiln_error_set(err, st, "out of memory (sequence tokens)");
         goto fail;
     }
-    if ((st = kiln_stream_create(&stream, err))) goto fail;
+    if ((st = kiln_stream_create(e->model, r, &stream, err))) goto fail;
     s->stream = stream;
     stream->seq = s;
 

@@ -5,7 +5,8 @@
  * Threads. Submitters touch only the request snapshot they build, the engine's incoming
  * queue (under engine->mu) and their stream. Everything else (the pool, the waiting FIFO, the
  * running sequences, the batch buffers) belongs to the engine thread. A stream is shared by
- * its consumer and the engine: its event queue is under stream->mu, its cancel flag atomic.
+ * its consumer and the engine: its event queue is under stream->mu, its cancel flag atomic, and
+ * its text pipeline (detokenizer, stop matcher) belongs to the thread reading it.
  */
 #ifndef KILN_ENGINE_ENGINE_INTERNAL_H
 #define KILN_ENGINE_ENGINE_INTERNAL_H
@@ -53,41 +54,68 @@ void kiln_req_destroy(kiln_req *r);
 
 /* ---- streams (stream.c) -------------------------------------------------------------- */
 
-typedef struct kiln_stream_ev {
+/*
+ * A stream has two sides (DESIGN.md "One request, end to end", steps 5 and 7). The engine
+ * thread queues TOKEN events (ids and logprobs) and, last, the engine's FINISH. The reader
+ * (the thread calling kiln_stream_next; one at a time) turns them into what kiln.h promises:
+ * it detokenizes incrementally, holds back incomplete UTF-8 and any text that could still begin
+ * a stop string, emits the TEXT deltas, and matches the stop strings. When a stop string matches
+ * (or the text pipeline fails) the reader finishes the request itself: it sets the cancel flag
+ * so the engine stops the sequence and releases its blocks at the next step boundary, drops the
+ * TOKEN events the engine queued after the deciding token, and delivers its own FINISH once
+ * the engine's FINISH has arrived (so a reader that saw FINISH sees the blocks released).
+ */
+typedef struct kiln_stream_out {
     kiln_event ev;
-    char *owned; /* the text or message the event points to (heap), or NULL */
-} kiln_stream_ev;
+    char *owned; /* the TEXT bytes the event points to (heap), or NULL */
+} kiln_stream_out;
 
 struct kiln_stream {
     pthread_mutex_t mu;
     pthread_cond_t cv; /* signalled when an event is queued */
     atomic_int refs;   /* the consumer's handle + the engine's sequence */
     atomic_bool cancel;
-    atomic_bool finished; /* the FINISH event is queued */
-    /* under mu */
-    kiln_stream_ev *q;
+    atomic_bool finished; /* the engine's FINISH event is queued */
+    /* under mu: the engine's side */
+    kiln_event *q; /* TOKEN events, oldest first (a ring) */
     size_t q_head, q_len, q_cap;
-    kiln_event fin; /* the FINISH event, stored apart so queueing it cannot fail */
+    kiln_event fin; /* the engine's FINISH, stored apart so queueing it cannot fail */
     char fin_message[1024];
-    bool finish_taken;
-    char *delivered; /* strings of the event last returned by kiln_stream_next */
-    float *logits;   /* debug capture: [n_logit_rows][n_vocab] */
+    bool fin_taken; /* the reader has taken fin */
+    float *logits;  /* debug capture: [n_logit_rows][n_vocab] */
     int32_t n_logit_rows, cap_logit_rows, n_vocab;
+    /* the reader's side (kiln_stream_next's thread only) */
+    kiln_detok *detok;       /* primed with the prompt; NULL: no tokenizer, no TEXT events */
+    kiln_stop_matcher *stop; /* NULL with detok */
+    kiln_stream_out out[3];  /* events ready for the reader, out[out_head..] in order */
+    int out_head, out_n;
+    char *delivered; /* the TEXT bytes of the event last returned by kiln_stream_next */
+    bool r_done;     /* the FINISH event is ready or delivered: nothing more to read */
+    bool r_finished; /* the reader finished the request (stop string, text error) */
+    kiln_finish_reason r_reason;
+    kiln_status r_status;
+    int32_t r_completion; /* completion_tokens: the deciding token's index + 1 */
+    int64_t r_time_ns;    /* the deciding token's time */
+    char r_message[1024];
     /* engine thread only */
     struct kiln_seq *seq;
 };
 
-/** A stream with two references (consumer and engine). Errors: KILN_ERR_OUT_OF_MEMORY. */
-kiln_status kiln_stream_create(kiln_stream **out, kiln_error *err);
+/**
+ * A stream with two references (consumer and engine), its reader side set up for request r
+ * of model m: the detokenizer primed with r's prompt (so the spacing rules see the whole
+ * sequence; the prompt's text is dropped) and a matcher for r's stop strings. Runs on the
+ * submitting thread. Errors: KILN_ERR_OUT_OF_MEMORY, KILN_ERR_INTERNAL (a mutex), detok errors.
+ */
+kiln_status kiln_stream_create(const kiln_model *m, const kiln_req *r, kiln_stream **out,
+                               kiln_error *err);
 /** Drop one reference; the last one frees the stream. */
 void kiln_stream_unref(kiln_stream *s);
-/** Queue a TOKEN event. Errors: KILN_ERR_OUT_OF_MEMORY (the event is lost). */
+/** Queue a TOKEN event (engine thread). Errors: KILN_ERR_OUT_OF_MEMORY (the event is lost). */
 kiln_status kiln_stream_push_token(kiln_stream *s, int32_t token, int32_t index,
                                    const kiln_logprobs *lp, bool with_logprobs, kiln_error *err);
-/** Queue a TEXT event (text copied; len 0 queues nothing). Errors: KILN_ERR_OUT_OF_MEMORY. */
-kiln_status kiln_stream_push_text(kiln_stream *s, const char *text, size_t len, kiln_error *err);
-/** Queue the FINISH event (once; later calls are ignored). Never fails: it has its own slot,
- *  delivered after every other event; an over-long message is truncated. */
+/** Queue the engine's FINISH event (once; later calls are ignored). Never fails: it has its
+ *  own slot, delivered after every other event; an over-long message is truncated. */
 void kiln_stream_push_finish(kiln_stream *s, kiln_finish_reason reason, kiln_usage usage,
                              kiln_status status, const char *message);
 /** Append one captured logits row. Errors: KILN_ERR_OUT_OF_MEMORY. */
@@ -140,9 +168,7 @@ struct kiln_seq {
     int32_t n_generated; /* tokens sampled, the stopping token included */
     int32_t n_reserved;  /* positions the block table was reserved for at admission */
     kiln_block_table bt;
-    float *rec_state; /* recurrent-layer state (kiln_model_seq_state_floats), or NULL */
-    kiln_detok *detok;
-    kiln_stop_matcher *stop;
+    float *rec_state;          /* recurrent-layer state (kiln_model_seq_state_floats), or NULL */
     kiln_finish_reason finish; /* KILN_FINISH_NONE while running */
     kiln_error finish_err;     /* status and message when finish is KILN_FINISH_ERROR */
     /* this step */
@@ -150,15 +176,11 @@ struct kiln_seq {
     bool failed_forward;
 };
 
-/** Allocate per-sequence streaming state (detokenizer primed with the prompt, stop
- *  matcher). Engine thread, at admission. Errors: KILN_ERR_OUT_OF_MEMORY, detok errors. */
+/** Allocate per-sequence state (recurrent-layer state). Engine thread, at admission.
+ *  Errors: KILN_ERR_OUT_OF_MEMORY. */
 kiln_status kiln_seq_start(kiln_engine *e, kiln_seq *s, kiln_error *err);
-/** Feed one generated token into the text pipeline (detok, stop matcher), queue the TEXT
- *  delta; *stopped is set when a stop string matched (the sequence must then finish with
- *  KILN_FINISH_STOP). */
-kiln_status kiln_seq_emit_text(kiln_seq *s, int32_t token, bool *stopped, kiln_error *err);
-/** Mark the sequence finished with `reason` (status/message for errors); flush its text
- *  when it ended without a stop string. The engine releases it at the end of the step. */
+/** Mark the sequence finished with `reason` (status/message for errors). The engine releases
+ *  it at the end of the step. Its text is the reader's business (stream.c). */
 void kiln_seq_finish(kiln_seq *s, kiln_finish_reason reason, kiln_status status,
                      const char *message);
 /** Release the blocks, queue the FINISH event, drop the stream reference, free. */

@@ -77,12 +77,8 @@ static kiln_status sample_consume(kiln_engine *e, kiln_seq *s, const float *logi
     if ((st = kiln_stream_push_token(s->stream, tok, index, r->logprobs ? &lp : NULL, r->logprobs,
                                      err)))
         return st;
-    bool stopped = false;
-    if ((st = kiln_seq_emit_text(s, tok, &stopped, err))) return st;
-    if (stopped)
-        kiln_seq_finish(s, KILN_FINISH_STOP, KILN_OK, NULL);
-    else if (s->n_generated >= r->max_tokens)
-        kiln_seq_finish(s, KILN_FINISH_LENGTH, KILN_OK, NULL);
+    /* Stop strings are matched on the reading side (stream.c), which cancels the sequence. */
+    if (s->n_generated >= r->max_tokens) kiln_seq_finish(s, KILN_FINISH_LENGTH, KILN_OK, NULL);
     return KILN_OK;
 }
 

@@ -350,7 +350,7 @@ static bool parse_logit_bias(const json_t *root, int32_t n_vocab, srv_gen *g, sr
     return true;
 }
 
-static bool parse_sampling(const json_t *root, int32_t n_vocab, const kiln_gen_defaults *gd,
+static bool parse_sampling(const json_t *root, int32_t n_vocab, const kiln_generation_defaults *gd,
                            srv_gen *g, srv_error *e) {
     kiln_request *r = &g->req;
     double x;
@@ -488,7 +488,7 @@ static bool parse_output(const json_t *root, srv_gen *g, srv_error *e) {
 }
 
 bool srv_gen_parse(srv_kind kind, const char *body, size_t len, int32_t n_vocab,
-                   const kiln_gen_defaults *gd, srv_gen *g, srv_error *e) {
+                   const kiln_generation_defaults *gd, srv_gen *g, srv_error *e) {
     memset(g, 0, sizeof *g);
     g->kind = kind;
     g->req = kiln_request_defaults();

@@ -17,7 +17,6 @@
 #include <jansson.h>
 
 #include "kiln.h"
-#include "model/model.h"
 #include "server/srv_util.h"
 
 /** An error in OpenAI's shape {"error": {"message", "type", "param", "code"}}. */
@@ -83,7 +82,7 @@ typedef struct srv_gen {
  * field) and leaves g empty. g must be freed with srv_gen_free either way.
  */
 bool srv_gen_parse(srv_kind kind, const char *body, size_t len, int32_t n_vocab,
-                   const kiln_gen_defaults *gen, srv_gen *g, srv_error *e);
+                   const kiln_generation_defaults *gen, srv_gen *g, srv_error *e);
 
 void srv_gen_free(srv_gen *g);
 

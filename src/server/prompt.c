@@ -5,80 +5,66 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "tokenizer/tokenizer.h"
 #include "util/error.h"
 
-kiln_status srv_chat_init(srv_chat *c, const kiln_model *m, kiln_error *err) {
+kiln_status srv_chat_init(srv_chat *c, const kiln_model *m, const kiln_chat_template_params *params,
+                          kiln_error *err) {
     memset(c, 0, sizeof *c);
-    c->bos_id = -1;
-    const kiln_tokenizer *tk = m ? m->tokenizer : NULL;
-    const char *src = tk ? kiln_tokenizer_chat_template(tk) : NULL;
-    if (tk) {
-        c->bos_text = kiln_tokenizer_bos_text(tk);
-        c->eos_text = kiln_tokenizer_eos_text(tk);
-        c->bos_id = kiln_tokenizer_bos(tk);
-        int32_t ids[4], n = 0;
-        if (c->bos_id >= 0 &&
-            kiln_model_tokenize(m, "", 0, true, false, ids, 4, &n, NULL) == KILN_OK && n >= 1 &&
-            ids[0] == c->bos_id)
-            c->add_bos = true;
-    }
-    if (src) {
-        kiln_error perr = {0};
-        kiln_status st = kiln_template_parse(src, strlen(src), &c->tpl, &perr);
-        if (st == KILN_OK) return KILN_OK;
-        if (st == KILN_ERR_OUT_OF_MEMORY) return kiln_error_set(err, st, "%s", perr.message);
-        snprintf(c->reason, sizeof c->reason, "the model's chat template does not parse (%s)",
-                 perr.message);
-    } else {
-        snprintf(c->reason, sizeof c->reason, "the model has no chat template");
-    }
-    c->fallback = true;
-    kiln_error perr = {0};
-    kiln_status st =
-        kiln_template_parse(kiln_template_chatml, strlen(kiln_template_chatml), &c->tpl, &perr);
-    if (st != KILN_OK)
-        return kiln_error_set(err, st == KILN_ERR_OUT_OF_MEMORY ? st : KILN_ERR_INTERNAL,
-                              "the ChatML template does not parse: %s", perr.message);
+    c->bos_id = kiln_model_bos(m);
+    int32_t ids[4], n = 0;
+    if (c->bos_id >= 0 && kiln_model_tokenize(m, "", 0, true, false, ids, 4, &n, NULL) == KILN_OK &&
+        n >= 1 && ids[0] == c->bos_id)
+        c->add_bos = true;
+    kiln_status st = kiln_chat_template_create(m, params, &c->tpl, err);
+    if (st) return st;
+    const char *why = kiln_chat_template_fallback(c->tpl);
+    c->fallback = why != NULL;
+    snprintf(c->reason, sizeof c->reason, "%s", why ? why : "");
     return KILN_OK;
 }
 
 void srv_chat_free(srv_chat *c) {
     if (!c) return;
-    kiln_template_destroy(c->tpl);
+    kiln_chat_template_destroy(c->tpl);
     c->tpl = NULL;
+}
+
+/* JSON text for kiln_chat_input: exact (reals with 17 digits round-trip), key order kept. */
+static char *dump_exact(const json_t *j) {
+    return j ? json_dumps(j, JSON_COMPACT | JSON_ENCODE_ANY | JSON_REAL_PRECISION(17)) : NULL;
 }
 
 bool srv_chat_render(const srv_chat *c, const srv_gen *g, char **out, size_t *out_len,
                      srv_error *e) {
-    json_t *ctx = json_object();
-    if (!ctx) return srv_fail(e, 500, "server_error", NULL, NULL, "out of memory");
-    /* chat_template_kwargs first, so the request's own fields win over them. */
-    if (g->template_kwargs) {
-        const char *k;
-        json_t *v;
-        json_object_foreach(g->template_kwargs, k, v) json_object_set(ctx, k, v);
-    }
-    json_object_set(ctx, "messages", g->messages);
-    json_object_set_new(ctx, "add_generation_prompt", json_boolean(g->add_generation_prompt));
-    if (!json_object_get(ctx, "bos_token"))
-        json_object_set_new(ctx, "bos_token", json_string(c->bos_text ? c->bos_text : ""));
-    if (!json_object_get(ctx, "eos_token"))
-        json_object_set_new(ctx, "eos_token", json_string(c->eos_text ? c->eos_text : ""));
-    json_object_set(ctx, "tools", g->tools ? g->tools : json_null());
-    if (!json_object_get(ctx, "documents")) json_object_set_new(ctx, "documents", json_null());
-    kiln_template_diag diag = {0};
-    kiln_template_options opts = {.diag = &diag};
+    char *messages = dump_exact(g->messages);
+    char *tools = dump_exact(g->tools);
+    char *kwargs = dump_exact(g->template_kwargs);
+    bool oom =
+        (g->messages && !messages) || (g->tools && !tools) || (g->template_kwargs && !kwargs);
+    kiln_status st = KILN_ERR_OUT_OF_MEMORY;
     kiln_error err = {0};
-    kiln_status st = kiln_template_render(c->tpl, ctx, &opts, out, out_len, &err);
-    json_decref(ctx);
-    if (st == KILN_OK) return true;
+    char *text = NULL;
+    size_t len = 0;
+    if (!oom) {
+        kiln_chat_input in = {.messages_json = messages,
+                              .tools_json = tools,
+                              .kwargs_json = kwargs,
+                              .add_generation_prompt = g->add_generation_prompt};
+        st = kiln_chat_template_render(c->tpl, &in, &text, &len, &err);
+    }
+    free(messages);
+    free(tools);
+    free(kwargs);
+    if (st == KILN_OK) {
+        *out = text;
+        *out_len = len;
+        return true;
+    }
     if (st == KILN_ERR_OUT_OF_MEMORY)
         return srv_fail(e, 500, "server_error", NULL, NULL, "out of memory (chat template)");
-    /* raise_exception: the template's own text, exactly. */
-    const char *msg =
-        diag.kind == KILN_TEMPLATE_ERR_RAISED && diag.message[0] ? diag.message : err.message;
-    return srv_fail(e, 400, "invalid_request_error", "chat_template_error", "messages", "%s", msg);
+    /* raise_exception: the template's own text, exactly (kiln_chat_template_render). */
+    return srv_fail(e, 400, "invalid_request_error", "chat_template_error", "messages", "%s",
+                    err.message);
 }
 
 bool srv_tokenize(const kiln_model *m, const char *text, size_t len, bool add_special,
@@ -132,7 +118,7 @@ bool srv_prompt_ids(const srv_chat *c, const kiln_model *m, const srv_gen *g, in
         size_t len = 0;
         if (!srv_chat_render(c, g, &text, &len, e)) return false;
         bool ok = srv_tokenize(m, text, len, g->add_special, true, ids, n, e);
-        free(text);
+        kiln_free(text);
         if (!ok) return false;
         if (!g->add_special && c->add_bos && (*n == 0 || (*ids)[0] != c->bos_id)) {
             int32_t *p = realloc(*ids, ((size_t)*n + 1) * sizeof *p);

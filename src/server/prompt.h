@@ -10,28 +10,29 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "model/model.h"
+#include "kiln.h"
 #include "server/openai.h"
-#include "template/template.h"
 
 /** The chat template of a model and the tokens around it. */
 typedef struct srv_chat {
-    kiln_template *tpl;
-    bool fallback;                   /* ChatML: the model has no template or it does not parse */
-    char reason[1200];               /* why the fallback was taken ("" otherwise) */
-    const char *bos_text, *eos_text; /* borrowed from the tokenizer; NULL = none */
-    int32_t bos_id;                  /* -1 = none */
-    bool add_bos; /* the vocabulary prepends BOS to text (tokenize("") == [BOS]) */
+    kiln_chat_template *tpl;
+    bool fallback;     /* ChatML: the model has no template or it does not parse */
+    char reason[1200]; /* why the fallback was taken ("" otherwise) */
+    int32_t bos_id;    /* -1 = none */
+    bool add_bos;      /* the vocabulary prepends BOS to text (tokenize("") == [BOS]) */
 } srv_chat;
 
-/** Parse the model's template, or ChatML when it has none or it fails to parse (c->fallback,
- *  c->reason). Errors: KILN_ERR_OUT_OF_MEMORY, or ChatML itself failing (KILN_ERR_INTERNAL). */
-kiln_status srv_chat_init(srv_chat *c, const kiln_model *m, kiln_error *err);
+/** Compile the model's template, or ChatML when it has none or it fails to parse
+ *  (c->fallback, c->reason); params as kiln_chat_template_create's (NULL = the model's own).
+ *  Errors: KILN_ERR_OUT_OF_MEMORY, or ChatML itself failing (KILN_ERR_INTERNAL), or those of a
+ *  params->source that does not parse. */
+kiln_status srv_chat_init(srv_chat *c, const kiln_model *m, const kiln_chat_template_params *params,
+                          kiln_error *err);
 void srv_chat_free(srv_chat *c);
 
 /**
  * Render the chat request's messages. On failure e is a 400 whose message is the template's
- * own text for raise_exception, else the renderer's message. *out is malloc'd.
+ * own text for raise_exception, else the renderer's message. Free *out with kiln_free.
  */
 bool srv_chat_render(const srv_chat *c, const srv_gen *g, char **out, size_t *out_len,
                      srv_error *e);

@@ -26,13 +26,11 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "model/model.h"
 #include "server/metrics.h"
 #include "server/openai.h"
 #include "server/prompt.h"
 #include "server/srv_util.h"
 #include "server/watch.h"
-#include "tokenizer/tokenizer.h"
 #include "util/error.h"
 
 #define SRV_DEFAULT_MAX_BODY  ((size_t)8 << 20)
@@ -72,6 +70,7 @@ struct kiln_server {
     int32_t n_ctx, n_vocab;
     int32_t kv_blocks_total, block_size;
     srv_chat chat;
+    kiln_generation_defaults gen; /* the model's generation_config.json */
 
     srv_metrics metrics;
     srv_watch *watch;
@@ -299,7 +298,7 @@ static enum MHD_Result route_detokenize(srv_req *r) {
         return fail(r, 400, "invalid_request_error", NULL, "tokens",
                     "'tokens' must be an array of token ids");
     }
-    if (!s->m->tokenizer) {
+    if (!kiln_model_has_tokenizer(s->m)) {
         json_decref(root);
         return fail(r, 400, "invalid_request_error", NULL, NULL, "the model has no tokenizer");
     }
@@ -472,7 +471,7 @@ static enum MHD_Result route_generate(srv_req *r) {
     srv_kind kind = r->route == ROUTE_CHAT ? SRV_CHAT : SRV_COMPLETION;
     srv_error e = {0};
     r->is_gen = true;
-    if (!srv_gen_parse(kind, r->body.p, r->body.len, s->n_vocab, &s->m->gen, &r->gen, &e))
+    if (!srv_gen_parse(kind, r->body.p, r->body.len, s->n_vocab, &s->gen, &r->gen, &e))
         return queue_error(r, &e);
     srv_gen *g = &r->gen;
     int32_t *ids = NULL, n = 0;
@@ -908,10 +907,11 @@ kiln_status kiln_server_set_ready(kiln_server *s, const kiln_model *model, kiln_
         return kiln_error_set(err, KILN_ERR_INVALID_ARGUMENT, "NULL server, model or engine");
     if (atomic_load(&s->state) != STATE_LOADING)
         return kiln_error_set(err, KILN_ERR_INVALID_ARGUMENT, "the server is already serving");
-    kiln_status st = srv_chat_init(&s->chat, model, err);
+    kiln_status st = srv_chat_init(&s->chat, model, NULL, err);
     if (st) return st;
     if (s->chat.fallback) srv_log(s, "chat template: ChatML fallback (%s)", s->chat.reason);
     s->m = model;
+    kiln_model_generation_defaults(model, &s->gen);
     s->e = engine;
     s->n_vocab = kiln_model_n_vocab(model);
     if (n_ctx <= 0) n_ctx = kiln_model_n_ctx_train(model);

@@ -6,7 +6,9 @@
  * finished with "length" and the right usage; that kiln_model_detokenize of a case's ids
  * spells run.c's printed text; and the accessors (BOS = the goldens' first prompt id, EOS an
  * end-of-generation id, no chat template in this file, the engine's resolved n_ctx = the
- * model's training context).
+ * model's training context); the chat template API (this model has none: ChatML with the
+ * model's BOS text, the reason given; a source of one's own; errors) and the generation
+ * defaults (none in a GGUF file).
  */
 #include <jansson.h>
 #include <stdio.h>
@@ -45,6 +47,38 @@ int main(void) {
     CHECK(!kiln_model_is_eog(m, kiln_model_bos(m)));
     CHECK(kiln_model_chat_template(m) == NULL);
     CHECK(kiln_model_bos(NULL) == -1 && kiln_model_chat_template(NULL) == NULL);
+    CHECK(kiln_model_has_tokenizer(m) && !kiln_model_has_tokenizer(NULL));
+    kiln_generation_defaults gd;
+    kiln_model_generation_defaults(m, &gd);
+    CHECK(!gd.has_temperature && !gd.has_top_p && !gd.has_top_k && !gd.has_min_p &&
+          !gd.has_repetition_penalty && !gd.has_do_sample);
+    kiln_chat_template *ct = NULL;
+    REQUIRE(kiln_chat_template_create(m, NULL, &ct, &err) == KILN_OK);
+    CHECK(kiln_chat_template_fallback(ct) &&
+          !strcmp(kiln_chat_template_fallback(ct), "the model has no chat template"));
+    kiln_chat_input ci = {.messages_json = "[{\"role\":\"user\",\"content\":\"hi\"}]",
+                          .add_generation_prompt = true};
+    char *txt = NULL;
+    size_t txt_len = 0;
+    REQUIRE(kiln_chat_template_render(ct, &ci, &txt, &txt_len, &err) == KILN_OK);
+    CHECKF(!strcmp(txt, "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n") &&
+               txt_len == strlen(txt),
+           "ChatML render: '%s'", txt);
+    kiln_free(txt);
+    ci.messages_json = "{}";
+    CHECK(kiln_chat_template_render(ct, &ci, &txt, &txt_len, &err) == KILN_ERR_INVALID_ARGUMENT);
+    kiln_chat_template_destroy(ct);
+    kiln_chat_template_params tp = {.source = "{{ bos_token }}{{ raise_exception('no ' + "
+                                              "messages[0].role) }}"};
+    REQUIRE(kiln_chat_template_create(m, &tp, &ct, &err) == KILN_OK);
+    CHECK(kiln_chat_template_fallback(ct) == NULL);
+    ci.messages_json = "[{\"role\":\"tool\",\"content\":\"x\"}]";
+    CHECK(kiln_chat_template_render(ct, &ci, &txt, &txt_len, &err) == KILN_ERR_INVALID_ARGUMENT);
+    CHECKF(!strcmp(err.message, "no tool"), "raise_exception message: '%s'", err.message);
+    kiln_chat_template_destroy(ct);
+    kiln_chat_template_destroy(NULL);
+    tp.source = "{% if %}";
+    CHECK(kiln_chat_template_create(m, &tp, &ct, &err) == KILN_ERR_FORMAT && ct == NULL);
     size_t nt = 0;
     int32_t bad_id = 512;
     CHECK(kiln_model_detokenize(m, &bad_id, 1, NULL, 0, &nt, &err) == KILN_ERR_INVALID_ARGUMENT);

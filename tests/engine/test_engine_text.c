@@ -10,9 +10,17 @@
  *     match held back and released;
  *   - end-of-generation and stop_token_ids end with "stop" (the token is not emitted);
  *     ignore_eos keeps going;
- *   - logprobs/top_logprobs equal a log-softmax of the captured logits computed here.
+ *   - logprobs/top_logprobs equal a log-softmax of the captured logits computed here;
+ *   - stop strings across the engine/reader boundary (the reader matches them, stream.c):
+ *     a reader that lags while the engine runs on to max_tokens still gets exactly the
+ *     tokens up to the deciding one, their usage and logits rows, finish "stop", and the
+ *     blocks are free when FINISH arrives; a stop completed by the last allowed token is
+ *     "stop", one token earlier the held-back text is flushed with "length"; a match that
+ *     waits on another stop string's partial match is decided (and counted) by the next
+ *     token.
  */
 #include <math.h>
+#include <time.h>
 
 #include "engine_test_util.h"
 #include "tokenizer/tokenizer.h"
@@ -294,6 +302,139 @@ static void test_logprobs(void) {
     et_result_free(&res);
 }
 
+/* Submit r, let the engine finish it (max_tokens or a stop token: nobody reads, so nothing
+ * cancels it) before reading a single event, then read the stream. */
+static void run_lagging(kiln_request *r, const kiln_request_debug *dbg, et_result *res,
+                        kiln_engine_stats *st) {
+    kiln_engine *e = NULL;
+    kiln_engine_params p = params();
+    kiln_error err = {0};
+    REQUIRE(kiln_engine_create(g_m, &p, &e, &err) == KILN_OK);
+    kiln_stream *s = NULL;
+    REQUIRE(kiln_engine_submit_debug(e, r, dbg, &s, &err) == KILN_OK);
+    for (int i = 0; i < 20000 && !kiln_stream_finished(s); i++) {
+        struct timespec ts = {0, 1000000};
+        nanosleep(&ts, NULL);
+    }
+    REQUIRE(kiln_stream_finished(s));
+    kiln_engine_stats before;
+    kiln_engine_get_stats(e, &before);
+    CHECK(before.n_decode_tokens + 1 >= r->max_tokens); /* the engine did run ahead */
+    et_collect(s, res, g_nv);
+    kiln_engine_get_stats(e, st);
+    kiln_stream_destroy(s);
+    kiln_engine_destroy(e);
+    CHECKF(res->text_events_valid_utf8, "a TEXT event was not complete UTF-8");
+    CHECK(res->order_ok);
+}
+
+static void test_stop_across_boundary(void) {
+    kiln_request r = greedy(40);
+    et_result base, got;
+    run_one(&r, NULL, &base);
+    REQUIRE(base.n_tokens == 40);
+    size_t ends[64];
+    token_ends(base.tokens, base.n_tokens, ends);
+
+    /* A reader that lags: the stop string is the text of tokens 2..3 (so token 3 decides),
+     * or of token 0 alone; the engine has generated all 40 tokens before the first read. */
+    for (int k = 0; k < 2; k++) {
+        int32_t from = k ? 2 : 0, at = k ? 3 : 0;
+        size_t a = from ? ends[from - 1] : 0;
+        char stop[128] = {0};
+        REQUIRE(ends[at] - a < sizeof stop && ends[at] > a);
+        memcpy(stop, base.text + a, ends[at] - a);
+        const char *first = strstr(base.text, stop);
+        REQUIRE(first);
+        size_t want_len = (size_t)(first - base.text);
+        int32_t want_tokens = 0; /* the token whose text completes the first occurrence */
+        while (ends[want_tokens] < want_len + strlen(stop)) want_tokens++;
+        want_tokens++;
+        const char *stops[] = {stop};
+        r = greedy(40);
+        r.stop = stops;
+        r.n_stop = 1;
+        kiln_request_debug dbg = {.capture_logits = true};
+        kiln_engine_stats st;
+        run_lagging(&r, &dbg, &got, &st);
+        CHECKF(got.finish == KILN_FINISH_STOP && got.n_tokens == want_tokens &&
+                   got.usage.completion_tokens == want_tokens &&
+                   got.usage.prompt_tokens == g_n_prompt,
+               "lagging reader, stop '%s': finish %s, %d TOKEN events, usage %d, want %d", stop,
+               kiln_finish_reason_name(got.finish), got.n_tokens, got.usage.completion_tokens,
+               want_tokens);
+        CHECKF(got.text_len == want_len && !memcmp(got.text, base.text, want_len),
+               "lagging reader, stop '%s': text '%s'", stop, got.text);
+        CHECKF(got.n_logit_rows == want_tokens, "lagging reader: %d logits rows, want %d",
+               got.n_logit_rows, want_tokens);
+        CHECK(!memcmp(got.tokens, base.tokens, (size_t)got.n_tokens * sizeof(int32_t)));
+        CHECK(st.kv_blocks_used == 0 && st.n_running == 0);
+        et_result_free(&got);
+    }
+
+    /* stop + max_tokens on the same token: a stop string spanning tokens j and j + 1
+     * (ASCII, first occurring there). max_tokens j + 2: the stop wins; max_tokens j + 1: the
+     * stop cannot complete, the held-back first half is flushed, finish "length". */
+    int32_t j = -1;
+    char stop[8] = {0};
+    for (int32_t i = 4; i < 30 && j < 0; i++) {
+        if (ends[i] - ends[i - 1] < 2 || ends[i + 1] - ends[i] < 2) continue;
+        memcpy(stop, base.text + ends[i] - 2, 4);
+        bool ascii = true;
+        for (int q = 0; q < 4; q++) ascii &= (unsigned char)stop[q] < 0x80;
+        if (ascii && strstr(base.text, stop) == base.text + ends[i] - 2) j = i;
+    }
+    REQUIRE(j >= 0);
+    const char *stops[] = {stop};
+    for (int k = 0; k < 2; k++) {
+        r = greedy(k ? j + 1 : j + 2);
+        r.stop = stops;
+        r.n_stop = 1;
+        run_one(&r, NULL, &got);
+        if (!k) {
+            CHECKF(got.finish == KILN_FINISH_STOP && got.n_tokens == j + 2 &&
+                       got.usage.completion_tokens == j + 2 && got.text_len == ends[j] - 2 &&
+                       !memcmp(got.text, base.text, ends[j] - 2),
+                   "stop at max_tokens: finish %s, %d tokens, usage %d, text '%s'",
+                   kiln_finish_reason_name(got.finish), got.n_tokens, got.usage.completion_tokens,
+                   got.text);
+        } else {
+            CHECKF(got.finish == KILN_FINISH_LENGTH && got.n_tokens == j + 1 &&
+                       got.usage.completion_tokens == j + 1 && got.text_len == ends[j] &&
+                       !memcmp(got.text, base.text, ends[j]),
+                   "stop one past max_tokens: finish %s, %d tokens, usage %d, text '%s'",
+                   kiln_finish_reason_name(got.finish), got.n_tokens, got.usage.completion_tokens,
+                   got.text);
+        }
+        et_result_free(&got);
+    }
+
+    /* A match decided by a later token: "xy" completes at the end of token j, but "wxy~~"
+     * (starting one byte earlier, never completing) is still a partial match there, so only
+     * token j + 1 (whose text does not start with '~') decides: j + 2 tokens, finish stop. */
+    char early[4] = {0}, late[8] = {0};
+    memcpy(early, base.text + ends[j] - 2, 2);
+    memcpy(late, base.text + ends[j] - 3, 3);
+    memcpy(late + 3, "~~", 2);
+    if (strstr(base.text, early) == base.text + ends[j] - 2 && !strchr(base.text, '~') &&
+        (unsigned char)late[0] < 0x80) {
+        const char *stops2[] = {late, early};
+        r = greedy(40);
+        r.stop = stops2;
+        r.n_stop = 2;
+        run_one(&r, NULL, &got);
+        CHECKF(got.finish == KILN_FINISH_STOP && got.n_tokens == j + 2 &&
+                   got.usage.completion_tokens == j + 2 && got.text_len == ends[j] - 2,
+               "deferred match: finish %s, %d tokens, usage %d (want %d), %zu bytes",
+               kiln_finish_reason_name(got.finish), got.n_tokens, got.usage.completion_tokens,
+               j + 2, got.text_len);
+        et_result_free(&got);
+    } else {
+        CHECKF(false, "no place for the deferred-match case in '%s'", base.text);
+    }
+    et_result_free(&base);
+}
+
 int main(void) {
     g_m = et_load("models/stories260K/stories260K-f32.gguf");
     g_nv = kiln_model_n_vocab(g_m);
@@ -305,6 +446,7 @@ int main(void) {
     test_utf8_holdback();
     test_stop_tokens();
     test_logprobs();
+    test_stop_across_boundary();
     kiln_model_free(g_m);
     return kiln_test_finish("test_engine_text");
 }

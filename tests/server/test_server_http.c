@@ -34,6 +34,115 @@ static char *engine_text(kiln_engine *e, const kiln_request *rq) {
     return b.p;
 }
 
+/* The engine's text, finish and usage for a request, straight through the C API. */
+static char *engine_run(kiln_engine *e, const kiln_request *rq, kiln_finish_reason *fin,
+                        kiln_usage *usage) {
+    kiln_stream *s = NULL;
+    kiln_error err = {0};
+    REQUIRE(kiln_engine_submit(e, rq, &s, &err) == KILN_OK);
+    srv_buf b = {0};
+    srv_buf_add(&b, "", 0);
+    for (;;) {
+        kiln_event ev;
+        REQUIRE(kiln_stream_next(s, 10000, &ev, &err) == KILN_OK && ev.type != KILN_EVENT_NONE);
+        if (ev.type == KILN_EVENT_TEXT) srv_buf_add(&b, ev.text, ev.text_len);
+        if (ev.type == KILN_EVENT_FINISH) {
+            *fin = ev.finish_reason;
+            *usage = ev.usage;
+            break;
+        }
+    }
+    kiln_stream_destroy(s);
+    return b.p;
+}
+
+/* A stop string through HTTP (matched on the connection's thread, which reads the stream):
+ * the same text, finish and usage as the engine API gives, whole and streamed, one logprobs
+ * entry per counted token, and the KV blocks back once the response is complete. */
+static void test_stop_usage(tsrv *t) {
+    kiln_request rq = kiln_request_defaults();
+    rq.prompt = "Once upon a time";
+    rq.max_tokens = 40;
+    rq.temperature = 0;
+    kiln_finish_reason fin;
+    kiln_usage base_usage;
+    char *base = engine_run(t->e, &rq, &fin, &base_usage);
+    REQUIRE(strlen(base) > 30);
+    char stop[8] = {0};
+    memcpy(stop, base + 20, 3); /* somewhere mid-text, maybe across tokens */
+    const char *stops[] = {stop};
+    rq.stop = stops;
+    rq.n_stop = 1;
+    kiln_usage want_usage;
+    char *want = engine_run(t->e, &rq, &fin, &want_usage);
+    CHECK(fin == KILN_FINISH_STOP && want_usage.completion_tokens < 40);
+    json_t *stop_json = json_string(stop);
+    char *stop_lit = json_dumps(stop_json, JSON_ENCODE_ANY);
+    json_decref(stop_json);
+    for (int streamed = 0; streamed < 2; streamed++) {
+        srv_buf b = {0};
+        srv_buf_addf(&b,
+                     "{\"prompt\":\"Once upon a time\",\"max_tokens\":40,\"temperature\":0,"
+                     "\"logprobs\":1,\"stop\":[%s]%s}",
+                     stop_lit,
+                     streamed ? ",\"stream\":true,\"stream_options\":{\"include_usage\":true}"
+                              : "");
+        tu_resp r = tu_request(t->port, "POST", "/v1/completions", KEY_HDR, b.p);
+        srv_buf_free(&b);
+        CHECKF(r.status == 200, "stop completion: %d", r.status);
+        srv_buf text = {0};
+        srv_buf_add(&text, "", 0);
+        const char *finish = NULL;
+        int64_t completion = -1;
+        size_t n_lp = 0;
+        json_t *keep[64];
+        int n_keep = 0;
+        for (char *p = r.body.p; p && *p;) {
+            json_t *j;
+            if (streamed) {
+                char *end = strstr(p, "\n\n");
+                REQUIRE(end && !strncmp(p, "data: ", 6));
+                *end = '\0';
+                j = strcmp(p + 6, "[DONE]") ? json_loads(p + 6, 0, NULL) : NULL;
+                p = end + 2;
+                if (!j) continue;
+            } else {
+                j = json_loads(p, 0, NULL);
+                p = NULL;
+                REQUIRE(j);
+            }
+            json_t *ch = json_array_get(json_object_get(j, "choices"), 0);
+            if (ch) {
+                srv_buf_adds(&text, json_string_value(json_object_get(ch, "text")) ?: "");
+                n_lp += json_array_size(json_object_get(json_object_get(ch, "logprobs"), "tokens"));
+                if (json_is_string(json_object_get(ch, "finish_reason")))
+                    finish = json_string_value(json_object_get(ch, "finish_reason"));
+            }
+            json_t *u = json_object_get(j, "usage");
+            if (json_is_object(u))
+                completion = json_integer_value(json_object_get(u, "completion_tokens"));
+            if (n_keep < 64)
+                keep[n_keep++] = j; /* finish points into it */
+            else
+                json_decref(j);
+        }
+        CHECKF(!strcmp(text.p, want), "%s stop '%s': text '%s', want '%s'",
+               streamed ? "streamed" : "whole", stop, text.p, want);
+        CHECKF(finish && !strcmp(finish, "stop"), "%s stop: finish %s",
+               streamed ? "streamed" : "whole", finish ? finish : "(none)");
+        CHECKF(completion == want_usage.completion_tokens && n_lp == (size_t)completion,
+               "%s stop: usage %lld, %zu logprobs, want %d", streamed ? "streamed" : "whole",
+               (long long)completion, n_lp, want_usage.completion_tokens);
+        for (int k = 0; k < n_keep; k++) json_decref(keep[k]);
+        srv_buf_free(&text);
+        tu_free(&r);
+        CHECK(tu_wait_idle(t->e, 3000));
+    }
+    free(stop_lit);
+    free(want);
+    free(base);
+}
+
 static void test_loading_then_ready(void) {
     kiln_server_params sp = {.api_key = "sk-test"};
     tsrv t;
@@ -564,6 +673,7 @@ int main(void) {
     tsrv t;
     tsrv_start(&t, g_model, &sp, &ep);
     test_routes(&t);
+    test_stop_usage(&t);
     test_errors(&t);
     test_disconnects(&t);
     test_half_request(&t);

@@ -11,6 +11,7 @@
 #include "server/openai.h"
 #include "server/prompt.h"
 #include "server/srv_util.h"
+#include "template/template.h"
 #include "test.h"
 
 #define NV 512
@@ -101,12 +102,12 @@ static void test_completion_fields(void) {
 }
 
 static void test_defaults(void) {
-    kiln_gen_defaults gd = {.has_temperature = true,
-                            .temperature = 0.7f,
-                            .has_top_p = true,
-                            .top_p = 0.8f,
-                            .has_top_k = true,
-                            .top_k = 20};
+    kiln_generation_defaults gd = {.has_temperature = true,
+                                   .temperature = 0.7f,
+                                   .has_top_p = true,
+                                   .top_p = 0.8f,
+                                   .has_top_k = true,
+                                   .top_k = 20};
     srv_gen g;
     srv_error e;
     const char *b = "{\"prompt\":\"a\"}";
@@ -117,7 +118,7 @@ static void test_defaults(void) {
     REQUIRE(srv_gen_parse(SRV_COMPLETION, b, strlen(b), NV, &gd, &g, &e));
     CHECK(g.req.temperature == 0.2f && g.req.top_p == 0.8f && g.req.top_k == 0);
     srv_gen_free(&g);
-    kiln_gen_defaults greedy = {.has_do_sample = true, .do_sample = false};
+    kiln_generation_defaults greedy = {.has_do_sample = true, .do_sample = false};
     b = "{\"prompt\":\"a\"}";
     REQUIRE(srv_gen_parse(SRV_COMPLETION, b, strlen(b), NV, &greedy, &g, &e));
     CHECK(g.req.temperature == 0.0f);
@@ -398,8 +399,11 @@ static void test_utf8(void) {
 /* Chat templates through the server's context (transformers' apply_chat_template variables). */
 static void render_case(const char *src, const char *bos, const char *body, bool expect_ok,
                         const char *want) {
-    srv_chat c = {.bos_id = -1, .bos_text = bos, .eos_text = "</s>"};
-    REQUIRE(kiln_template_parse(src, strlen(src), &c.tpl, NULL) == KILN_OK);
+    /* No model: src NULL gives the ChatML fallback; bos NULL renders bos_token as "". */
+    kiln_chat_template_params tp = {.source = src, .bos_token = bos, .eos_token = "</s>"};
+    srv_chat c;
+    REQUIRE(srv_chat_init(&c, NULL, &tp, NULL) == KILN_OK);
+    CHECK(c.fallback == (src == NULL) && c.bos_id == -1 && !c.add_bos);
     srv_gen g;
     srv_error e;
     REQUIRE(parse(SRV_CHAT, body, &g, &e));
@@ -414,14 +418,14 @@ static void render_case(const char *src, const char *bos, const char *body, bool
         CHECKF(!strcmp(e.message, want), "template error '%s', want '%s'", e.message, want);
         CHECK(e.code && !strcmp(e.code, "chat_template_error"));
     }
-    free(out);
+    kiln_free(out);
     srv_gen_free(&g);
     srv_chat_free(&c);
 }
 
 static void test_templates(void) {
     /* ChatML as template.h specifies it. */
-    render_case(kiln_template_chatml, NULL,
+    render_case(NULL, NULL,
                 "{\"messages\":[{\"role\":\"system\",\"content\":\"S\"},{\"role\":\"user\","
                 "\"content\":[{\"type\":\"text\",\"text\":\"U1\"},{\"type\":\"text\","
                 "\"text\":\"U2\"}]}]}",
@@ -445,6 +449,16 @@ static void test_templates(void) {
                 "{\"messages\":[{\"role\":\"developer\",\"content\":\"d\"},{\"role\":\"user\","
                 "\"content\":\"u\"}],\"chat_template_kwargs\":{\"enable_thinking\":false}}",
                 true, "<s>|</s>|True|True|2|system|False");
+    /* Through kiln_chat_template_render's JSON texts: kwargs lose to the conversation's own
+     * variables but set bos_token; reals and integers keep their exact values and types, key
+     * order is kept. */
+    render_case("{{ bos_token }}|{{ messages|length }}|{{ add_generation_prompt }}|{{ x }}|"
+                "{{ y }}|{{ z|tojson }}|{{ messages[0].content|length }}|{{ documents is none }}",
+                "<s>",
+                "{\"messages\":[{\"role\":\"user\",\"content\":\"a\\u00e9b\"}],"
+                "\"chat_template_kwargs\":{\"bos_token\":\"B\",\"messages\":[],"
+                "\"add_generation_prompt\":false,\"x\":0.1,\"y\":3,\"z\":{\"k2\":1.5,\"k1\":2}}}",
+                true, "B|1|True|0.1|3|{\"k2\": 1.5, \"k1\": 2}|3|True");
     render_case("{{ tools[0].function.name }}", NULL,
                 "{\"messages\":[{\"role\":\"user\",\"content\":\"u\"}],\"tools\":[{\"type\":"
                 "\"function\",\"function\":{\"name\":\"get_weather\"}}]}",
