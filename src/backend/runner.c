@@ -252,9 +252,10 @@ void kiln_kv_seq_destroy(kiln_kv_seq *kv) {
     free(kv);
 }
 
-kiln_status kiln_model_forward(const kiln_model *m, kiln_kv_seq *kv, kiln_backend *be,
-                               const int32_t *tokens, int32_t n, int32_t pos0, bool want_all,
-                               float *logits, kiln_error *err) {
+/* one sequence's batch through r (r NULL: a runner made for the call on m and be) */
+static kiln_status forward_seq(kiln_runner *r, const kiln_model *m, kiln_kv_seq *kv,
+                               kiln_backend *be, const int32_t *tokens, int32_t n, int32_t pos0,
+                               bool want_all, float *logits, kiln_error *err) {
     if (n < 1) return kiln_error_set(err, KILN_ERR_INVALID_ARGUMENT, "forward: no tokens");
     if (pos0 < 0 || (int64_t)pos0 + n > kv->n_ctx)
         return kiln_error_set(err, KILN_ERR_INVALID_ARGUMENT,
@@ -274,7 +275,20 @@ kiln_status kiln_model_forward(const kiln_model *m, kiln_kv_seq *kv, kiln_backen
                           .n_blocks = kv->table.n_blocks,
                           .rec_state = kv->rec_state};
     kiln_batch b = {n, tokens, 1, &seq, n_out, out};
-    kiln_status st = kiln_model_forward_batch(m, kv->pool, be, &b, logits, err);
+    kiln_status st = r ? kiln_runner_step(r, &b, logits, err)
+                       : kiln_model_forward_batch(m, kv->pool, be, &b, logits, err);
     free(out);
     return st;
+}
+
+kiln_status kiln_model_forward(const kiln_model *m, kiln_kv_seq *kv, kiln_backend *be,
+                               const int32_t *tokens, int32_t n, int32_t pos0, bool want_all,
+                               float *logits, kiln_error *err) {
+    return forward_seq(NULL, m, kv, be, tokens, n, pos0, want_all, logits, err);
+}
+
+kiln_status kiln_runner_forward_seq(kiln_runner *r, kiln_kv_seq *kv, const int32_t *tokens,
+                                    int32_t n, int32_t pos0, bool want_all, float *logits,
+                                    kiln_error *err) {
+    return forward_seq(r, r->m, kv, r->be, tokens, n, pos0, want_all, logits, err);
 }

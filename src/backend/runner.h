@@ -101,4 +101,10 @@ kiln_status kiln_model_forward(const kiln_model *m, kiln_kv_seq *kv, kiln_backen
                                const int32_t *tokens, int32_t n, int32_t pos0, bool want_all,
                                float *logits, kiln_error *err);
 
+/** kiln_model_forward through a runner created over kv->pool (kiln_generate keeps one for
+ *  its prefill and every decode step). Same checks, errors and bits. */
+kiln_status kiln_runner_forward_seq(kiln_runner *r, kiln_kv_seq *kv, const int32_t *tokens,
+                                    int32_t n, int32_t pos0, bool want_all, float *logits,
+                                    kiln_error *err);
+
 #endif

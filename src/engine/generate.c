@@ -62,6 +62,7 @@ kiln_status kiln_generate(const kiln_model *m, kiln_backend *be, const int32_t *
     kiln_kv_seq *kv = NULL;
     kiln_sampler_scratch *scratch = NULL;
     kiln_backend *own = NULL;
+    kiln_runner *runner = NULL;
     if (!be) {
         const kiln_backend_params bp = {.kind = KILN_BACKEND_CPU, .n_threads = 1};
         if ((st = kiln_backend_create(&bp, &own, err))) return st;
@@ -76,9 +77,12 @@ kiln_status kiln_generate(const kiln_model *m, kiln_backend *be, const int32_t *
                                  err)))
         goto done;
     if ((st = kiln_sampler_scratch_create(m->cfg.n_vocab, &scratch, err))) goto done;
+    if ((st = kiln_runner_create(m, be, kv->pool, n_prompt, (int32_t)n_ctx, &runner, err)))
+        goto done;
 
     double t0 = now_ms();
-    if ((st = kiln_model_forward(m, kv, be, prompt, n_prompt, 0, false, logits, err))) goto done;
+    if ((st = kiln_runner_forward_seq(runner, kv, prompt, n_prompt, 0, false, logits, err)))
+        goto done;
     double t1 = now_ms();
     res->prompt_ms = t1 - t0;
     int32_t pos = n_prompt;
@@ -100,13 +104,14 @@ kiln_status kiln_generate(const kiln_model *m, kiln_backend *be, const int32_t *
             res->finish = KILN_FINISH_LENGTH;
             break;
         }
-        if ((st = kiln_model_forward(m, kv, be, &tok, 1, pos, false, logits, err))) goto done;
+        if ((st = kiln_runner_forward_seq(runner, kv, &tok, 1, pos, false, logits, err))) goto done;
         pos++;
     }
     res->gen_ms = now_ms() - t1;
 done:
     if (st) res->finish = KILN_FINISH_ERROR;
     free(logits);
+    kiln_runner_destroy(runner);
     kiln_kv_seq_destroy(kv);
     kiln_sampler_scratch_destroy(scratch);
     kiln_backend_destroy(own);
