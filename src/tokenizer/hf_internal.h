@@ -52,10 +52,16 @@ void hf_pieces_free(hf_pieces *l);
 
 /* ---- Unicode ----------------------------------------------------------------------------- */
 
-/* Decode the character at s[i] (s valid UTF-8, i < n); returns its byte length (>= 1). */
+/*
+ * Decode the character at s[i] (i < n) into *cp; returns its byte length (>= 1). Valid UTF-8
+ * is read by kiln_utf8_decode (util/utf8.h). Ill-formed bytes (reachable: decoders such as
+ * ByteFallback and ByteLevel make raw bytes) are read laxly, as this pipeline always has: the
+ * length from the lead byte's range (below E0: 2, so 80..BF and C0..C1 too; below F0: 3;
+ * else 4, F8..FF too), the rest taken unchecked (kiln_utf8_bits); a lead E0..FF with only 2
+ * bytes left, or any byte with 1 left, is 1 byte (its value); F0..FF with 3 left reads as a
+ * 3-byte sequence. Encoding: kiln_utf8_encode.
+ */
 size_t hf_utf8_next(const char *s, size_t n, size_t i, uint32_t *cp);
-/* Encode cp; returns its byte length (1..4). out needs 4 bytes. */
-size_t hf_utf8_put(char *out, uint32_t cp);
 bool hf_is_whitespace(uint32_t cp); /* Unicode White_Space (Rust char::is_whitespace) */
 bool hf_is_word(uint32_t cp);       /* Rust regex \w: alphabetic, marks, Nd, Pc, joiners */
 bool hf_is_numeric(uint32_t cp);    /* Rust char::is_numeric: Nd, Nl, No */
