@@ -73,6 +73,11 @@ SOURCE_EXT = (".c", ".h", ".inc")
 # ---- files and layers ---------------------------------------------------------------------
 
 
+def die(msg):
+    print("check_layers: " + msg, file=sys.stderr)
+    sys.exit(2)
+
+
 def glob_re(pattern):
     out = ""
     i = 0
@@ -241,8 +246,9 @@ class Allow:
             if not words:
                 continue
             kind, files = words[0], words[1:]
-            if kind not in ("include", "cycle", "circle") or (kind == "include" and len(files) != 2):
-                raise SystemExit("%s:%d: bad entry: %s" % (path, no, line.strip()))
+            bad = kind not in ("include", "cycle", "circle")
+            if bad or (kind == "include" and len(files) != 2):
+                die("%s:%d: bad entry: %s" % (path, no, line.strip()))
             self.entries.append([kind, files, no, False])
 
     def match(self, kind, files):
@@ -284,7 +290,8 @@ def check_includes(root, report):
             try:
                 trel = tgt.relative_to(src_root).as_posix()
             except ValueError:
-                report("include", [f.relative_to(root).as_posix(), tgt.relative_to(root).as_posix()],
+                pair = [f.relative_to(root).as_posix(), tgt.relative_to(root).as_posix()]
+                report("include", pair,
                        '%s:%d: #include "%s": outside src/ and not in ANYWHERE'
                        % (f.relative_to(root), line, written))
                 continue
@@ -324,7 +331,7 @@ def nm_symbols(nm, objs):
         chunk = [str(o) for o in objs[k : k + 256]]
         out = subprocess.run([nm, "-g", "-P", "-A"] + chunk, capture_output=True, text=True)
         if out.returncode != 0:
-            raise SystemExit("check_layers: %s failed: %s" % (nm, out.stderr.strip()))
+            die("%s failed: %s" % (nm, out.stderr.strip()))
         obj = None
         for line in out.stdout.splitlines():
             if obj is None or not line.startswith(obj + ":"):  # lines come grouped by object
@@ -349,7 +356,7 @@ def check_calls(root, build, nm, report):
             if src.is_file():  # objects of deleted sources may linger in a build tree
                 objs[src.relative_to(root).as_posix()] = o
     if not objs:
-        raise SystemExit("check_layers: no object files under %s (build first)" % cm)
+        die("no object files under %s (build first)" % cm)
     defs, undefs = {}, {}
     table = nm_symbols(nm, objs.values())
     for src, o in objs.items():
@@ -383,14 +390,14 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("build_dir", type=Path)
     ap.add_argument("source_dir", type=Path)
-    ap.add_argument("--allow", type=Path, help="allowlist (default SOURCE_DIR/tools/layers_allow.txt)")
+    ap.add_argument("--allow", type=Path,
+                    help="allowlist (default SOURCE_DIR/tools/layers_allow.txt)")
     ap.add_argument("--nm", default=os.environ.get("NM", "nm"))
     ap.add_argument("--strict-allow", action="store_true", help="fail on stale allowlist entries")
     a = ap.parse_args()
     root, build = a.source_dir.resolve(), a.build_dir.resolve()
     if not (root / "src").is_dir():
-        print("check_layers: %s has no src/" % root, file=sys.stderr)
-        return 2
+        die("%s has no src/" % root)
     allow = Allow(a.allow if a.allow else root / "tools" / "layers_allow.txt")
     counts = {"bad": 0, "allowed": 0}
 
@@ -415,7 +422,8 @@ def main():
               % (allow.path.name, no, kind, " ".join(files)))
     bad = counts["bad"] + (len(stale) if a.strict_allow else 0)
     print("check_layers: %d violation(s), %d allowed, %d stale allowlist entr%s; %d objects read"
-          % (counts["bad"], counts["allowed"], len(stale), "y" if len(stale) == 1 else "ies", n_obj))
+          % (counts["bad"], counts["allowed"], len(stale), "y" if len(stale) == 1 else "ies",
+             n_obj))
     return 1 if bad else 0
 
 
