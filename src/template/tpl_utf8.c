@@ -1,91 +1,43 @@
-/* tpl_utf8.c - UTF-8 and the slice of Python's Unicode character database the template
- * language needs. Case mapping covers Latin (incl. Extended-A and Additional), Greek,
- * Cyrillic, Armenian and fullwidth Latin one code point to one; Python's multi-character
- * mappings (e.g. 'ß'.upper() == 'SS') are not reproduced. */
+/* tpl_utf8.c - UTF-8 (over util/utf8.h) and the slice of Python's Unicode character database
+ * the template language needs. Case mapping covers Latin (incl. Extended-A and Additional),
+ * Greek, Cyrillic, Armenian and fullwidth Latin one code point to one; Python's
+ * multi-character mappings (e.g. 'ß'.upper() == 'SS') are not reproduced. */
 #include <string.h>
 
 #include "template/tpl.h"
+#include "util/utf8.h"
 
+/* Valid UTF-8 is read by kiln_utf8_decode. Ill-formed bytes are read laxly, as templates
+ * always have: by the lead byte's bit pattern (110xxxxx: 2 bytes, so C0..C1 too; 1110xxxx: 3;
+ * 11110xxx: 4) with the following bytes' low 6 bits taken unchecked (kiln_utf8_bits) when
+ * that many bytes are left; any other byte (80..BF, F8..FF, a lead too close to the end) is
+ * 1 byte, its value. */
 uint32_t tpl_utf8_dec(const char *s, size_t n, size_t *adv) {
-    const unsigned char *u = (const unsigned char *)s;
-    unsigned char c = u[0];
-    if (c < 0x80 || n < 2) {
-        *adv = 1;
-        return c;
+    uint32_t cp;
+    int l = kiln_utf8_decode(s, n, &cp);
+    if (l > 0) {
+        *adv = (size_t)l;
+        return cp;
     }
-    if ((c & 0xE0) == 0xC0) {
-        *adv = 2;
-        return ((uint32_t)(c & 0x1F) << 6) | (u[1] & 0x3F);
-    }
-    if ((c & 0xF0) == 0xE0 && n >= 3) {
-        *adv = 3;
-        return ((uint32_t)(c & 0x0F) << 12) | ((uint32_t)(u[1] & 0x3F) << 6) | (u[2] & 0x3F);
-    }
-    if ((c & 0xF8) == 0xF0 && n >= 4) {
-        *adv = 4;
-        return ((uint32_t)(c & 0x07) << 18) | ((uint32_t)(u[1] & 0x3F) << 12) |
-               ((uint32_t)(u[2] & 0x3F) << 6) | (u[3] & 0x3F);
-    }
-    *adv = 1;
-    return c;
+    unsigned char c = (unsigned char)s[0];
+    int len = 1;
+    if (n >= 2 && (c & 0xE0) == 0xC0)
+        len = 2;
+    else if (n >= 3 && (c & 0xF0) == 0xE0)
+        len = 3;
+    else if (n >= 4 && (c & 0xF8) == 0xF0)
+        len = 4;
+    *adv = (size_t)len;
+    return kiln_utf8_bits(s, len);
 }
 
 size_t tpl_utf8_enc(uint32_t cp, char out[4]) {
-    if (cp < 0x80) {
-        out[0] = (char)cp;
-        return 1;
-    }
-    if (cp < 0x800) {
-        out[0] = (char)(0xC0 | (cp >> 6));
-        out[1] = (char)(0x80 | (cp & 0x3F));
-        return 2;
-    }
-    if (cp < 0x10000) {
-        out[0] = (char)(0xE0 | (cp >> 12));
-        out[1] = (char)(0x80 | ((cp >> 6) & 0x3F));
-        out[2] = (char)(0x80 | (cp & 0x3F));
-        return 3;
-    }
-    out[0] = (char)(0xF0 | (cp >> 18));
-    out[1] = (char)(0x80 | ((cp >> 12) & 0x3F));
-    out[2] = (char)(0x80 | ((cp >> 6) & 0x3F));
-    out[3] = (char)(0x80 | (cp & 0x3F));
-    return 4;
+    return kiln_utf8_encode(cp, out);
 }
 
+/* RFC 3629 well-formedness, as kiln_utf8_valid (the same sequences, the same offset). */
 bool tpl_utf8_valid(const char *s, size_t n, size_t *bad_off) {
-    const unsigned char *u = (const unsigned char *)s;
-    size_t i = 0;
-    while (i < n) {
-        unsigned char c = u[i];
-        if (c < 0x80) {
-            i++;
-            continue;
-        }
-        size_t len;
-        uint32_t min, cp;
-        if (c >= 0xC2 && c <= 0xDF) {
-            len = 2, min = 0x80, cp = c & 0x1F;
-        } else if ((c & 0xF0) == 0xE0) {
-            len = 3, min = 0x800, cp = c & 0x0F;
-        } else if (c >= 0xF0 && c <= 0xF4) {
-            len = 4, min = 0x10000, cp = c & 0x07;
-        } else {
-            goto bad;
-        }
-        if (n - i < len) goto bad;
-        for (size_t k = 1; k < len; k++) {
-            if ((u[i + k] & 0xC0) != 0x80) goto bad;
-            cp = (cp << 6) | (u[i + k] & 0x3F);
-        }
-        if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) goto bad;
-        i += len;
-        continue;
-    bad:
-        if (bad_off) *bad_off = i;
-        return false;
-    }
-    return true;
+    return kiln_utf8_valid(s, n, bad_off);
 }
 
 size_t tpl_utf8_count(const char *s, size_t n) {

@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "util/error.h"
+#include "util/utf8.h"
 
 /* ---------------------------------------------------------------- pieces */
 
@@ -95,20 +96,13 @@ size_t kiln_tokenizer_piece(const kiln_tokenizer *t, int32_t id, bool render_spe
             put(buf, cap, &n, s, sl);
         } else if (ty == KILN_TOKEN_NORMAL) {
             for (uint32_t i = 0; i < sl;) {
-                int m = kiln_utf8_seq_len(s + i, sl - i);
+                uint32_t cp;
+                int m = kiln_utf8_decode(s + i, sl - i, &cp);
                 if (m <= 0) { /* malformed token text: pass the byte through */
                     put(buf, cap, &n, s + i, 1);
                     i++;
                     continue;
                 }
-                const unsigned char *u = (const unsigned char *)s + i;
-                uint32_t cp = m == 1   ? u[0]
-                              : m == 2 ? ((uint32_t)(u[0] & 0x1F) << 6) | (u[1] & 0x3F)
-                              : m == 3 ? ((uint32_t)(u[0] & 0x0F) << 12) |
-                                             ((uint32_t)(u[1] & 0x3F) << 6) | (u[2] & 0x3F)
-                                       : ((uint32_t)(u[0] & 0x07) << 18) |
-                                             ((uint32_t)(u[1] & 0x3F) << 12) |
-                                             ((uint32_t)(u[2] & 0x3F) << 6) | (u[3] & 0x3F);
                 int by = kiln_bytelevel_byte(cp);
                 if (by >= 0) {
                     char c = (char)by;

@@ -244,6 +244,13 @@ static bool byte_token(const char *s, size_t n, uint8_t *b) {
     return true;
 }
 
+/*
+ * The structure of UTF-8 only: a lead byte C2..F4 followed by its continuation bytes. Looser
+ * than kiln_utf8_valid (util/utf8.h), which also applies Table 3-7's second-byte limits (E0
+ * A0.., ED ..9F, F0 90.., F4 ..8F). Kept as it is: only raw bytes that an earlier decoder
+ * step made (ByteLevel before ByteLevel) can tell the two apart, and there the loose check
+ * decides what this decoder has always output.
+ */
 static bool valid_utf8(const char *s, size_t n) {
     for (size_t i = 0; i < n;) {
         unsigned char c = (unsigned char)s[i];

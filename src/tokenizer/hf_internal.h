@@ -1,6 +1,7 @@
 /*
  * hf_internal.h - the parts of the tokenizer.json pipeline (hf_tokenizer.h): strings and
- * piece lists, Unicode predicates, patterns, normalizers, pre-tokenizers, models, decoders.
+ * piece lists, Unicode predicates, patterns, normalizers, pre-tokenizers, models, decoders,
+ * added tokens and the pipeline struct itself.
  * Private to src/tokenizer/hf_*.c. Semantics: Hugging Face tokenizers (see each function).
  */
 #ifndef KILN_TOKENIZER_HF_INTERNAL_H
@@ -51,10 +52,16 @@ void hf_pieces_free(hf_pieces *l);
 
 /* ---- Unicode ----------------------------------------------------------------------------- */
 
-/* Decode the character at s[i] (s valid UTF-8, i < n); returns its byte length (>= 1). */
+/*
+ * Decode the character at s[i] (i < n) into *cp; returns its byte length (>= 1). Valid UTF-8
+ * is read by kiln_utf8_decode (util/utf8.h). Ill-formed bytes (reachable: decoders such as
+ * ByteFallback and ByteLevel make raw bytes) are read laxly, as this pipeline always has: the
+ * length from the lead byte's range (below E0: 2, so 80..BF and C0..C1 too; below F0: 3;
+ * else 4, F8..FF too), the rest taken unchecked (kiln_utf8_bits); a lead E0..FF with only 2
+ * bytes left, or any byte with 1 left, is 1 byte (its value); F0..FF with 3 left reads as a
+ * 3-byte sequence. Encoding: kiln_utf8_encode.
+ */
 size_t hf_utf8_next(const char *s, size_t n, size_t i, uint32_t *cp);
-/* Encode cp; returns its byte length (1..4). out needs 4 bytes. */
-size_t hf_utf8_put(char *out, uint32_t cp);
 bool hf_is_whitespace(uint32_t cp); /* Unicode White_Space (Rust char::is_whitespace) */
 bool hf_is_word(uint32_t cp);       /* Rust regex \w: alphabetic, marks, Nd, Pc, joiners */
 bool hf_is_numeric(uint32_t cp);    /* Rust char::is_numeric: Nd, Nl, No */
@@ -201,5 +208,67 @@ void hf_decoder_free(hf_decoder *d);
 /* Decode one token text in stream state s into out (reset first); advances s. */
 bool hf_decode_one(const hf_decoder *d, const char *tok, size_t n, kiln_hf_dstate *s, hf_buf *out,
                    hf_buf *tmp);
+
+/* ---- added tokens (hf_added.c) ----------------------------------------------------------- */
+
+/* One entry of tokenizer.json's added_tokens (AddedToken). */
+typedef struct hf_added {
+    int32_t id;
+    char *content; /* as written */
+    size_t len;
+    char *norm; /* normalized content (normalized tokens with a normalizer), else NULL */
+    size_t norm_len;
+    bool single_word, lstrip, rstrip, normalized, special;
+} hf_added;
+
+/* Byte trie for leftmost-longest matching; the root is implicit (its children in root[]). */
+typedef struct hf_tnode {
+    int32_t child, sibling; /* first child, next sibling; -1 none */
+    int32_t token;          /* index into kiln_hf.added, or -1 */
+    uint8_t byte;
+} hf_tnode;
+
+typedef struct hf_trie {
+    hf_tnode *nodes;
+    size_t n, cap;
+    int32_t root[256]; /* children of the root by byte */
+    bool empty;
+} hf_trie;
+
+/* An empty trie. */
+void hf_trie_init(hf_trie *t);
+/* Add s[0..n) (n > 0) for added token index tok; a later token with the same text wins.
+ * False when out of memory. */
+bool hf_trie_add(hf_trie *t, const char *s, size_t n, int32_t tok);
+void hf_trie_free(hf_trie *t);
+/*
+ * AddedVocabulary::find_matches + split_with_indices (added_vocabulary.rs): split s[0..n) into
+ * text pieces and the added tokens (indices into added[]) that t finds, leftmost-longest and
+ * non-overlapping, honouring single_word, lstrip and rstrip; special tokens only when
+ * parse_special. Appends to out; at_start says whether s starts the original input. False when
+ * out of memory.
+ */
+bool hf_added_split(const hf_added *added, const hf_trie *t, const char *s, size_t n, bool at_start,
+                    bool parse_special, hf_pieces *out);
+
+/* ---- the pipeline (hf_pipeline.c runs it, hf_tokenizer.c builds it) ------------------------ */
+
+/* A loaded tokenizer.json; kiln_hf_encode, kiln_hf_decode_token, kiln_hf_free use it. */
+struct kiln_hf {
+    hf_model model;
+    hf_normalizer *norm;
+    hf_pretok *pretok;
+    hf_decoder *dec;
+    hf_added *added;
+    size_t n_added;
+    hf_trie raw, normd;
+    kiln_ivec prefix, suffix; /* post-processor ids around the sequence (add_special) */
+    const kiln_vocab *v;      /* borrowed: the owning tokenizer's vocab */
+    bool *skip;               /* [n_tokens] special tokens (dropped when decoding) */
+    bool *unused;             /* [n_tokens] ids nothing names */
+    char **dec_text;          /* [n_tokens] decode-text overrides, NULL entries */
+    uint32_t *dec_len;
+    int32_t n_tokens;
+};
 
 #endif

@@ -11,6 +11,7 @@
 #include "tokenizer/hf_internal.h"
 #include "tokenizer/pretokenize.h"
 #include "util/error.h"
+#include "util/utf8.h"
 
 typedef enum norm_kind {
     N_SEQUENCE,
@@ -162,7 +163,7 @@ kiln_status hf_normalizer_parse(const json_t *j, const hf_where *w, hf_normalize
 
 static bool put_cp(hf_buf *o, uint32_t cp) {
     char t[4];
-    return hf_buf_put(o, t, hf_utf8_put(t, cp));
+    return hf_buf_put(o, t, kiln_utf8_encode(cp, t));
 }
 
 static kiln_status unicode_form(norm_kind k, const char *s, size_t n, hf_buf *o, kiln_error *err) {

@@ -11,6 +11,7 @@
 #include "tokenizer/hf_internal.h"
 #include "tokenizer/pretokenize.h"
 #include "util/error.h"
+#include "util/utf8.h"
 
 typedef enum pretok_kind {
     P_SEQUENCE,
@@ -393,7 +394,7 @@ static kiln_status one_piece(const hf_pretok *p, const char *s, size_t n, bool a
     }
     case P_METASPACE: {
         char rep[4];
-        size_t rl = hf_utf8_put(rep, p->ch);
+        size_t rl = kiln_utf8_encode(p->ch, rep);
         w->a.n = 0;
         if (!hf_buf_reserve(&w->a, n * 4 + 4)) return oom(err);
         /* after ' ' -> replacement, prepend unless the piece starts with the replacement */

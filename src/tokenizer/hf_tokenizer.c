@@ -1,6 +1,7 @@
 /*
  * hf_tokenizer.c - loading a Hugging Face tokenizer.json (+ tokenizer_config.json) into a
- * kiln_tokenizer, added-token matching, the encode pipeline and the post-processor. See
+ * kiln_tokenizer: added tokens, the post-processor, the pipeline's parts (run by
+ * hf_pipeline.c; added tokens matched by hf_added.c). See
  * hf_tokenizer.h for the semantics (Hugging Face tokenizers: tokenizer/mod.rs,
  * tokenizer/added_vocabulary.rs, processors/ (each one); transformers' tokenizer_config.json).
  */
@@ -15,296 +16,14 @@
 #include "tokenizer/hf_internal.h"
 #include "tokenizer/tokenizer_internal.h"
 #include "util/error.h"
-#include "util/utf8.h"
 
 enum { HF_MAX_IDS = 1 << 24 };
-
-/* ---- added tokens -------------------------------------------------------------------------- */
-
-typedef struct hf_added {
-    int32_t id;
-    char *content; /* as written */
-    size_t len;
-    char *norm; /* normalized content (normalized tokens with a normalizer), else NULL */
-    size_t norm_len;
-    bool single_word, lstrip, rstrip, normalized, special;
-} hf_added;
-
-/* Byte trie for leftmost-longest matching; node 0 is the root. */
-typedef struct tnode {
-    int32_t child, sibling; /* first child, next sibling; -1 none */
-    int32_t token;          /* index into kiln_hf.added, or -1 */
-    uint8_t byte;
-} tnode;
-
-typedef struct hf_trie {
-    tnode *nodes;
-    size_t n, cap;
-    int32_t root[256]; /* children of the root by byte */
-    bool empty;
-} hf_trie;
-
-struct kiln_hf {
-    hf_model model;
-    hf_normalizer *norm;
-    hf_pretok *pretok;
-    hf_decoder *dec;
-    hf_added *added;
-    size_t n_added;
-    hf_trie raw, normd;
-    kiln_ivec prefix, suffix; /* post-processor ids around the sequence (add_special) */
-    const kiln_vocab *v;      /* borrowed: the owning tokenizer's vocab */
-    bool *skip;               /* [n_tokens] special tokens (dropped when decoding) */
-    bool *unused;             /* [n_tokens] ids nothing names */
-    char **dec_text;          /* [n_tokens] decode-text overrides, NULL entries */
-    uint32_t *dec_len;
-    int32_t n_tokens;
-};
 
 static kiln_status oom(kiln_error *err) {
     return kiln_error_set(err, KILN_ERR_OUT_OF_MEMORY, "out of memory (tokenizer.json)");
 }
 
-static void trie_init(hf_trie *t) {
-    memset(t, 0, sizeof *t);
-    for (int i = 0; i < 256; i++) t->root[i] = -1;
-    t->empty = true;
-}
-
-static int32_t trie_new(hf_trie *t, uint8_t b) {
-    if (t->n == t->cap) {
-        size_t cap = t->cap ? t->cap * 2 : 64;
-        tnode *a = realloc(t->nodes, cap * sizeof *a);
-        if (!a) return -1;
-        t->nodes = a;
-        t->cap = cap;
-    }
-    t->nodes[t->n] = (tnode){-1, -1, -1, b};
-    return (int32_t)t->n++;
-}
-
-static int32_t trie_child(const hf_trie *t, int32_t node, uint8_t b) {
-    int32_t c = node < 0 ? t->root[b] : t->nodes[node].child;
-    while (c >= 0 && t->nodes[c].byte != b) c = t->nodes[c].sibling;
-    return c;
-}
-
-/* Add s[0..n) (n > 0) for added token index tok; a later token with the same text wins. */
-static bool trie_add(hf_trie *t, const char *s, size_t n, int32_t tok) {
-    int32_t node = -1; /* the root */
-    for (size_t i = 0; i < n; i++) {
-        uint8_t b = (uint8_t)s[i];
-        int32_t c = trie_child(t, node, b);
-        if (c < 0) {
-            if ((c = trie_new(t, b)) < 0) return false;
-            if (node < 0) {
-                t->root[b] = c;
-            } else {
-                t->nodes[c].sibling = t->nodes[node].child;
-                t->nodes[node].child = c;
-            }
-        }
-        node = c;
-    }
-    t->nodes[node].token = tok;
-    t->empty = false;
-    return true;
-}
-
-/* Longest token starting at s[0..n): its index, with *len its length; -1 when none. */
-static int32_t trie_longest(const hf_trie *t, const char *s, size_t n, size_t *len) {
-    int32_t node = t->root[(uint8_t)s[0]], best = -1;
-    for (size_t i = 0; node >= 0;) {
-        if (t->nodes[node].token >= 0) {
-            best = t->nodes[node].token;
-            *len = i + 1;
-        }
-        if (++i >= n) break;
-        node = trie_child(t, node, (uint8_t)s[i]);
-    }
-    return best;
-}
-
-static void trie_free(hf_trie *t) {
-    free(t->nodes);
-    t->nodes = NULL;
-}
-
-/* Rust regex: \w at the end of s[0..n) / at the start. */
-static bool ends_with_word(const char *s, size_t n) {
-    if (n == 0) return false;
-    size_t k = n - 1;
-    while (k > 0 && ((unsigned char)s[k] & 0xC0) == 0x80) k--;
-    uint32_t cp;
-    hf_utf8_next(s, n, k, &cp);
-    return hf_is_word(cp);
-}
-
-static bool starts_with_word(const char *s, size_t n) {
-    if (n == 0) return false;
-    uint32_t cp;
-    hf_utf8_next(s, n, 0, &cp);
-    return hf_is_word(cp);
-}
-
-/*
- * AddedVocabulary::find_matches + split_with_indices: split s[0..n) into text pieces and added
- * tokens found by the trie (leftmost-longest, non-overlapping), appending them to out.
- */
-static bool added_split(const struct kiln_hf *h, const hf_trie *t, const char *s, size_t n,
-                        bool at_start, bool parse_special, hf_pieces *out) {
-    if (t->empty || n == 0) return n == 0 || hf_pieces_add(out, s, n, -1, at_start);
-    size_t start_offset = 0;
-    for (size_t pos = 0; pos < n;) {
-        size_t mlen = 0;
-        int32_t k = trie_longest(t, s + pos, n - pos, &mlen);
-        if (k < 0) {
-            pos++;
-            continue;
-        }
-        size_t start = pos, stop = pos + mlen;
-        pos = stop; /* the matcher moves on past every match, used or not */
-        const hf_added *a = &h->added[k];
-        if (a->special && !parse_special) continue;
-        if (a->single_word) {
-            bool start_space = start == 0 || !ends_with_word(s, start);
-            bool stop_space = stop == n || !starts_with_word(s + stop, n - stop);
-            if (!start_space || !stop_space) continue;
-        }
-        if (a->lstrip) {
-            size_t ns = start;
-            while (ns > 0) {
-                size_t b = ns - 1;
-                while (b > 0 && ((unsigned char)s[b] & 0xC0) == 0x80) b--;
-                uint32_t cp;
-                hf_utf8_next(s, n, b, &cp);
-                if (!hf_is_whitespace(cp)) break;
-                ns = b;
-            }
-            start = ns > start_offset ? ns : start_offset;
-        }
-        if (a->rstrip) {
-            while (stop < n) {
-                uint32_t cp;
-                size_t l = hf_utf8_next(s, n, stop, &cp);
-                if (!hf_is_whitespace(cp)) break;
-                stop += l;
-            }
-        }
-        if (start_offset < start && !hf_pieces_add(out, s + start_offset, start - start_offset, -1,
-                                                   at_start && start_offset == 0))
-            return false;
-        if (!hf_pieces_add(out, "", 0, a->id, false)) return false;
-        start_offset = stop;
-    }
-    if (start_offset < n &&
-        !hf_pieces_add(out, s + start_offset, n - start_offset, -1, at_start && start_offset == 0))
-        return false;
-    return true;
-}
-
-/* ---- encoding ----------------------------------------------------------------------------- */
-
-kiln_status kiln_hf_encode(const struct kiln_hf *h, const char *text, size_t len, bool add_special,
-                           bool parse_special, kiln_ivec *out, kiln_error *err) {
-    if (!h || !out || (!text && len))
-        return kiln_error_set(err, KILN_ERR_INVALID_ARGUMENT, "tokenizer: NULL argument");
-    size_t n0 = out->n;
-    kiln_status st = KILN_OK;
-    hf_pieces raw = {0}, normd = {0}, pre = {0}, tmp = {0};
-    hf_buf nb = {0};
-    hf_model_work mw = {0};
-    if (add_special && h->prefix.n && kiln_ivec_append(out, h->prefix.data, h->prefix.n))
-        goto nomem;
-    if (!added_split(h, &h->raw, text ? text : "", len, true, parse_special, &raw)) goto nomem;
-    for (size_t i = 0; i < raw.n; i++) {
-        const hf_piece *p = &raw.a[i];
-        if (p->id >= 0) {
-            if (kiln_ivec_push(out, p->id)) goto nomem;
-            continue;
-        }
-        bool at_start = p->at_start;
-        if ((st = hf_normalize(h->norm, raw.text.p + p->off, p->len, &nb, &at_start, err)))
-            goto done;
-        hf_pieces_clear(&normd);
-        if (!added_split(h, &h->normd, nb.p ? nb.p : "", nb.n, at_start, parse_special, &normd))
-            goto nomem;
-        for (size_t k = 0; k < normd.n; k++) {
-            const hf_piece *q = &normd.a[k];
-            if (q->id >= 0) {
-                if (kiln_ivec_push(out, q->id)) goto nomem;
-                continue;
-            }
-            hf_pieces_clear(&pre);
-            if (!hf_pieces_add(&pre, normd.text.p + q->off, q->len, -1, q->at_start)) goto nomem;
-            if ((st = hf_pretokenize(h->pretok, &pre, &tmp, err))) goto done;
-            for (size_t m = 0; m < pre.n; m++) {
-                st = hf_model_encode(&h->model, pre.text.p + pre.a[m].off, pre.a[m].len, out, &mw,
-                                     err);
-                if (st) goto done;
-            }
-        }
-    }
-    if (add_special && h->suffix.n && kiln_ivec_append(out, h->suffix.data, h->suffix.n))
-        goto nomem;
-    goto done;
-nomem:
-    st = oom(err);
-done:
-    hf_pieces_free(&raw);
-    hf_pieces_free(&normd);
-    hf_pieces_free(&pre);
-    hf_pieces_free(&tmp);
-    hf_buf_free(&nb);
-    hf_model_work_free(&mw);
-    if (st) out->n = n0;
-    return st;
-}
-
-/* ---- decoding ----------------------------------------------------------------------------- */
-
-size_t kiln_hf_decode_token(const struct kiln_hf *h, int32_t id, bool skip_special,
-                            kiln_hf_dstate *s, char *buf, size_t cap) {
-    if (!h || id < 0 || id >= h->n_tokens || h->unused[id]) return 0;
-    if (skip_special && h->skip[id]) return 0;
-    const char *t = h->dec_text[id] ? h->dec_text[id] : h->v->text[id];
-    size_t tn = h->dec_text[id] ? h->dec_len[id] : h->v->text_len[id];
-    hf_buf out = {0}, tmp = {0};
-    size_t n = 0;
-    if (hf_decode_one(h->dec, t, tn, s, &out, &tmp)) {
-        n = out.n;
-        if (buf && cap) memcpy(buf, out.p, n < cap ? n : cap);
-    }
-    hf_buf_free(&out);
-    hf_buf_free(&tmp);
-    return n;
-}
-
 /* ---- loading ------------------------------------------------------------------------------- */
-
-void kiln_hf_free(struct kiln_hf *h) {
-    if (!h) return;
-    hf_model_free(&h->model);
-    hf_normalizer_free(h->norm);
-    hf_pretok_free(h->pretok);
-    hf_decoder_free(h->dec);
-    for (size_t i = 0; i < h->n_added; i++) {
-        free(h->added[i].content);
-        free(h->added[i].norm);
-    }
-    free(h->added);
-    trie_free(&h->raw);
-    trie_free(&h->normd);
-    kiln_ivec_free(&h->prefix);
-    kiln_ivec_free(&h->suffix);
-    free(h->skip);
-    free(h->unused);
-    if (h->dec_text)
-        for (int32_t i = 0; i < h->n_tokens; i++) free(h->dec_text[i]);
-    free(h->dec_text);
-    free(h->dec_len);
-    free(h);
-}
 
 static kiln_status parse_added(struct kiln_hf *h, const json_t *arr, const hf_where *w,
                                kiln_error *err) {
@@ -667,8 +386,8 @@ static kiln_status build(const json_t *root, const json_t *cfg, const hf_extra *
     }
     t->hf = h;
     h->v = &t->v;
-    trie_init(&h->raw);
-    trie_init(&h->normd);
+    hf_trie_init(&h->raw);
+    hf_trie_init(&h->normd);
     kiln_vocab *v = &t->v;
 
     /* model */
@@ -768,7 +487,8 @@ static kiln_status build(const json_t *root, const json_t *cfg, const hf_extra *
         }
         const char *pat = a->norm ? a->norm : a->content;
         size_t pl = a->norm ? a->norm_len : a->len;
-        if (pl && !trie_add(a->normalized ? &h->normd : &h->raw, pat, pl, (int32_t)i)) goto nomem;
+        if (pl && !hf_trie_add(a->normalized ? &h->normd : &h->raw, pat, pl, (int32_t)i))
+            goto nomem;
     }
     /* decoding skips every id whose text is a special token's content (is_special_token) */
     for (size_t i = 0; i < h->n_added; i++) {

@@ -97,7 +97,7 @@ kiln_status kiln_tokenizer_from_hf_files(const char *tokenizer_json, const char 
 kiln_status kiln_tokenizer_from_hf_json(const char *json, size_t json_len, const char *config,
                                         size_t config_len, kiln_tokenizer **out, kiln_error *err);
 
-/* ---- hooks used by tokenizer.c and detok.c (not for other callers) ---------------------- */
+/* ---- hooks used by tokenizer.c and detok.c (not for other callers); hf_pipeline.c -------- */
 
 struct kiln_hf;
 

@@ -11,6 +11,7 @@
 
 #include "tokenizer/hf_internal.h"
 #include "util/error.h"
+#include "util/utf8.h"
 
 /* ---- buffers ------------------------------------------------------------------------------- */
 
@@ -70,50 +71,23 @@ void hf_pieces_free(hf_pieces *l) {
 /* ---- Unicode ------------------------------------------------------------------------------- */
 
 size_t hf_utf8_next(const char *s, size_t n, size_t i, uint32_t *cp) {
-    const unsigned char *u = (const unsigned char *)s + i;
+    const char *p = s + i;
     size_t avail = n - i;
-    if (u[0] < 0x80 || avail < 2) {
-        *cp = u[0];
-        return 1;
-    }
-    if (u[0] < 0xE0) {
-        *cp = ((uint32_t)(u[0] & 0x1F) << 6) | (u[1] & 0x3F);
-        return 2;
-    }
-    if (u[0] < 0xF0 || avail < 4) {
-        if (avail < 3) {
-            *cp = u[0];
-            return 1;
-        }
-        *cp = ((uint32_t)(u[0] & 0x0F) << 12) | ((uint32_t)(u[1] & 0x3F) << 6) | (u[2] & 0x3F);
-        return 3;
-    }
-    *cp = ((uint32_t)(u[0] & 0x07) << 18) | ((uint32_t)(u[1] & 0x3F) << 12) |
-          ((uint32_t)(u[2] & 0x3F) << 6) | (u[3] & 0x3F);
-    return 4;
-}
-
-size_t hf_utf8_put(char *o, uint32_t c) {
-    if (c < 0x80) {
-        o[0] = (char)c;
-        return 1;
-    }
-    if (c < 0x800) {
-        o[0] = (char)(0xC0 | (c >> 6));
-        o[1] = (char)(0x80 | (c & 0x3F));
-        return 2;
-    }
-    if (c < 0x10000) {
-        o[0] = (char)(0xE0 | (c >> 12));
-        o[1] = (char)(0x80 | ((c >> 6) & 0x3F));
-        o[2] = (char)(0x80 | (c & 0x3F));
-        return 3;
-    }
-    o[0] = (char)(0xF0 | (c >> 18));
-    o[1] = (char)(0x80 | ((c >> 12) & 0x3F));
-    o[2] = (char)(0x80 | ((c >> 6) & 0x3F));
-    o[3] = (char)(0x80 | (c & 0x3F));
-    return 4;
+    int l = kiln_utf8_decode(p, avail, cp);
+    if (l > 0) return (size_t)l;
+    /* ill-formed: the lax reading of hf_internal.h */
+    unsigned char c = (unsigned char)p[0];
+    int len;
+    if (avail < 2)
+        len = 1;
+    else if (c < 0xE0)
+        len = 2;
+    else if (c < 0xF0 || avail < 4)
+        len = avail < 3 ? 1 : 3;
+    else
+        len = 4;
+    *cp = kiln_utf8_bits(p, len);
+    return (size_t)len;
 }
 
 bool hf_is_whitespace(uint32_t c) {

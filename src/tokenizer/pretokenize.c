@@ -44,41 +44,22 @@ int kiln_bytelevel_byte(uint32_t cpt) {
 size_t kiln_bytelevel_encode(const char *in, size_t len, char *out) {
     size_t o = 0;
     for (size_t i = 0; i < len; i++) {
-        uint32_t c = kiln_bytelevel_cpt((uint8_t)in[i]);
-        if (c < 0x80) {
-            out[o++] = (char)c;
-        } else { /* every mapped code point is below U+0800: two bytes */
-            out[o++] = (char)(0xC0 | (c >> 6));
-            out[o++] = (char)(0x80 | (c & 0x3F));
-        }
+        /* every mapped code point is below U+0800: one or two bytes */
+        o += kiln_utf8_encode(kiln_bytelevel_cpt((uint8_t)in[i]), out + o);
     }
     return o;
-}
-
-/* Decode the valid UTF-8 sequence of n bytes at s. */
-static uint32_t utf8_decode(const unsigned char *s, int n) {
-    switch (n) {
-    case 1:
-        return s[0];
-    case 2:
-        return ((uint32_t)(s[0] & 0x1F) << 6) | (s[1] & 0x3F);
-    case 3:
-        return ((uint32_t)(s[0] & 0x0F) << 12) | ((uint32_t)(s[1] & 0x3F) << 6) | (s[2] & 0x3F);
-    default:
-        return ((uint32_t)(s[0] & 0x07) << 18) | ((uint32_t)(s[1] & 0x3F) << 12) |
-               ((uint32_t)(s[2] & 0x3F) << 6) | (s[3] & 0x3F);
-    }
 }
 
 size_t kiln_bytelevel_decode(const char *piece, size_t len, char *out) {
     size_t i = 0, o = 0;
     while (i < len) {
-        int n = kiln_utf8_seq_len(piece + i, len - i);
+        uint32_t cp;
+        int n = kiln_utf8_decode(piece + i, len - i, &cp);
         if (n <= 0) { /* malformed or truncated: copy the byte through */
             out[o++] = piece[i++];
             continue;
         }
-        int b = kiln_bytelevel_byte(utf8_decode((const unsigned char *)piece + i, n));
+        int b = kiln_bytelevel_byte(cp);
         if (b >= 0) {
             out[o++] = (char)b;
         } else {
@@ -474,9 +455,9 @@ kiln_status kiln_pretok_split(const kiln_pretok *p, const char *text, size_t len
     /* Does the regex subject differ from the text (non-ASCII whitespace, bad bytes)? */
     bool identity = true;
     for (size_t i = 0; i < len;) {
-        int n = kiln_utf8_seq_len(text + i, len - i);
-        if (n <= 0 ||
-            (n >= 2 && is_nonascii_space(utf8_decode((const unsigned char *)text + i, n)))) {
+        uint32_t cp;
+        int n = kiln_utf8_decode(text + i, len - i, &cp);
+        if (n <= 0 || (n >= 2 && is_nonascii_space(cp))) {
             identity = false;
             break;
         }
@@ -496,14 +477,14 @@ kiln_status kiln_pretok_split(const kiln_pretok *p, const char *text, size_t len
         if (!subj || !t2o) goto oom;
         size_t k = 0;
         for (size_t i = 0; i < len;) {
-            int n = kiln_utf8_seq_len(text + i, len - i);
+            uint32_t cp;
+            int n = kiln_utf8_decode(text + i, len - i, &cp);
             t2o[k] = i;
             if (n <= 0) { /* malformed byte: the regexes see U+FFFD */
                 memcpy(subj + k, "\xEF\xBF\xBD", 3);
                 k += 3;
                 i += 1;
-            } else if (n >= 2 &&
-                       is_nonascii_space(utf8_decode((const unsigned char *)text + i, n))) {
+            } else if (n >= 2 && is_nonascii_space(cp)) {
                 subj[k++] = '\x0B';
                 i += (size_t)n;
             } else {

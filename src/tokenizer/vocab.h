@@ -45,7 +45,7 @@ typedef struct kiln_vocab {
     int32_t bos_id, eos_id, eot_id, unk_id, sep_id, pad_id, cls_id, mask_id;
     bool add_bos, add_eos, add_space_prefix, remove_extra_whitespaces;
 
-    void *index; /* text -> id hash, private to vocab.c */
+    void *index; /* text -> id hash, private to vocab_index.c */
     void *bpe;   /* BPE state (merge ranks, pre-tokenizer), private to bpe.c */
 } kiln_vocab;
 
@@ -58,6 +58,9 @@ int32_t kiln_vocab_find(const kiln_vocab *v, const char *text, size_t len);
  * Errors: KILN_ERR_OUT_OF_MEMORY.
  */
 kiln_status kiln_vocab_build_index(kiln_vocab *v, kiln_error *err);
+
+/** Free v->index and set it to NULL (kiln_vocab_find then finds nothing). NULL v is a no-op. */
+void kiln_vocab_index_free(kiln_vocab *v);
 
 /**
  * Free everything the vocab owns (texts, scores, types, merges, pre, index, and the BPE

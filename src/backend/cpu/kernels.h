@@ -176,8 +176,13 @@ const kiln_cpu_q8_kernel *kiln_cpu_q8_kernel_avx512(kiln_dtype t, bool vnni);
 void kiln_cpu_q8_quantize_row_avx2(int64_t n, const float *x, uint8_t *dst);
 void kiln_cpu_q8_quantize_row_avx512(int64_t n, const float *x, uint8_t *dst);
 
-/* Reference row quantizer into either layout (t16 = the AVX-512 transposed one). */
+/* Reference row quantizer into either layout (t16 = the AVX-512 transposed one); q8_ref.c. */
 void kiln_cpu_q8_quantize_row_ref(int64_t n, const float *x, uint8_t *dst, bool t16);
+
+/* Whether path's q8 rows use the t16 (AVX-512 transposed) layout (cpu.h). */
+static inline bool kiln_cpu_q8_layout_t16(kiln_simd path) {
+    return path == KILN_SIMD_AVX512;
+}
 
 /* The q8 kernel for (t, path) when supported here (AVX-512: VNNI per kiln_cpu_use_vnni). */
 const kiln_cpu_q8_kernel *kiln_cpu_q8_kernel_get(kiln_dtype t, kiln_simd path);
