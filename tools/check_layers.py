@@ -41,12 +41,14 @@ LAYERS = [
     (2, "format", ["format/**"]),
     (3, "tokenizer", ["tokenizer/**"]),
     (4, "template", ["template/**"]),
-    (5, "backend", ["backend/*", "!backend/runner*"]),  # the interface: backend.h, the ops table
+    # the interface: backend.h (the ops table), batch.h
+    (5, "backend", ["backend/*", "!backend/runner*", "!backend/registry*", "!backend/loader*"]),
     (6, "kv", ["kv/**"]),
     (7, "backend/cpu", ["backend/cpu/**"]),
     (7, "backend/cuda", ["backend/cuda/**"]),
     (8, "model", ["model/**"]),
-    (9, "runner", ["backend/runner*"]),
+    # the runner, and what names each backend: the registry and the model loader
+    (9, "runner", ["backend/runner*", "backend/registry*", "backend/loader*"]),
     (10, "grammar", ["grammar/**"]),
     (11, "engine", ["engine/**"]),
     (12, "server", ["server/**"]),
