@@ -21,6 +21,7 @@ import concurrent.futures
 import hashlib
 import json
 import os
+import re
 import shutil
 import struct
 import subprocess
@@ -174,6 +175,7 @@ class Runner:
         self.tmp = tmp
         self.keep = args.keep
         self.verbose = args.verbose
+        self.force_env = dict(kv.split("=", 1) for kv in args.force_env)
         self.made = {}  # key -> path of the made file
 
     def path(self, m):
@@ -186,6 +188,7 @@ class Runner:
                   "KILN_GEMV_PF"):
             e.pop(k, None)
         e.update(env or {})
+        e.update(self.force_env)
         r = subprocess.run(argv, env=e, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         if r.returncode != 0:
             raise RuntimeError("%s: exit %d: %s\n  command: %s" % (
@@ -357,6 +360,10 @@ def main():
     ap.add_argument("--quick", action="store_true",
                     help="check: the reduced set (for sanitizer builds)")
     ap.add_argument("-j", "--jobs", type=int, default=1)
+    ap.add_argument("--only", help="check/list: only the cases whose name matches this regex")
+    ap.add_argument("--force-env", action="append", default=[], metavar="NAME=VALUE",
+                    help="set NAME=VALUE for every command, over the case's own settings "
+                         "(to show that a setting moves the bits)")
     ap.add_argument("-v", "--verbose", action="store_true", help="print each case's time")
     ap.add_argument("--keep", help="copy every output to this directory (for diffs)")
     ap.add_argument("--header", action="append", default=[],
@@ -382,6 +389,11 @@ def main():
 
     goldens = parse_goldens(args.goldens) if args.mode == "check" else None
     all_cases = cases(paths, args.quick, have_vnni)
+    if args.only:
+        if args.mode == "make":
+            print("make: --only would leave cases out of the goldens")
+            return 2
+        all_cases = [c for c in all_cases if re.search(args.only, c[0])]
     if args.mode == "list":
         for c in all_cases:
             print(c[0])
