@@ -372,12 +372,16 @@ def main():
 
     needed = [m["src"] for m in MODELS if not m["src"].startswith("@")]
     needed += [a for m in MODELS for a in m.get("make", []) if a.startswith(M)]
-    missing = [p for p in needed if not os.path.exists(os.path.join(args.shared, p))]
+    missing = sorted({p for p in needed if not os.path.exists(os.path.join(args.shared, p))})
+    if not os.path.isdir(args.shared):
+        print("SKIP: the reference data directory %s is absent" % args.shared)
+        return SKIP
     if missing:
-        print("SKIP: reference data absent: %s" % ", ".join(
-            os.path.join(args.shared, p) for p in missing))
+        print("SKIP: reference data absent in %s: %s" % (args.shared, " ".join(missing)))
         return SKIP
 
+    if args.mode != "list" and not (args.kiln and args.decode and (args.output or args.goldens)):
+        ap.error("make needs --kiln, --decode and -o; check needs --kiln, --decode and -g")
     paths = cpu_paths()
     skipped = [p for p in SIMD_PATHS if p not in paths]
     have_vnni = vnni()
