@@ -12,8 +12,9 @@ logprobs and top-20 alternatives, through the public API) and the generated ids 
 `kiln run --temp 0 --json`. It prints each difference with its case and exits 1 on any,
 77 when the reference data is absent.
 
-A case is "what model.simd.kv.threads.variant": model files made at test time (kiln
-quantize / kiln convert) are pinned by their SHA-256 as "file" lines first.
+A case is named "KIND MODEL SIMD KV tTHREADS VARIANT" (the first six words of its golden
+line). Model files made at test time (kiln quantize / kiln convert) are pinned by their
+SHA-256 ("file" lines) before any case runs.
 """
 
 import argparse
@@ -266,12 +267,13 @@ def model_ids(m, shared, kiln, runner):
 
 
 def cases(paths, quick, have_vnni):
-    """Every case: (tag, model key, function name, arguments); tags are unique."""
+    """Every case: (tag, kind, model key, simd, kv, threads, variant); the tags (the first six
+    words of a golden line) are unique."""
     out = []
 
-    def add(kind, mk, simd, kv, t, variant, *extra):
+    def add(kind, mk, simd, kv, t, variant):
         out.append(("%s %s %s %s t%d %s" % (kind, mk, simd, kv, t, variant), kind, mk, simd, kv,
-                    t, variant, extra))
+                    t, variant))
 
     for m in MODELS:
         k = m["key"]
@@ -315,7 +317,7 @@ def run_one(runner, ids, c):
 
 
 def run_one_(runner, ids, c):
-    tag, kind, mk, simd, kv, t, variant, _ = c
+    tag, kind, mk, simd, kv, t, variant = c
     m = BY_KEY[mk]
     L, P = ids[mk]
     env = variant if variant in ENV_VARIANTS else "-"
