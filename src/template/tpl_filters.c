@@ -649,7 +649,7 @@ static int filter_truncate(rctx *c, tv s, tv length, tv killwords, tv end, tv le
                        "expected leeway >= 0, got %lld", (long long)lw);
     int64_t slen;
     if (tv_len(c, s, &slen)) return -1; /* len() of the value itself, as do_truncate does */
-    if (slen <= len + lw) {
+    if (slen - lw <= len) { /* slen <= len + lw without overflow (slen, lw >= 0) */
         *out = s;
         return 0;
     }
