@@ -266,13 +266,9 @@ static void cpu_split_heads(kiln_backend *be, float *a, float *b, const float *s
         }
 }
 
-static float sigmoidf(float v) {
-    return 1.0f / (1.0f + expf(-v));
-}
-
 static void cpu_gate_sigmoid(kiln_backend *be, float *x, const float *gate, int64_t n) {
     (void)be;
-    for (int64_t e = 0; e < n; e++) x[e] = x[e] * sigmoidf(gate[e]);
+    for (int64_t e = 0; e < n; e++) x[e] = x[e] * kiln_cpu_sigmoid(gate[e]);
 }
 
 static void cpu_zero(kiln_backend *be, float *x, int64_t n) {

@@ -3,6 +3,7 @@
 #ifndef KILN_BACKEND_CPU_CPU_CONTEXT_H
 #define KILN_BACKEND_CPU_CPU_CONTEXT_H
 
+#include <math.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -31,6 +32,12 @@ typedef struct cpu_backend {
     int64_t n_ptrs, ptr_cap;
     int32_t seq_cap;
 } cpu_backend;
+
+/* 1 / (1 + exp(-v)), libm expf: the logistic gate of the attention output, the shared expert
+ * and the delta net's beta */
+static inline float kiln_cpu_sigmoid(float v) {
+    return 1.0f / (1.0f + expf(-v));
+}
 
 static inline cpu_backend *cpu_be(kiln_backend *be) {
     return (cpu_backend *)be;

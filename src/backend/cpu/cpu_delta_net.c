@@ -12,10 +12,6 @@
 #include "backend/cpu/cpu_context.h"
 #include "backend/cpu/ops.h"
 
-static float sigmoidf(float v) {
-    return 1.0f / (1.0f + expf(-v));
-}
-
 /* torch.nn.functional.softplus (beta 1, threshold 20). */
 static float softplusf(float v) {
     return v > 20.0f ? v : log1pf(expf(v));
@@ -98,7 +94,7 @@ static void gdn_worker(void *ctx, int ith, int nth) {
             for (int32_t e = 0; e < hk; e++) qn[e] *= qscale;
             const float *vv = cr + 2 * key_dim + (int64_t)h * hv;
             const float *ba = j->ba + i * 2 * (int64_t)nv + (int64_t)kh * 2 * r;
-            const float beta = sigmoidf(ba[h % r]);
+            const float beta = kiln_cpu_sigmoid(ba[h % r]);
             const float g = -A * softplusf(ba[r + h % r] + P->dt_bias[h]);
             const float decay = expf(g);
             for (int64_t e = 0; e < (int64_t)hk * hv; e++) S[e] *= decay;

@@ -63,15 +63,11 @@ void kiln_cpu_moe_scatter(kiln_backend *be, float *acc_all, const float *y_all, 
     }
 }
 
-static float sigmoidf(float v) {
-    return 1.0f / (1.0f + expf(-v));
-}
-
 void kiln_cpu_moe_shared(kiln_backend *be, float *o, const float *acc, const float *y,
                          const float *gate_logit, int32_t n_rows, int64_t d) {
     (void)be;
     for (int32_t i = 0; i < n_rows; i++) {
-        const float sg = gate_logit ? sigmoidf(gate_logit[i]) : 1.0f;
+        const float sg = gate_logit ? kiln_cpu_sigmoid(gate_logit[i]) : 1.0f;
         for (int64_t j = 0; j < d; j++) o[i * d + j] = acc[i * d + j] + sg * y[i * d + j];
     }
 }
