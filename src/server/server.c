@@ -745,7 +745,11 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
         srv_metrics_generation(&s->metrics, r->n_prompt, r->n_tokens, KILN_FINISH_CANCELLED,
                                (srv_now_ms() - r->t_start) / 1e3);
     if (r->stream) {
-        if (srv_watch_remove(s->watch, r->watch_h)) gone = true;
+        /* a hang-up the watcher saw after a generation finished on its own and its response
+         * went out whole is the client closing a done connection, not a disconnect */
+        const bool done_ok = r->finished && r->finish != KILN_FINISH_CANCELLED &&
+                             toe == MHD_REQUEST_TERMINATED_COMPLETED_OK;
+        if (srv_watch_remove(s->watch, r->watch_h) && !done_ok) gone = true;
         kiln_stream_destroy(r->stream); /* cancels it if still running */
         r->stream = NULL;
     }
