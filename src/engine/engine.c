@@ -27,6 +27,11 @@ kiln_engine_params kiln_engine_default_params(void) {
     return p;
 }
 
+/* The KV page format (kv/kv_format.h) of a public kv_type (validated by resolve_params). */
+static kiln_dtype kv_page_format(kiln_kv_type t) {
+    return t == KILN_KV_F16 ? KILN_DTYPE_F16 : t == KILN_KV_BF16 ? KILN_DTYPE_BF16 : KILN_DTYPE_F32;
+}
+
 static kiln_status resolve_params(const kiln_model *m, const kiln_engine_params *in,
                                   kiln_engine_params *p, int32_t *n_blocks, kiln_error *err) {
     *p = in ? *in : kiln_engine_default_params();
@@ -70,9 +75,7 @@ static kiln_status resolve_params(const kiln_model *m, const kiln_engine_params 
                               "embeddings for",
                               p->n_ctx, m->cfg.n_ctx_train);
 
-    kiln_dtype dt = p->kv_type == KILN_KV_F16    ? KILN_DTYPE_F16
-                    : p->kv_type == KILN_KV_BF16 ? KILN_DTYPE_BF16
-                                                 : KILN_DTYPE_F32;
+    kiln_dtype dt = kv_page_format(p->kv_type);
     int64_t kv_dim = (int64_t)m->cfg.n_head_kv * m->cfg.head_dim;
     int64_t block_bytes = kiln_kv_block_bytes(m->cfg.n_layer, kv_dim, p->block_size, dt);
     if (block_bytes <= 0)
@@ -144,9 +147,7 @@ kiln_status kiln_engine_create_debug(const kiln_model *m, const kiln_engine_para
         .kv_dim = (int64_t)m->cfg.n_head_kv * m->cfg.head_dim,
         .block_size = p.block_size,
         .n_blocks = n_blocks,
-        .dtype = p.kv_type == KILN_KV_F16    ? KILN_DTYPE_F16
-                 : p.kv_type == KILN_KV_BF16 ? KILN_DTYPE_BF16
-                                             : KILN_DTYPE_F32,
+        .dtype = kv_page_format(p.kv_type),
     };
     const kiln_backend_params bp = {.kind = KILN_BACKEND_CPU, .n_threads = p.n_threads};
     if ((st = kiln_backend_create(&bp, &e->be, err))) goto fail;

@@ -20,7 +20,7 @@ void kiln_cpu_kv_write(kiln_backend *be, kiln_kv_pool *pool, int32_t layer, cons
         const int32_t pos = st->tok_pos[i];
         const int32_t block = st->b->seqs[st->tok_seq[i]].block_table[pos / bs];
         const kiln_kv_format_traits *f = kiln_kv_format_of(kiln_kv_pool_block_format(pool, block));
-        const size_t row = (size_t)(pos % bs) * kiln_kv_format_row_bytes(f->dtype, kv_dim);
+        const size_t row = (size_t)(pos % bs) * (size_t)kv_dim * f->elem_bytes;
         f->write_row((char *)kiln_kv_pool_k(pool, layer, block) + row, k + i * kv_dim, kv_dim);
         f->write_row((char *)kiln_kv_pool_v(pool, layer, block) + row, v + i * kv_dim, kv_dim);
     }
@@ -51,15 +51,11 @@ static bool whole_units_balanced(const kiln_batch *b, int32_t M, int nth) {
 }
 
 void kiln_cpu_attention_deal(cpu_backend *c, const kiln_step *st) {
-    const int32_t n_head = c->res.n_head, n_head_kv = c->res.n_head_kv;
-    c->attn_tile = 1;
+    const int32_t n_head_kv = c->res.n_head_kv;
+    c->attn_tile = kiln_cpu_attn_tile(c->res.n_head, n_head_kv);
     c->attn_per = 1;
-    if (n_head_kv > 0 && c->res.head_dim > 0) {
-        const int32_t G = n_head / n_head_kv;
-        c->attn_tile = G >= 4 ? 4 : 16 / (G > 0 ? G : 1);
-        if (c->attn_tile > KILN_ATTN_MAX_TILE) c->attn_tile = KILN_ATTN_MAX_TILE;
+    if (n_head_kv > 0 && c->res.head_dim > 0)
         c->attn_per = whole_units_balanced(st->b, c->attn_tile, c->nth) ? n_head_kv : 1;
-    }
 }
 
 typedef struct attn_job {

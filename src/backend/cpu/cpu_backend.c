@@ -58,14 +58,6 @@ static size_t round16(size_t n) {
     return (n + 15) & ~(size_t)15;
 }
 
-/* query tokens per attention work item: enough rows to amortize each key chunk's transpose */
-static int32_t attn_tile_for(int32_t n_head, int32_t n_head_kv) {
-    if (n_head_kv <= 0) return 1;
-    const int32_t G = n_head / n_head_kv;
-    int32_t t = G >= 4 ? 4 : 16 / (G > 0 ? G : 1);
-    return t > KILN_ATTN_MAX_TILE ? KILN_ATTN_MAX_TILE : t;
-}
-
 static kiln_status cpu_arena_reserve(kiln_backend *be, const kiln_backend_reserve *r,
                                      kiln_error *err) {
     cpu_backend *c = cpu_be(be);
@@ -85,8 +77,8 @@ static kiln_status cpu_arena_reserve(kiln_backend *be, const kiln_backend_reserv
     size_t attn = 0;
     if (want.n_head_kv > 0 && want.head_dim > 0) {
         const int32_t G = want.n_head / want.n_head_kv;
-        attn = round16(kiln_attention_group_scratch(attn_tile_for(want.n_head, want.n_head_kv), G,
-                                                    want.head_dim,
+        attn = round16(kiln_attention_group_scratch(kiln_cpu_attn_tile(want.n_head, want.n_head_kv),
+                                                    G, want.head_dim,
                                                     want.max_keys > 0 ? want.max_keys : 1));
     }
     const size_t act = (want.act_bytes + 63) & ~(size_t)63;

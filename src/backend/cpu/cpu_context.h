@@ -39,6 +39,16 @@ static inline float kiln_cpu_sigmoid(float v) {
     return 1.0f / (1.0f + expf(-v));
 }
 
+/* Query tokens per attention work item: enough rows to amortize each key chunk's transpose
+ * (4 for G >= 4 query heads per KV head, else 16 / G), at most KILN_ATTN_MAX_TILE; 1 without
+ * attention. The arena's attention scratch and the step's deal both use it. */
+static inline int32_t kiln_cpu_attn_tile(int32_t n_head, int32_t n_head_kv) {
+    if (n_head_kv <= 0) return 1;
+    const int32_t G = n_head / n_head_kv;
+    const int32_t t = G >= 4 ? 4 : 16 / (G > 0 ? G : 1);
+    return t > KILN_ATTN_MAX_TILE ? KILN_ATTN_MAX_TILE : t;
+}
+
 static inline cpu_backend *cpu_be(kiln_backend *be) {
     return (cpu_backend *)be;
 }
