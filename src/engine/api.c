@@ -120,17 +120,5 @@ void kiln_model_generation_defaults(const kiln_model *model, kiln_generation_def
     if (!out) return;
     memset(out, 0, sizeof *out);
     if (!model) return;
-    const kiln_gen_defaults *g = &model->gen;
-    out->has_temperature = g->has_temperature;
-    out->has_top_p = g->has_top_p;
-    out->has_top_k = g->has_top_k;
-    out->has_min_p = g->has_min_p;
-    out->has_repetition_penalty = g->has_repetition_penalty;
-    out->has_do_sample = g->has_do_sample;
-    out->temperature = g->temperature;
-    out->top_p = g->top_p;
-    out->top_k = g->top_k;
-    out->min_p = g->min_p;
-    out->repetition_penalty = g->repetition_penalty;
-    out->do_sample = g->do_sample;
+    *out = model->gen;
 }

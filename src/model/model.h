@@ -49,14 +49,9 @@ typedef struct kiln_layer_weights {
     int64_t state_off;        /* offset of this layer's recurrent state in a sequence state */
 } kiln_layer_weights;
 
-/** Sampling defaults a checkpoint ships (transformers' generation_config.json); a field
- *  applies only when its has_ flag is set. do_sample = false means greedy. */
-typedef struct kiln_gen_defaults {
-    bool has_temperature, has_top_p, has_top_k, has_min_p, has_repetition_penalty, has_do_sample;
-    float temperature, top_p, min_p, repetition_penalty;
-    int32_t top_k;
-    bool do_sample;
-} kiln_gen_defaults;
+/** Sampling defaults a checkpoint ships: kiln.h's kiln_generation_defaults (transformers'
+ *  generation_config.json; a field applies only when its has_ flag is set). */
+typedef kiln_generation_defaults kiln_gen_defaults;
 
 typedef struct kiln_model {
     kiln_model_config cfg;
