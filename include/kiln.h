@@ -292,6 +292,15 @@ typedef struct kiln_engine_params {
                               0 = the model's training context (4096 when unknown). May exceed
                               it (RoPE extrapolates), except with learned position embeddings
                               (KILN_ERR_INVALID_ARGUMENT). */
+    /* Prefix cache (DESIGN.md "KV cache"). Full KV blocks of running and finished sequences
+     * are indexed by a chain hash of their tokens; a request whose prompt starts with cached
+     * blocks shares them instead of recomputing them. The output is bitwise the same either
+     * way. On by default. */
+    bool no_prefix_cache; /* true: no prefix cache (every prompt is computed) */
+    const char *cache_dir; /* disk tier: blocks evicted from RAM are kept in this directory
+                              (created if absent) and reused after a restart; NULL or "": RAM
+                              only. Borrowed for kiln_engine_create only (copied). */
+    int64_t cache_disk_max; /* bytes the disk tier may hold; 0 = 16 GiB */
 } kiln_engine_params;
 
 /** All zero: every field takes its default. */
@@ -327,6 +336,21 @@ typedef struct kiln_engine_stats {
                                                   few a request runs past its stop string
                                                   before the engine sees it stopped) */
     int64_t n_requests_finished;
+    /* Prefix cache. A request is a hit when at least one prompt block came from the cache
+     * (RAM or disk); tokens are prompt tokens, counted at admission (a preempted request
+     * resumed from the cache counts again). */
+    int32_t kv_blocks_cached;  /* blocks holding no sequence but kept for the cache
+                                  (refcount 0, evictable); used + cached + free = total */
+    int64_t prefix_hit_requests, prefix_miss_requests;
+    int64_t prefix_hit_tokens;  /* prompt tokens whose KV came from the cache */
+    int64_t prefix_miss_tokens; /* prompt tokens computed */
+    int64_t kv_evictions;       /* cached blocks taken back for other sequences */
+    int64_t preemptions;        /* running sequences requeued because the pool ran dry */
+    /* Disk tier (zero without cache_dir). */
+    int64_t disk_reads, disk_writes;           /* block files read (verified) and written */
+    int64_t disk_read_bytes, disk_write_bytes; /* their bytes */
+    int64_t disk_corrupt;                      /* files that failed a check: skipped, removed */
+    int64_t disk_files, disk_bytes;            /* what the directory holds now */
 } kiln_engine_stats;
 
 /** Fill *out (all zero for a NULL engine). Any thread; the counters are read one by one, so
@@ -460,6 +484,12 @@ typedef struct kiln_token_logprob {
 
 typedef struct kiln_usage {
     int32_t prompt_tokens;     /* tokens of the (tokenized) prompt */
+    int32_t cached_tokens;     /* of those, the tokens whose KV came from the prefix cache (RAM
+                                  or disk) at admission instead of being computed: OpenAI's
+                                  usage.prompt_tokens_details.cached_tokens. A multiple of the
+                                  block size, at most prompt_tokens - 1 (the last prompt token
+                                  is always computed: its logits are needed). A request that
+                                  was preempted and resumed reports its first admission. */
     int32_t completion_tokens; /* tokens generated, the stopping token included: the EOS or
                                   stop id (counted, not emitted), or the token whose text
                                   decided a stop string's match (the one that completed it, or
