@@ -41,12 +41,12 @@ kiln_status kiln_block_table_reserve(kiln_block_table *bt, kiln_kv_pool *pool, i
     int32_t need = kiln_kv_blocks_for_tokens(n_tokens, kiln_kv_pool_block_size(pool));
     if (need <= bt->n_blocks) return KILN_OK;
     int32_t extra = need - bt->n_blocks;
-    int32_t n_free = kiln_kv_pool_n_free(pool);
+    int32_t n_free = kiln_kv_pool_n_available(pool); /* free + cached (evicted on demand) */
     if (extra > n_free)
         return kiln_error_set(
             err, KILN_ERR_OUT_OF_MEMORY,
             "KV cache full: %" PRId32 " tokens need %" PRId32 " more blocks of %" PRId32
-            " positions, only %" PRId32 " of %" PRId32 " are free",
+            " positions, only %" PRId32 " of %" PRId32 " are free or evictable",
             n_tokens, extra, kiln_kv_pool_block_size(pool), n_free, kiln_kv_pool_n_blocks(pool));
     kiln_status st = table_grow(bt, need, err);
     if (st != KILN_OK) return st;

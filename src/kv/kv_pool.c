@@ -25,12 +25,21 @@ struct kiln_kv_pool {
 
     int32_t *refcount;  /* [n_blocks] */
     uint8_t *format;    /* [n_blocks], kiln_dtype ids (all < 256) */
+    uint8_t *cached;    /* [n_blocks]: indexed by a prefix cache (kiln_kv_pool_set_cached) */
     int32_t *free_list; /* [n_blocks] stack of free block ids */
-    int32_t n_free;     /* engine thread only; the atomic mirror is `used` */
+    int32_t n_free;     /* engine thread only; the atomic mirror is `counts` */
+    /* The LRU of evictable blocks (refcount 0, cached): a doubly linked list through
+     * lru_prev/lru_next ([n_blocks], -1 ends), least recently idle at the head. */
+    int32_t *lru_prev, *lru_next;
+    int32_t lru_head, lru_tail, n_lru;
+    kiln_kv_pool_hooks hooks;
 
-    _Atomic int32_t used;
+    /* used (refcount > 0) in the low 32 bits, cached-evictable in the high 32: one atomic, so
+     * a snapshot from another thread always has used + cached + free == n_blocks */
+    _Atomic uint64_t counts;
     _Atomic int32_t peak;
     _Atomic int64_t violations;
+    _Atomic int64_t evictions;
 };
 
 static size_t elem_size(kiln_dtype t) {
@@ -149,22 +158,29 @@ kiln_status kiln_kv_pool_create(const kiln_kv_pool_params *p, kiln_kv_pool **out
     size_t nb = (size_t)p->n_blocks;
     pool->refcount = calloc(nb, sizeof(int32_t));
     pool->format = calloc(nb, sizeof(uint8_t));
+    pool->cached = calloc(nb, sizeof(uint8_t));
     pool->free_list = malloc(nb * sizeof(int32_t));
-    if (!pool->refcount || !pool->format || !pool->free_list) {
+    pool->lru_prev = malloc(nb * sizeof(int32_t));
+    pool->lru_next = malloc(nb * sizeof(int32_t));
+    if (!pool->refcount || !pool->format || !pool->cached || !pool->free_list ||
+        !pool->lru_prev || !pool->lru_next) {
         kiln_kv_pool_destroy(pool);
         return kiln_error_set(err, KILN_ERR_OUT_OF_MEMORY,
                               "kv pool: allocating %zu bytes of block metadata failed",
-                              nb * (2 * sizeof(int32_t) + 1));
+                              nb * (4 * sizeof(int32_t) + 2));
     }
     /* Stack top is the end: push ids in reverse so block 0 is handed out first. */
     for (int32_t i = 0; i < p->n_blocks; i++) {
         pool->free_list[i] = p->n_blocks - 1 - i;
         pool->format[i] = (uint8_t)p->dtype;
+        pool->lru_prev[i] = pool->lru_next[i] = -1;
     }
     pool->n_free = p->n_blocks;
-    atomic_init(&pool->used, 0);
+    pool->lru_head = pool->lru_tail = -1;
+    atomic_init(&pool->counts, 0);
     atomic_init(&pool->peak, 0);
     atomic_init(&pool->violations, 0);
+    atomic_init(&pool->evictions, 0);
     *out = pool;
     return KILN_OK;
 }
@@ -180,7 +196,10 @@ void kiln_kv_pool_destroy(kiln_kv_pool *pool) {
     }
     free(pool->refcount);
     free(pool->format);
+    free(pool->cached);
     free(pool->free_list);
+    free(pool->lru_prev);
+    free(pool->lru_next);
     free(pool);
 }
 
@@ -192,20 +211,59 @@ static void violation(kiln_kv_pool *pool, const char *what, int32_t block) {
             what, block, pool->n_blocks);
 }
 
-/* Publish a new used count: peak first, so a reader that loads used then peak (both acquire)
- * never sees peak < used. */
-static void set_used(kiln_kv_pool *pool, int32_t used) {
+/* Publish the used and cached counts (from n_free, n_lru): peak first, so a reader that loads
+ * counts then peak (both acquire) never sees peak < used. */
+static void publish(kiln_kv_pool *pool) {
+    int32_t used = pool->n_blocks - pool->n_free - pool->n_lru;
     int32_t peak = atomic_load_explicit(&pool->peak, memory_order_relaxed);
     if (used > peak) atomic_store_explicit(&pool->peak, used, memory_order_release);
-    atomic_store_explicit(&pool->used, used, memory_order_release);
+    atomic_store_explicit(&pool->counts, (uint64_t)(uint32_t)used | (uint64_t)pool->n_lru << 32,
+                          memory_order_release);
+}
+
+static void lru_push_tail(kiln_kv_pool *pool, int32_t b) {
+    pool->lru_prev[b] = pool->lru_tail;
+    pool->lru_next[b] = -1;
+    if (pool->lru_tail >= 0)
+        pool->lru_next[pool->lru_tail] = b;
+    else
+        pool->lru_head = b;
+    pool->lru_tail = b;
+    pool->n_lru++;
+}
+
+static void lru_remove(kiln_kv_pool *pool, int32_t b) {
+    int32_t p = pool->lru_prev[b], n = pool->lru_next[b];
+    if (p >= 0)
+        pool->lru_next[p] = n;
+    else
+        pool->lru_head = n;
+    if (n >= 0)
+        pool->lru_prev[n] = p;
+    else
+        pool->lru_tail = p;
+    pool->lru_prev[b] = pool->lru_next[b] = -1;
+    pool->n_lru--;
 }
 
 int32_t kiln_kv_pool_alloc(kiln_kv_pool *pool) {
-    if (!pool || pool->n_free == 0) return -1;
-    int32_t b = pool->free_list[--pool->n_free];
+    if (!pool) return -1;
+    int32_t b;
+    if (pool->n_free > 0) {
+        b = pool->free_list[--pool->n_free];
+    } else if (pool->n_lru > 0) {
+        /* Evict the least recently idle cached block: its owner forgets it first. */
+        b = pool->lru_head;
+        lru_remove(pool, b);
+        pool->cached[b] = 0;
+        atomic_fetch_add_explicit(&pool->evictions, 1, memory_order_relaxed);
+        if (pool->hooks.on_evict) pool->hooks.on_evict(pool->hooks.user, b);
+    } else {
+        return -1;
+    }
     pool->refcount[b] = 1;
     pool->format[b] = (uint8_t)pool->dtype;
-    set_used(pool, pool->n_blocks - pool->n_free);
+    publish(pool);
     return b;
 }
 
@@ -226,6 +284,20 @@ void kiln_kv_pool_ref(kiln_kv_pool *pool, int32_t block) {
     pool->refcount[block]++;
 }
 
+bool kiln_kv_pool_acquire(kiln_kv_pool *pool, int32_t block) {
+    if (!pool || block < 0 || block >= pool->n_blocks) return false;
+    if (pool->refcount[block] > 0) {
+        if (pool->refcount[block] == INT32_MAX) return false;
+        pool->refcount[block]++;
+        return true;
+    }
+    if (!pool->cached[block]) return false;
+    lru_remove(pool, block);
+    pool->refcount[block] = 1;
+    publish(pool);
+    return true;
+}
+
 void kiln_kv_pool_unref(kiln_kv_pool *pool, int32_t block) {
     if (!pool) return;
     if (block < 0 || block >= pool->n_blocks) {
@@ -237,9 +309,52 @@ void kiln_kv_pool_unref(kiln_kv_pool *pool, int32_t block) {
         return;
     }
     if (--pool->refcount[block] == 0) {
-        pool->free_list[pool->n_free++] = block;
-        set_used(pool, pool->n_blocks - pool->n_free);
+        if (pool->cached[block]) {
+            lru_push_tail(pool, block);
+            publish(pool);
+            if (pool->hooks.on_idle) pool->hooks.on_idle(pool->hooks.user, block);
+        } else {
+            pool->free_list[pool->n_free++] = block;
+            publish(pool);
+        }
     }
+}
+
+void kiln_kv_pool_set_hooks(kiln_kv_pool *pool, const kiln_kv_pool_hooks *hooks) {
+    if (!pool) return;
+    if (hooks)
+        pool->hooks = *hooks;
+    else
+        memset(&pool->hooks, 0, sizeof pool->hooks);
+}
+
+void kiln_kv_pool_set_cached(kiln_kv_pool *pool, int32_t block, bool cached) {
+    if (!pool) return;
+    if (block < 0 || block >= pool->n_blocks) {
+        violation(pool, "set_cached of an out-of-range block", block);
+        return;
+    }
+    if (pool->refcount[block] == 0 && !pool->cached[block]) {
+        violation(pool, "set_cached of a free block", block);
+        return;
+    }
+    if (cached == (pool->cached[block] != 0)) return;
+    pool->cached[block] = cached;
+    if (!cached && pool->refcount[block] == 0) { /* idle and forgotten: it is free now */
+        lru_remove(pool, block);
+        pool->free_list[pool->n_free++] = block;
+        publish(pool);
+    }
+}
+
+bool kiln_kv_pool_is_cached(const kiln_kv_pool *pool, int32_t block) {
+    return pool && block >= 0 && block < pool->n_blocks && pool->cached[block];
+}
+
+int32_t kiln_kv_pool_n_available(const kiln_kv_pool *pool) {
+    if (!pool) return 0;
+    uint64_t c = atomic_load_explicit(&pool->counts, memory_order_acquire);
+    return pool->n_blocks - (int32_t)(uint32_t)c;
 }
 
 int32_t kiln_kv_pool_refcount(const kiln_kv_pool *pool, int32_t block) {
@@ -254,25 +369,29 @@ kiln_dtype kiln_kv_pool_block_format(const kiln_kv_pool *pool, int32_t block) {
 
 int32_t kiln_kv_pool_n_free(const kiln_kv_pool *pool) {
     if (!pool) return 0;
-    return pool->n_blocks - atomic_load_explicit(&pool->used, memory_order_acquire);
+    uint64_t c = atomic_load_explicit(&pool->counts, memory_order_acquire);
+    return pool->n_blocks - (int32_t)(uint32_t)c - (int32_t)(c >> 32);
 }
 
 kiln_kv_pool_stats kiln_kv_pool_get_stats(const kiln_kv_pool *pool) {
-    kiln_kv_pool_stats s = {0, 0, 0, 0};
+    kiln_kv_pool_stats s = {0};
     if (!pool) return s;
     s.n_blocks = pool->n_blocks;
-    s.used = atomic_load_explicit(&pool->used, memory_order_acquire);
+    uint64_t c = atomic_load_explicit(&pool->counts, memory_order_acquire);
+    s.used = (int32_t)(uint32_t)c;
+    s.cached = (int32_t)(c >> 32);
     s.peak = atomic_load_explicit(&pool->peak, memory_order_acquire);
-    if (s.peak < s.used) /* cannot happen given set_used's order; keep the promise anyway */
+    if (s.peak < s.used) /* cannot happen given publish's order; keep the promise anyway */
         s.peak = s.used;
-    s.free = s.n_blocks - s.used;
+    s.free = s.n_blocks - s.used - s.cached;
+    s.evictions = atomic_load_explicit(&pool->evictions, memory_order_relaxed);
     return s;
 }
 
 void kiln_kv_pool_reset_peak(kiln_kv_pool *pool) {
     if (!pool) return;
-    atomic_store_explicit(&pool->peak, atomic_load_explicit(&pool->used, memory_order_relaxed),
-                          memory_order_release);
+    uint64_t c = atomic_load_explicit(&pool->counts, memory_order_relaxed);
+    atomic_store_explicit(&pool->peak, (int32_t)(uint32_t)c, memory_order_release);
 }
 
 int64_t kiln_kv_pool_invariant_violations(const kiln_kv_pool *pool) {

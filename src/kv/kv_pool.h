@@ -24,6 +24,7 @@
 #ifndef KILN_KV_KV_POOL_H
 #define KILN_KV_KV_POOL_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "kiln.h"
@@ -47,11 +48,31 @@ typedef struct kiln_kv_pool_params {
 } kiln_kv_pool_params;
 
 typedef struct kiln_kv_pool_stats {
-    int32_t n_blocks; /* total */
-    int32_t used;     /* refcount > 0 */
-    int32_t free;     /* n_blocks - used */
-    int32_t peak;     /* max of used since creation or the last kiln_kv_pool_reset_peak */
+    int32_t n_blocks;  /* total */
+    int32_t used;      /* refcount > 0 */
+    int32_t cached;    /* refcount 0 but kept for a prefix cache: evictable */
+    int32_t free;      /* n_blocks - used - cached */
+    int32_t peak;      /* max of used since creation or the last kiln_kv_pool_reset_peak */
+    int32_t reserved_; /* 0: explicit padding, so two stats compare with memcmp */
+    int64_t evictions; /* cached blocks handed out again by kiln_kv_pool_alloc */
 } kiln_kv_pool_stats;
+
+/**
+ * The block lifecycle (DESIGN.md "Block lifecycle"): a block is free, used (refcount > 0), or
+ * cached and evictable (refcount 0 while a prefix cache still indexes it, in an LRU ordered
+ * by when it became idle). A prefix cache marks the blocks it indexes
+ * (kiln_kv_pool_set_cached) and learns of their fate through these hooks, which the pool
+ * calls on the engine thread, inside the pool call that caused them.
+ */
+typedef struct kiln_kv_pool_hooks {
+    void *user;
+    /* a cached block is being reused by kiln_kv_pool_alloc (least recently idle first): forget
+     * it. Its contents are still intact during the call. */
+    void (*on_evict)(void *user, int32_t block);
+    /* a cached block's last owner let go: it is now evictable (write-behind may copy it; its
+     * contents stay intact until on_evict) */
+    void (*on_idle)(void *user, int32_t block);
+} kiln_kv_pool_hooks;
 
 /**
  * Allocate the pool's storage (2 * n_layer * n_blocks * block_size * kv_dim elements, plus
@@ -87,10 +108,26 @@ int32_t kiln_kv_blocks_for_tokens(int32_t n_tokens, int32_t block_size);
 int32_t kiln_kv_pool_blocks_for_budget(int32_t n_layer, int64_t kv_dim, int32_t block_size,
                                        kiln_dtype dtype, int64_t bytes);
 
-/** Take a free block (refcount 1, format tag = the pool's dtype) or return -1 when none is
- *  free (or pool is NULL). O(1): pops the free list (LIFO, so a just-freed block is reused
- *  first). Updates used/peak. */
+/** Take a block (refcount 1, format tag = the pool's dtype, not cached): a free one (LIFO, so
+ *  a just-freed block is reused first), else the least recently idle cached block, evicted
+ *  (hooks.on_evict is called first); -1 when there is neither (or pool is NULL). O(1).
+ *  Updates used/cached/peak/evictions. */
 int32_t kiln_kv_pool_alloc(kiln_kv_pool *pool);
+/** Add an owner to a used block, or revive a cached evictable one (out of the LRU, refcount 1):
+ *  how a prefix-cache hit shares a block. False (nothing changes) for a free or out-of-range
+ *  block, a NULL pool, or a refcount at INT32_MAX. O(1). */
+bool kiln_kv_pool_acquire(kiln_kv_pool *pool, int32_t block);
+/** Mark a used or cached block as indexed by a prefix cache (cached true: at refcount 0 it
+ *  goes to the LRU instead of the free list) or no longer (false: a block idle in the LRU
+ *  becomes free at once). A free or out-of-range block is an invariant violation: ignored
+ *  and counted. Engine thread. */
+void kiln_kv_pool_set_cached(kiln_kv_pool *pool, int32_t block, bool cached);
+/** Whether the block is marked as indexed by a prefix cache. */
+bool kiln_kv_pool_is_cached(const kiln_kv_pool *pool, int32_t block);
+/** Install (or, with NULL, remove) the prefix cache's hooks. One set per pool. */
+void kiln_kv_pool_set_hooks(kiln_kv_pool *pool, const kiln_kv_pool_hooks *hooks);
+/** Blocks kiln_kv_pool_alloc can hand out now: free + cached. Any thread. 0 for NULL. */
+int32_t kiln_kv_pool_n_available(const kiln_kv_pool *pool);
 /** Add an owner to a used block. O(1). A free or out-of-range block, or a refcount at
  *  INT32_MAX, is an invariant violation: ignored and counted. */
 void kiln_kv_pool_ref(kiln_kv_pool *pool, int32_t block);
@@ -105,9 +142,9 @@ int32_t kiln_kv_pool_refcount(const kiln_kv_pool *pool, int32_t block);
  *  out-of-range block. Meaningful only while the block is used. */
 kiln_dtype kiln_kv_pool_block_format(const kiln_kv_pool *pool, int32_t block);
 
-/** Free blocks now. Safe from any thread. 0 for NULL. */
+/** Free blocks now (neither used nor cached). Safe from any thread. 0 for NULL. */
 int32_t kiln_kv_pool_n_free(const kiln_kv_pool *pool);
-/** Snapshot of the counters. Safe from any thread; within one snapshot used + free ==
+/** Snapshot of the counters. Safe from any thread; within one snapshot used + cached + free ==
  *  n_blocks and peak >= used. All zero for NULL. */
 kiln_kv_pool_stats kiln_kv_pool_get_stats(const kiln_kv_pool *pool);
 /** Set peak to the current used count. */
