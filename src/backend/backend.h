@@ -143,6 +143,11 @@ typedef struct kiln_backend_ops {
     void *(*arena)(kiln_backend *be);
     /** Wait for every operation issued so far. */
     void (*sync)(kiln_backend *be);
+    /** What decides this context's bits beyond the weights and the inputs (kernel paths,
+     *  activation rounding), as a short NUL-terminated string into buf[n]: KV computed under
+     *  two contexts with the same string is bitwise the same, so the prefix cache (kv/) keys
+     *  its blocks by it and never mixes blocks of another kernel path. */
+    void (*numerics)(const kiln_backend *be, char *buf, size_t n);
 
     /* ---- the step ---- */
     /** Take the step's metadata (the backend keeps the pointer until the step's last

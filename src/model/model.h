@@ -114,6 +114,17 @@ int64_t kiln_model_seq_state_floats(const kiln_model *m);
 #define KILN_MODEL_STATE_HEADER_FLOATS 16
 
 /**
+ * A 64-bit identity of m's weights (model_fingerprint.c): XXH3-64 over the architecture's
+ * geometry and samples of the source files (the GGUF / llama2.c file, or a Hugging Face
+ * directory's config.json and *.safetensors: names, sizes, the first and last 64 KiB and 64
+ * evenly spaced 4 KiB pieces), read from disk, under 1 MiB per file. Equal models give equal
+ * fingerprints across processes and machines.
+ * Errors: KILN_ERR_INVALID_ARGUMENT (NULL), KILN_ERR_IO (a source file cannot be read: named),
+ * KILN_ERR_OUT_OF_MEMORY.
+ */
+kiln_status kiln_model_fingerprint(const kiln_model *m, uint64_t *out, kiln_error *err);
+
+/**
  * The backend reservation (backend.h) a step of up to max_tokens flat tokens over sequences
  * of up to max_keys positions needs: the activation bytes of this model's layout, the
  * attention geometry and the delta-net head size. Pure; never fails.

@@ -10,6 +10,7 @@
 #include "backend/cpu/cpu_backend.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -280,7 +281,16 @@ static void cpu_gather_rows(kiln_backend *be, float *dst, const float *src, cons
         memcpy(dst + r * d, src + (int64_t)rows[r] * d, (size_t)d * sizeof(float));
 }
 
+/* The SIMD path, the VNNI choice and the activation mode pick the kernels' reduction order
+ * and rounding; the thread count does not (backend.h: invariance over threads). */
+static void cpu_numerics(const kiln_backend *be, char *buf, size_t n) {
+    (void)be;
+    snprintf(buf, n, "cpu simd=%s vnni=%d act=%d", kiln_simd_name(kiln_simd_active()),
+             (int)kiln_cpu_use_vnni(), (int)kiln_cpu_act_default());
+}
+
 const kiln_backend_ops kiln_cpu_backend_ops = {
+    .numerics = cpu_numerics,
     .name = "cpu",
     .host_memory = true,
     .place_weights = kiln_cpu_place_weights,
