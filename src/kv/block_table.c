@@ -122,3 +122,34 @@ kiln_status kiln_block_table_fork(const kiln_block_table *src, kiln_block_table 
     dst->n_blocks = src->n_blocks;
     return KILN_OK;
 }
+
+kiln_status kiln_block_table_share(kiln_block_table *bt, kiln_kv_pool *pool, const int32_t *blocks,
+                                   int32_t n, kiln_error *err) {
+    if (!bt || !pool || n < 0 || (n > 0 && !blocks))
+        return kiln_error_set(err, KILN_ERR_INVALID_ARGUMENT,
+                              "block table share: bad argument (bt %p, pool %p, n %" PRId32 ")",
+                              (void *)bt, (void *)pool, n);
+    if (!table_ok(bt))
+        return kiln_error_set(err, KILN_ERR_INVALID_ARGUMENT, "block table share: malformed table");
+    if (n == 0) return KILN_OK;
+    if (n > INT32_MAX - bt->n_blocks)
+        return kiln_error_set(err, KILN_ERR_OUT_OF_MEMORY, "block table share: too many blocks");
+    kiln_status st = table_grow(bt, bt->n_blocks + n, err);
+    if (st != KILN_OK) return st;
+    for (int32_t i = 0; i < n; i++) {
+        if (kiln_kv_pool_acquire(pool, blocks[i])) {
+            bt->blocks[bt->n_blocks + i] = blocks[i];
+            continue;
+        }
+        int32_t rc = kiln_kv_pool_refcount(pool, blocks[i]);
+        for (int32_t j = i - 1; j >= 0; j--) kiln_kv_pool_unref(pool, blocks[j]);
+        return kiln_error_set(err, KILN_ERR_INTERNAL,
+                              "block table share: block %" PRId32 " (entry %" PRId32 ") is %s",
+                              blocks[i], i,
+                              rc < 0    ? "out of range"
+                              : rc == 0 ? "free"
+                                        : "at the maximum refcount");
+    }
+    bt->n_blocks += n;
+    return KILN_OK;
+}

@@ -208,4 +208,17 @@ void kiln_block_table_release(kiln_block_table *bt, kiln_kv_pool *pool);
 kiln_status kiln_block_table_fork(const kiln_block_table *src, kiln_block_table *dst,
                                   kiln_kv_pool *pool, kiln_error *err);
 
+/**
+ * Append n blocks found in a prefix cache to the end of bt, each gaining an owner through
+ * kiln_kv_pool_acquire (a used block gets one more reference; a cached, evictable one is
+ * revived out of the LRU). This is how a prefix-cache hit shares blocks into a new table
+ * (DESIGN.md "Block lifecycle"; vLLM's automatic prefix caching): no storage is copied.
+ * Staged: on failure bt and the pool are as before (cap may have grown).
+ * Errors: KILN_ERR_INVALID_ARGUMENT (NULL bt/pool, blocks NULL with n > 0, n < 0, a malformed
+ * table), KILN_ERR_OUT_OF_MEMORY (the table's array), KILN_ERR_INTERNAL (a block is free, out
+ * of range, or at the maximum refcount: nothing was acquired).
+ */
+kiln_status kiln_block_table_share(kiln_block_table *bt, kiln_kv_pool *pool, const int32_t *blocks,
+                                   int32_t n, kiln_error *err);
+
 #endif
