@@ -134,6 +134,11 @@ kiln_status kiln_engine_create_debug(const kiln_model *m, const kiln_engine_para
     atomic_init(&e->st_prefill, 0);
     atomic_init(&e->st_decode, 0);
     atomic_init(&e->st_finished, 0);
+    atomic_init(&e->st_hit_req, 0);
+    atomic_init(&e->st_miss_req, 0);
+    atomic_init(&e->st_hit_tok, 0);
+    atomic_init(&e->st_miss_tok, 0);
+    atomic_init(&e->st_preempt, 0);
     bool mu_ok = pthread_mutex_init(&e->mu, NULL) == 0;
     bool cv_ok = mu_ok && pthread_cond_init(&e->cv, NULL) == 0;
     if (!mu_ok || !cv_ok) {
@@ -156,12 +161,22 @@ kiln_status kiln_engine_create_debug(const kiln_model *m, const kiln_engine_para
     if ((st = kiln_runner_create(m, e->be, e->pool, p.step_tokens, p.n_ctx, &e->runner, err)))
         goto fail;
     if ((st = kiln_sampler_scratch_create(e->n_vocab, &e->scratch, err))) goto fail;
+    if (p.cache_dir && p.cache_dir[0] && !p.no_prefix_cache) {
+        if (!(e->cache_dir = strdup(p.cache_dir))) {
+            st = kiln_error_set(err, KILN_ERR_OUT_OF_MEMORY, "out of memory (cache_dir)");
+            goto fail;
+        }
+    }
+    e->p.cache_dir = e->cache_dir; /* the caller's string is borrowed for create only */
+    if ((st = kiln_engine_prefix_init(e, err))) goto fail;
+    e->p.no_prefix_cache = e->pcache == NULL;
+    e->hit_blocks = malloc((size_t)n_blocks * sizeof *e->hit_blocks);
     e->running = calloc((size_t)p.max_seqs, sizeof *e->running);
     e->b_tokens = malloc((size_t)p.step_tokens * sizeof *e->b_tokens);
     e->b_out = malloc((size_t)p.step_tokens * sizeof *e->b_out);
     e->b_seqs = calloc((size_t)p.max_seqs, sizeof *e->b_seqs);
     e->b_seq_of = calloc((size_t)p.max_seqs, sizeof *e->b_seq_of);
-    if (!e->running || !e->b_tokens || !e->b_out || !e->b_seqs || !e->b_seq_of) {
+    if (!e->running || !e->b_tokens || !e->b_out || !e->b_seqs || !e->b_seq_of || !e->hit_blocks) {
         st = kiln_error_set(err, KILN_ERR_OUT_OF_MEMORY, "out of memory (engine buffers)");
         goto fail;
     }
@@ -196,6 +211,7 @@ static void *engine_main(void *arg) {
     /* Shutdown: everything still queued or running finishes as cancelled. No submission can
      * arrive any more (submit checks e->shutdown under the mutex). */
     kiln_engine_drain_incoming(e);
+    kiln_engine_cancel_loading(e);
     for (kiln_seq *s = e->wait_head, *next; s; s = next) {
         next = s->next;
         atomic_fetch_sub(&e->n_queued, 1);
@@ -222,6 +238,8 @@ void kiln_engine_destroy(kiln_engine *e) {
         pthread_join(e->thread, NULL);
     }
     kiln_runner_destroy(e->runner);
+    /* the disk tier's queue is flushed here: a restart finds every block written behind */
+    kiln_engine_prefix_shutdown(e);
     kiln_kv_pool_destroy(e->pool);
     kiln_backend_destroy(e->be);
     kiln_sampler_scratch_destroy(e->scratch);
@@ -230,6 +248,8 @@ void kiln_engine_destroy(kiln_engine *e) {
     free(e->b_out);
     free(e->b_seqs);
     free(e->b_seq_of);
+    free(e->hit_blocks);
+    free(e->cache_dir);
     free(e->logits_buf);
     pthread_cond_destroy(&e->cv);
     pthread_mutex_destroy(&e->mu);
@@ -253,6 +273,7 @@ kiln_status kiln_engine_submit_debug(kiln_engine *e, const kiln_request *req,
     }
     s->req = r;
     s->method = &kiln_method_sample;
+    s->ckpt_index = -1;
     s->n_prompt = (int32_t)r->prompt.n;
     if ((st = kiln_ivec_append(&s->tokens, r->prompt.data, r->prompt.n))) {
         kiln_error_set(err, st, "out of memory (sequence tokens)");
@@ -315,6 +336,15 @@ void kiln_engine_get_stats(const kiln_engine *e, kiln_engine_stats *out) {
     out->n_prefill_tokens = atomic_load(&((kiln_engine *)e)->st_prefill);
     out->n_decode_tokens = atomic_load(&((kiln_engine *)e)->st_decode);
     out->n_requests_finished = atomic_load(&((kiln_engine *)e)->st_finished);
+    kiln_engine *me = (kiln_engine *)e;
+    out->kv_blocks_cached = ps.cached;
+    out->kv_evictions = ps.evictions;
+    out->prefix_hit_requests = atomic_load(&me->st_hit_req);
+    out->prefix_miss_requests = atomic_load(&me->st_miss_req);
+    out->prefix_hit_tokens = atomic_load(&me->st_hit_tok);
+    out->prefix_miss_tokens = atomic_load(&me->st_miss_tok);
+    out->preemptions = atomic_load(&me->st_preempt);
+    kiln_engine_prefix_disk_stats(e, out);
 }
 
 void kiln_engine_reset_peak(kiln_engine *e) {
@@ -332,6 +362,7 @@ kiln_status kiln_engine_debug_progress(kiln_engine *e, kiln_stream *stream, kiln
         return KILN_OK;
     }
     out->admitted = s->state == KILN_SEQ_RUNNING;
+    out->loading = s->state == KILN_SEQ_LOADING;
     out->finished = s->finish != KILN_FINISH_NONE;
     out->n_prompt = s->n_prompt;
     out->n_computed = s->n_computed;

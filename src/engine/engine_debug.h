@@ -64,6 +64,7 @@ const float *kiln_stream_debug_logits(kiln_stream *stream, int32_t *n_rows);
 /** A request's progress, readable only on the engine thread (from the step hook). */
 typedef struct kiln_seq_progress {
     bool admitted; /* has KV blocks and is running */
+    bool loading;  /* waiting for its prefix's blocks from the disk tier */
     bool finished;
     int32_t n_prompt;    /* prompt tokens */
     int32_t n_computed;  /* positions whose KV is written */

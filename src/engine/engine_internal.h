@@ -21,6 +21,7 @@
 #include "engine/stop.h"
 #include "kiln.h"
 #include "kv/kv_pool.h"
+#include "kv/prefix_cache.h"
 #include "model/model.h"
 #include "tokenizer/tokenizer.h"
 #include "backend/runner.h"
@@ -150,7 +151,8 @@ typedef struct kiln_seq_method {
 extern const kiln_seq_method kiln_method_sample;
 
 typedef enum kiln_seq_state {
-    KILN_SEQ_QUEUED = 0, /* submitted, waiting for admission */
+    KILN_SEQ_QUEUED = 0, /* submitted (or preempted), waiting for admission */
+    KILN_SEQ_LOADING,    /* waiting for its prefix's blocks to be read from the disk tier */
     KILN_SEQ_RUNNING,    /* admitted: prefilling or decoding */
     KILN_SEQ_FINISHED,
 } kiln_seq_state;
@@ -166,8 +168,18 @@ struct kiln_seq {
     kiln_ivec tokens;    /* prompt then generated tokens (the stopping token excluded) */
     int32_t n_computed;  /* positions whose KV is written (n_past) */
     int32_t n_generated; /* tokens sampled, the stopping token included */
-    int32_t n_reserved;  /* positions the block table was reserved for at admission */
-    kiln_block_table bt;
+    kiln_block_table bt; /* covers n_computed positions, plus this step's while it runs */
+    /* prefix cache (prefix.c) */
+    uint64_t *bhash;      /* chain hashes of the full blocks of tokens: [n_hashed] */
+    int32_t n_hashed, cap_hash;
+    int32_t n_registered; /* leading full blocks offered to the cache since admission */
+    int32_t n_cached;     /* prompt tokens shared from the cache at the first admission */
+    bool admitted_once;
+    bool disk_tried;          /* the disk tier was asked once for this admission */
+    int32_t ckpt_index;       /* index of the block carrying this sequence's latest decode
+                                 checkpoint (recurrent models), or -1 */
+    struct kiln_disk_fetch *fetch; /* LOADING: the disk read in flight */
+    int32_t fetch_first;           /* LOADING: index of the first block being read */
     float *rec_state;          /* recurrent-layer state (kiln_model_seq_state_floats), or NULL */
     kiln_finish_reason finish; /* KILN_FINISH_NONE while running */
     kiln_error finish_err;     /* status and message when finish is KILN_FINISH_ERROR */
@@ -212,6 +224,15 @@ struct kiln_engine {
     kiln_seq *wait_head, *wait_tail; /* FIFO of requests waiting for admission */
     kiln_seq **running;              /* [n_running], in admission order */
     int32_t n_running;
+    kiln_seq *load_head;             /* sequences in KILN_SEQ_LOADING (a list via next) */
+    int32_t *hit_blocks;             /* [n_blocks]: admission's lookup result */
+    /* prefix cache (prefix.c): NULL when off */
+    kiln_prefix_cache *pcache;
+    struct kiln_disk_tier *disk; /* NULL without cache_dir */
+    char *cache_dir;             /* owned copy of p.cache_dir, or NULL */
+    uint8_t *disk_buf;           /* one block's payload, gathered for the disk tier */
+    int64_t disk_kv_bytes;       /* its size: 2 * n_layer * block_size * kv_dim elements */
+    int64_t ckpt_bytes_max;      /* budget for recurrent checkpoints, bytes */
     int32_t decode_rr; /* rotation of the decode order when the budget is short */
     int64_t step;
     kiln_sampler_scratch *scratch;
@@ -225,7 +246,54 @@ struct kiln_engine {
     /* stats, any thread */
     atomic_int st_running;
     atomic_llong st_steps, st_prefill, st_decode, st_finished;
+    atomic_llong st_hit_req, st_miss_req, st_hit_tok, st_miss_tok, st_preempt;
 };
+
+/* ---- the prefix cache's engine side (prefix.c) --------------------------------------- */
+
+/**
+ * Set up the prefix cache for e (after the pool, the backend and e->p exist): the namespace
+ * (the model's fingerprint, the KV page format, the block size and the backend's numerics,
+ * hashed), the RAM index over the pool, and with p.cache_dir the disk tier. Does nothing when
+ * p.no_prefix_cache. Errors: KILN_ERR_IO (the model's files cannot be fingerprinted while a
+ * cache_dir is set; the cache directory cannot be used), KILN_ERR_OUT_OF_MEMORY.
+ */
+kiln_status kiln_engine_prefix_init(kiln_engine *e, kiln_error *err);
+/** Flush the disk tier's queued writes and close it, then drop the RAM index. */
+void kiln_engine_prefix_shutdown(kiln_engine *e);
+/**
+ * The longest run of s's leading full blocks the cache holds in RAM, capped so that the last
+ * token of s->tokens is always computed, and for recurrent models ending at a checkpoint:
+ * returns the run's length in blocks and writes their ids to blocks[] (room for
+ * tokens.n / block_size). Takes no references.
+ */
+int32_t kiln_engine_prefix_lookup(kiln_engine *e, kiln_seq *s, int32_t *blocks);
+/** Share blocks[0..n) into s's (empty) table and restore the checkpoint after them; s then
+ *  starts at n_computed = n * block_size. False (nothing changes) if one cannot be acquired. */
+bool kiln_engine_prefix_share(kiln_engine *e, kiln_seq *s, const int32_t *blocks, int32_t n);
+/** After a commit: index s's newly full blocks, and for recurrent models attach the state as
+ *  a checkpoint when n_computed sits on a block boundary. */
+void kiln_engine_prefix_commit(kiln_engine *e, kiln_seq *s);
+/** After s->n_computed moved back (a rollback): forget the hashes, registrations and decode
+ *  checkpoint of blocks past it (their tokens may change). */
+void kiln_engine_prefix_rollback(kiln_engine *e, kiln_seq *s);
+/** Start reading s's blocks [first, ...) from the disk tier when RAM misses there and the disk
+ *  holds them: true when s is now LOADING (the caller moves it to e->load_head). */
+bool kiln_engine_prefix_start_load(kiln_engine *e, kiln_seq *s, int32_t first);
+/** For a LOADING s whose read finished: put the verified blocks into the pool and the RAM
+ *  index (cached, idle), free the read; s can then be admitted (it hits in RAM). */
+void kiln_engine_prefix_finish_load(kiln_engine *e, kiln_seq *s);
+/** The disk tier's counters into out's disk_* fields (left zero without one). Any thread. */
+void kiln_engine_prefix_disk_stats(const kiln_engine *e, kiln_engine_stats *out);
+/** Whether a LOADING s's disk read has finished (any thread may have completed it). */
+bool kiln_engine_prefix_load_done(const kiln_seq *s);
+/** Drop a LOADING s's read (waiting for it if it is in flight). */
+void kiln_engine_prefix_cancel_load(kiln_engine *e, kiln_seq *s);
+/** Finish every LOADING sequence as cancelled (shutdown). Engine thread. */
+void kiln_engine_cancel_loading(kiln_engine *e);
+/** Whether the recurrent chunk rule applies: prefix cache on and the model has recurrent
+ *  state (prefill chunks then end on block boundaries, where checkpoints are taken). */
+bool kiln_engine_prefix_align_chunks(const kiln_engine *e);
 
 /** Move submissions from the incoming queue to the waiting FIFO. Engine thread. */
 void kiln_engine_drain_incoming(kiln_engine *e);

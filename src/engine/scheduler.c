@@ -3,20 +3,31 @@
  * cancellations, admission, planning a token budget, one forward over the flat batch,
  * each sequence's method consuming its logits, and commit.
  *
- * Admission policy. A request is admitted in FIFO order when the pool has free blocks for
- * its whole lifetime: prompt + max_tokens - 1 positions (the last sampled token is never fed
- * back). Reserving everything up front means a running sequence can never run out of KV, so
- * no preemption is needed, at the price of idle reserved blocks while it generates; vLLM
- * instead reserves block by block and preempts (recompute or swap) when the pool runs dry,
- * which is the planned improvement. Admission stops at the first request that does not fit
- * (strict FIFO: a large request is not starved by small ones behind it). A request that could
- * never fit (prompt + max_tokens - 1 positions beyond the engine's n_ctx, or more blocks than the
- * whole pool) finishes at once with context_over_budget.
+ * Admission policy (DESIGN.md "Block lifecycle"). Requests are admitted in FIFO order. A
+ * sequence holds blocks only for what it has computed plus the current step (grow as you
+ * go, as vLLM does), so admission does not reserve the request's lifetime. It first shares
+ * the longest run of the prompt's full blocks the prefix cache holds (prefix.c; a RAM miss
+ * may first send the request to LOADING while the disk tier reads its blocks), then admits
+ * when the free plus evictable blocks cover the rest of the prompt, the blocks the decoding
+ * sequences need this step, and a watermark of 1% of the pool. Admission stops at the first
+ * request that does not fit (strict FIFO: a large request is not starved by small ones behind
+ * it). A request that could never fit (prompt + max_tokens - 1 positions beyond the engine's
+ * n_ctx, or more blocks than the whole pool) finishes at once with context_over_budget.
  *
- * Planning. Decoding sequences go first, one token each (rotating who goes first when they
- * outnumber the budget); prefilling sequences then take chunks of at most prefill_chunk
- * tokens, in admission order, from what is left of step_tokens. Sequences join and leave
- * only here, between forwards.
+ * Preemption (vLLM's recompute policy). When the decoding sequences need more new blocks
+ * than the pool can give, the most recently admitted running sequence is preempted: its
+ * blocks are released (its full blocks stay indexed, as evictable blocks at the LRU's most
+ * recent end) and it goes back to the front of the waiting FIFO with its generated tokens.
+ * Re-admission then shares those blocks again and recomputes only the partial last block;
+ * batch invariance makes the resumed output bitwise the uninterrupted one. Prefill chunks
+ * never preempt: they shrink to the blocks available, or wait.
+ *
+ * Planning. Decoding sequences (one known token not yet computed) go first, one token each
+ * (rotating who goes first when they outnumber the budget); prefilling sequences then take
+ * chunks of at most prefill_chunk tokens, in admission order, from what is left of
+ * step_tokens. With recurrent layers and the prefix cache on, a prefill chunk that crosses a
+ * block boundary ends on the last one it crosses, so its state can be checkpointed there.
+ * Sequences join and leave only here, between forwards.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -72,6 +83,50 @@ static void reject(kiln_engine *e, kiln_seq *s, kiln_status status, const char *
     kiln_seq_release(e, s);
 }
 
+/* Put s back at the head of the waiting FIFO (counted as queued again when count). */
+static void push_front_waiting(kiln_engine *e, kiln_seq *s, bool count) {
+    s->state = KILN_SEQ_QUEUED;
+    s->next = e->wait_head;
+    e->wait_head = s;
+    if (!e->wait_tail) e->wait_tail = s;
+    if (count) atomic_fetch_add(&e->n_queued, 1);
+}
+
+static bool decoding(const kiln_seq *s) {
+    return (int32_t)s->tokens.n - s->n_computed == 1;
+}
+
+/* New blocks the decoding sequences need for this step's token. */
+static int32_t decode_demand(const kiln_engine *e) {
+    int32_t n = 0;
+    for (int32_t i = 0; i < e->n_running; i++) {
+        const kiln_seq *s = e->running[i];
+        if (s->finish == KILN_FINISH_NONE && decoding(s) &&
+            s->bt.n_blocks < kiln_kv_blocks_for_tokens(s->n_computed + 1, e->p.block_size))
+            n++;
+    }
+    return n;
+}
+
+/* Blocks the prefilling sequences still need to reach their last known token: admission
+ * keeps them available, so admitted prefills can always complete (else several half-done
+ * prefills could hold the whole pool and wait on each other). */
+static int32_t prefill_demand(const kiln_engine *e) {
+    int32_t n = 0;
+    for (int32_t i = 0; i < e->n_running; i++) {
+        const kiln_seq *s = e->running[i];
+        if (s->finish != KILN_FINISH_NONE || decoding(s)) continue;
+        int32_t want = kiln_kv_blocks_for_tokens((int32_t)s->tokens.n, e->p.block_size);
+        if (want > s->bt.n_blocks) n += want - s->bt.n_blocks;
+    }
+    return n;
+}
+
+static int32_t watermark(const kiln_engine *e) {
+    int32_t w = kiln_kv_pool_n_blocks(e->pool) / 100;
+    return w < 1 ? 1 : w;
+}
+
 static void admit(kiln_engine *e) {
     int32_t bs = e->p.block_size;
     int32_t total = kiln_kv_pool_n_blocks(e->pool);
@@ -90,41 +145,125 @@ static void admit(kiln_engine *e) {
             reject(e, pop_waiting(e), KILN_ERR_CONTEXT_OVER_BUDGET, msg);
             continue;
         }
-        int32_t kv_tokens = (int32_t)need_pos;
-        int32_t need = kiln_kv_blocks_for_tokens(kv_tokens, bs);
-        if (need > total) {
+        int32_t lifetime = kiln_kv_blocks_for_tokens((int32_t)need_pos, bs);
+        if (lifetime > total) {
             snprintf(msg, sizeof msg,
                      "context_over_budget: the prompt has %d tokens and max_tokens is %d, which "
                      "needs %d KV blocks of %d positions, but the whole KV pool has %d; lower "
                      "max_tokens or give the engine more KV memory",
-                     s->n_prompt, s->req->max_tokens, need, bs, total);
+                     s->n_prompt, s->req->max_tokens, lifetime, bs, total);
             reject(e, pop_waiting(e), KILN_ERR_CONTEXT_OVER_BUDGET, msg);
             continue;
         }
-        if (need > kiln_kv_pool_n_free(e->pool)) {
+        int32_t hit = kiln_engine_prefix_lookup(e, s, e->hit_blocks);
+        if (e->disk && !s->disk_tried) {
+            s->disk_tried = true;
+            if (kiln_engine_prefix_start_load(e, s, hit)) {
+                pop_waiting(e);
+                atomic_fetch_add(&e->n_queued, 1); /* still waiting for admission */
+                s->state = KILN_SEQ_LOADING;
+                s->next = e->load_head;
+                e->load_head = s;
+                continue;
+            }
+        }
+        /* Blocks to compute the rest of the known tokens; the hit blocks that sit idle in the
+         * LRU are counted as available by the pool, but sharing them takes them out. */
+        int32_t need = kiln_kv_blocks_for_tokens((int32_t)s->tokens.n, bs) - hit;
+        int32_t avail = kiln_kv_pool_n_available(e->pool);
+        for (int32_t i = 0; i < hit; i++) avail -= kiln_kv_pool_refcount(e->pool, e->hit_blocks[i]) == 0;
+        int32_t margin =
+            e->n_running > 0 ? watermark(e) + decode_demand(e) + prefill_demand(e) : 0;
+        if (need + margin > avail) {
             if (e->n_running > 0) break; /* wait for blocks (FIFO) */
             /* Nothing runs, yet the pool lacks blocks: they leaked. Fail the request rather
              * than wait forever. */
             snprintf(msg, sizeof msg,
-                     "internal error: the KV pool has %d free blocks of %d with no sequence "
-                     "running; %d are needed",
-                     kiln_kv_pool_n_free(e->pool), total, need);
+                     "internal error: the KV pool has %d free or evictable blocks of %d with no "
+                     "sequence running; %d are needed",
+                     avail, total, need);
             reject(e, pop_waiting(e), KILN_ERR_INTERNAL, msg);
             continue;
         }
         kiln_error err = {0};
-        kiln_status st = kiln_block_table_reserve(&s->bt, e->pool, kv_tokens, &err);
-        if (st == KILN_OK) st = kiln_seq_start(e, s, &err);
+        kiln_status st = s->rec_state ? KILN_OK : kiln_seq_start(e, s, &err);
         pop_waiting(e);
         if (st) {
             kiln_error_prefix(&err, "admission: ");
             reject(e, s, st, err.message);
             continue;
         }
-        s->n_reserved = kv_tokens;
+        if (!kiln_engine_prefix_share(e, s, e->hit_blocks, hit)) hit = 0;
+        int32_t hit_tokens = hit * bs;
+        atomic_fetch_add(hit > 0 ? &e->st_hit_req : &e->st_miss_req, 1);
+        atomic_fetch_add(&e->st_hit_tok, hit_tokens);
+        atomic_fetch_add(&e->st_miss_tok, (int64_t)s->tokens.n - hit_tokens);
+        if (!s->admitted_once) s->n_cached = hit_tokens;
+        s->admitted_once = true;
+        s->disk_tried = false;
         s->state = KILN_SEQ_RUNNING;
         e->running[e->n_running++] = s;
         atomic_store(&e->st_running, e->n_running);
+    }
+}
+
+/* Requeue running[idx] at the head of the waiting FIFO, releasing its blocks. */
+static void preempt(kiln_engine *e, int32_t idx) {
+    kiln_seq *s = e->running[idx];
+    memmove(e->running + idx, e->running + idx + 1,
+            (size_t)(e->n_running - idx - 1) * sizeof *e->running);
+    e->n_running--;
+    atomic_store(&e->st_running, e->n_running);
+    kiln_block_table_release(&s->bt, e->pool);
+    s->n_computed = 0;
+    s->n_registered = 0;
+    push_front_waiting(e, s, true);
+    atomic_fetch_add(&e->st_preempt, 1);
+}
+
+/* Preempt the most recently admitted sequences until the decoding ones get their blocks. */
+static void preempt_for_decode(kiln_engine *e) {
+    while (e->n_running > 0 && decode_demand(e) > kiln_kv_pool_n_available(e->pool)) {
+        int32_t victim = e->n_running - 1;
+        while (victim >= 0 && e->running[victim]->finish != KILN_FINISH_NONE) victim--;
+        if (victim < 0) return;
+        preempt(e, victim);
+    }
+}
+
+/* LOADING sequences whose disk read finished go back to the head of the FIFO (their blocks
+ * now sit in the RAM cache); cancelled ones finish. */
+static void poll_loading(kiln_engine *e) {
+    for (kiln_seq **pp = &e->load_head; *pp;) {
+        kiln_seq *s = *pp;
+        bool cancel = atomic_load(&s->stream->cancel);
+        if (!cancel && !kiln_engine_prefix_load_done(s)) {
+            pp = &s->next;
+            continue;
+        }
+        *pp = s->next;
+        s->next = NULL;
+        if (cancel) {
+            kiln_engine_prefix_cancel_load(e, s);
+            atomic_fetch_sub(&e->n_queued, 1);
+            kiln_seq_finish(s, KILN_FINISH_CANCELLED, KILN_OK, NULL);
+            kiln_seq_release(e, s);
+        } else {
+            kiln_engine_prefix_finish_load(e, s);
+            push_front_waiting(e, s, false);
+        }
+    }
+}
+
+void kiln_engine_cancel_loading(kiln_engine *e) {
+    while (e->load_head) {
+        kiln_seq *s = e->load_head;
+        e->load_head = s->next;
+        s->next = NULL;
+        kiln_engine_prefix_cancel_load(e, s);
+        atomic_fetch_sub(&e->n_queued, 1);
+        kiln_seq_finish(s, KILN_FINISH_CANCELLED, KILN_OK, NULL);
+        kiln_seq_release(e, s);
     }
 }
 
@@ -156,6 +295,28 @@ static void plan_seq(kiln_engine *e, kiln_seq *s, plan_state *ps) {
     if (n <= 0) return;
     if (n_logits < 0) n_logits = 0;
     if (n_logits > n) n_logits = n;
+    /* Blocks for this step: grow the table; a chunk that cannot get them all shrinks to the
+     * blocks the pool can give (dropping the logits rows of the tokens cut off). */
+    const int32_t bs = e->p.block_size;
+    const bool align = kiln_engine_prefix_align_chunks(e);
+    int32_t cap = n;
+    for (int pass = 0; pass < 2; pass++) {
+        if (align && cap > 1) {
+            int32_t end = s->n_computed + cap, lb = end / bs * bs;
+            if (lb > s->n_computed && lb != end) cap = lb - s->n_computed;
+        }
+        kiln_error err = {0};
+        if (kiln_block_table_reserve(&s->bt, e->pool, s->n_computed + cap, &err) == KILN_OK) break;
+        int64_t room = ((int64_t)s->bt.n_blocks + kiln_kv_pool_n_available(e->pool)) * bs -
+                       s->n_computed;
+        cap = room < cap ? (int32_t)room : cap;
+        if (cap <= 0 || pass == 1) return;
+    }
+    if (cap < n) {
+        n_logits -= n - cap;
+        if (n_logits < 0) n_logits = 0;
+        n = cap;
+    }
     s->n_new = n;
     s->n_logits = n_logits;
     s->first = ps->n_tokens;
@@ -231,26 +392,39 @@ void kiln_engine_step(kiln_engine *e) {
             kiln_seq_finish(e->running[i], KILN_FINISH_CANCELLED, KILN_OK, NULL);
     reap(e);
 
-    /* 2. Admit. */
+    /* 2. Admit (after the disk tier's finished reads rejoin the FIFO's head). */
+    poll_loading(e);
     admit(e);
     if (e->n_running == 0) return;
 
-    /* 3. Plan: decode first, then prefill chunks. */
-    plan_state ps = {.budget = e->p.step_tokens};
-    int32_t n_dec = 0, served = 0;
-    for (int32_t i = 0; i < e->n_running; i++)
-        if (e->running[i]->n_computed >= e->running[i]->n_prompt) n_dec++;
-    for (int32_t k = 0; k < e->n_running && ps.budget > 0; k++) {
-        kiln_seq *s = e->running[(e->decode_rr + k) % e->n_running];
-        if (s->n_computed < s->n_prompt) continue;
-        plan_seq(e, s, &ps);
-        served++;
-    }
-    if (served < n_dec) e->decode_rr = (e->decode_rr + served) % e->n_running;
-    for (int32_t i = 0; i < e->n_running && ps.budget > 0; i++) {
-        kiln_seq *s = e->running[i];
-        if (s->n_computed >= s->n_prompt) continue;
-        plan_seq(e, s, &ps);
+    /* 3. Plan: blocks for the decoding sequences (preempting if the pool ran dry), decode
+     *    first, then prefill chunks. */
+    preempt_for_decode(e);
+    if (e->n_running == 0) return;
+    plan_state ps;
+    for (;;) {
+        ps = (plan_state){.budget = e->p.step_tokens};
+        int32_t n_dec = 0, served = 0;
+        for (int32_t i = 0; i < e->n_running; i++) n_dec += decoding(e->running[i]);
+        for (int32_t k = 0; k < e->n_running && ps.budget > 0; k++) {
+            kiln_seq *s = e->running[(e->decode_rr + k) % e->n_running];
+            if (!decoding(s)) continue;
+            plan_seq(e, s, &ps);
+            served++;
+        }
+        if (served < n_dec) e->decode_rr = (e->decode_rr + served) % e->n_running;
+        for (int32_t i = 0; i < e->n_running && ps.budget > 0; i++) {
+            kiln_seq *s = e->running[i];
+            if (decoding(s)) continue;
+            plan_seq(e, s, &ps);
+        }
+        /* Nothing could get a block (admission's accounting should prevent it): preempt
+         * the newest rather than spin. */
+        if (ps.n_tokens > 0 || e->n_running == 0) break;
+        int32_t victim = e->n_running - 1;
+        while (victim >= 0 && e->running[victim]->finish != KILN_FINISH_NONE) victim--;
+        if (victim < 0) break;
+        preempt(e, victim);
     }
     if (ps.n_tokens == 0) return;
 
@@ -307,12 +481,12 @@ void kiln_engine_step(kiln_engine *e) {
         }
         s->n_computed += n_keep;
         if (n_keep < s->n_new) {
-            /* Rollback of rejected positions: their KV rows are simply overwritten later.
-             * Blocks beyond the admission reservation (none with the sample method) go back
-             * to the pool. */
-            int32_t keep_tokens = s->n_computed > s->n_reserved ? s->n_computed : s->n_reserved;
-            kiln_block_table_truncate(&s->bt, e->pool, keep_tokens);
+            /* Rollback of rejected positions: blocks past n_computed go back to the pool;
+             * rows of the kept partial block are simply overwritten later. */
+            kiln_block_table_truncate(&s->bt, e->pool, s->n_computed);
+            kiln_engine_prefix_rollback(e, s);
         }
+        kiln_engine_prefix_commit(e, s);
     }
     atomic_fetch_add(&e->st_prefill, n_pre);
     atomic_fetch_add(&e->st_decode, n_dec_tok);

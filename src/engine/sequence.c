@@ -41,7 +41,9 @@ void kiln_seq_release(kiln_engine *e, kiln_seq *s) {
     if (!s) return;
     kiln_block_table_release(&s->bt, e->pool);
     atomic_fetch_add(&e->st_finished, 1);
-    kiln_usage usage = {.prompt_tokens = s->n_prompt, .completion_tokens = s->n_generated};
+    kiln_usage usage = {.prompt_tokens = s->n_prompt,
+                        .cached_tokens = s->n_cached,
+                        .completion_tokens = s->n_generated};
     kiln_finish_reason reason = s->finish != KILN_FINISH_NONE ? s->finish : KILN_FINISH_CANCELLED;
     if (s->stream) {
         s->stream->seq = NULL;
@@ -51,6 +53,7 @@ void kiln_seq_release(kiln_engine *e, kiln_seq *s) {
         kiln_stream_unref(s->stream);
     }
     free(s->rec_state);
+    free(s->bhash);
     kiln_ivec_free(&s->tokens);
     kiln_req_destroy(s->req);
     free(s);
