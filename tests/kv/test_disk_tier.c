@@ -496,8 +496,8 @@ static void test_faults(void) {
             CHECK(read_ok(dt, &b[0], false));
         }
         kiln_disk_tier_close(dt);
+        free_chain(b, 2);
     }
-    free_chain(b, 2);
 }
 
 /* temporary files are removed at open and never read; unknown names are left alone */
