@@ -1034,9 +1034,16 @@ kiln_status kiln_disk_tier_open(const kiln_disk_tier_params *p, kiln_disk_tier *
     pthread_cond_init(&dt->wake, &ca); /* timed waits on the monotonic clock */
     pthread_condattr_destroy(&ca);
     pthread_cond_init(&dt->idle, NULL);
-    dt->dir = strdup(p->dir);
+    /* absolute, so a later chdir cannot move the tier; mkdir_p has made it exist */
+    dt->dir = realpath(p->dir, NULL);
+    if (!dt->dir) dt->dir = strdup(p->dir);
     size_t dl = dt->dir ? strlen(dt->dir) : 0;
     while (dl > 1 && dt->dir[dl - 1] == '/') dt->dir[--dl] = '\0';
+    if (dl + 64 >= PATH_CAP) {
+        tier_free(dt);
+        return kiln_error_set(err, KILN_ERR_INVALID_ARGUMENT,
+                              "disk tier (cache dir %s): the path is too long", p->dir);
+    }
     dt->desc = (kiln_disk_block_desc){.fingerprint = p->fingerprint,
                                       .ns = p->ns,
                                       .page_format = p->page_format,
@@ -1077,7 +1084,7 @@ kiln_status kiln_disk_tier_open(const kiln_disk_tier_params *p, kiln_disk_tier *
         if (e == EWOULDBLOCK)
             st = kiln_error_set(err, KILN_ERR_IO,
                                 "cache dir %s is in use by another kiln process (%s is locked)",
-                                dt->dir, lock);
+                                p->dir, lock);
         else
             st = kiln_error_set(err, KILN_ERR_IO, "cache dir %s: cannot lock %s: %s", dt->dir, lock,
                                 strerror(e));

@@ -560,8 +560,14 @@ static void test_leftovers_and_names(void) {
 #define KILL_N   300
 #define KILL_KVB 16384
 
+/* The child's writes: short (the file grows in 1 KiB steps) and slow; the 500th call (about
+ * the 29th file) never returns, so a half-written temporary file is certain to be there when
+ * the parent kills the child. */
 static ssize_t slow_write(int fd, const void *buf, size_t n) {
-    if (n > 1024) n = 1024; /* short writes: the file grows in small steps */
+    static int calls;
+    if (++calls >= 500)
+        for (;;) pause();
+    if (n > 1024) n = 1024;
     usleep(30);
     return write(fd, buf, n);
 }
@@ -584,10 +590,11 @@ static void test_kill9(void) {
         kiln_disk_tier_flush(dt);
         _exit(4); /* not reached in time: the parent kills it first */
     }
-    int seen = 0;
-    for (int i = 0; i < 20000 && seen < 25; i++) {
+    int seen = 0, tmps = 0;
+    for (int i = 0; i < 20000 && (seen < 25 || tmps < 1); i++) {
         sleep_ms(1);
         seen = n_blocks_in(dir);
+        tmps = n_tmp_in(dir);
     }
     kill(pid, SIGKILL);
     int status = 0;
@@ -596,6 +603,7 @@ static void test_kill9(void) {
     int on_disk = n_blocks_in(dir);
     printf("kill -9: %d block files and %d temporary files left\n", on_disk, n_tmp_in(dir));
     CHECK(on_disk >= 25 && on_disk < KILL_N);
+    CHECK(n_tmp_in(dir) == 1);
 
     p.write_fn = NULL;
     kiln_disk_tier *dt = open_p(&p);
@@ -972,6 +980,23 @@ static void test_bad_params(void) {
     kiln_disk_tier_close(dt);
     snprintf(deep, sizeof deep, "%s/a/b/c/lock", dir);
     CHECK(file_exists(deep));
+
+    /* a relative dir is resolved at open: a later chdir does not move the tier */
+    char cwd[1024];
+    REQUIRE(getcwd(cwd, sizeof cwd));
+    REQUIRE(chdir(dir) == 0);
+    p = params("rel/dir");
+    dt = open_p(&p);
+    REQUIRE(chdir("/") == 0);
+    blk b[1];
+    make_chain(b, 1, KVB, 12);
+    put_all(dt, b, 1, true);
+    CHECK(read_ok(dt, &b[0], true));
+    kiln_disk_tier_close(dt);
+    REQUIRE(chdir(cwd) == 0);
+    snprintf(deep, sizeof deep, "%s/rel/dir/lock", dir);
+    CHECK(file_exists(deep) && n_blocks_in(dir) == 1);
+    free_chain(b, 1);
 
     /* NULL-safe calls */
     CHECK(!kiln_disk_tier_put(NULL, 1, 2, NULL, NULL, NULL));
