@@ -2,8 +2,10 @@
  * make_fuzz_corpus - builds the seed corpora of the fuzz targets at test time (never
  * committed): usage make_fuzz_corpus SHARED_DIR OUT_DIR. Writes OUT_DIR/{gguf,safetensors,
  * llama2c}/ from the model files of SHARED_DIR (files over 400 KB cut to their first 64 KB,
- * which keeps the headers the readers parse) plus small hand-built valid files, and creates
- * OUT_DIR/../fuzz-artifacts/ for crash reports.
+ * which keeps the headers the readers parse) plus small hand-built valid files, writes
+ * OUT_DIR/disk_block/ (the disk tier's seed block file, with and without a checkpoint, under
+ * each of fuzz_disk_block's four mode bytes), and creates OUT_DIR/../fuzz-artifacts/ for crash
+ * reports.
  */
 #include <ftw.h>
 #include <stdio.h>
@@ -11,6 +13,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "disk_block_seed.h"
 #include "gguf_builder.h"
 
 #define WHOLE_LIMIT (400u * 1024u)
@@ -139,14 +142,28 @@ static void synthetic_llama2c(int32_t vocab) {
     bb_free(&b);
 }
 
+/* fuzz_disk_block's input: a mode byte, then the file */
+static void synthetic_disk_blocks(void) {
+    uint8_t file[SEED_MAX];
+    for (int with_state = 0; with_state < 2; with_state++) {
+        size_t n = seed_file(file, with_state);
+        for (uint8_t mode = 0; mode < 4; mode++) {
+            char name[64];
+            snprintf(name, sizeof name, "seed-%s-mode%u.kvb", with_state ? "state" : "plain", mode);
+            emit("disk_block", name, &mode, 1, file, n);
+        }
+    }
+}
+
 int main(int argc, char **argv) {
     if (argc != 3) {
         fprintf(stderr, "usage: %s SHARED_DIR OUT_DIR\n", argv[0]);
         return 2;
     }
     snprintf(out_dir, sizeof out_dir, "%s", argv[2]);
-    const char *subs[] = {"", "/gguf", "/safetensors", "/llama2c", "/../fuzz-artifacts"};
-    for (int i = 0; i < 5; i++) {
+    const char *subs[] = {"",         "/gguf",       "/safetensors",
+                          "/llama2c", "/disk_block", "/../fuzz-artifacts"};
+    for (int i = 0; i < 6; i++) {
         char d[4200];
         snprintf(d, sizeof d, "%s%s", out_dir, subs[i]);
         mkdir(d, 0755);
@@ -161,6 +178,7 @@ int main(int argc, char **argv) {
     synthetic_safetensors();
     synthetic_llama2c(3);
     synthetic_llama2c(-3);
+    synthetic_disk_blocks();
     printf("make_fuzz_corpus: %d seed files in %s\n", n_written, out_dir);
     return 0;
 }
