@@ -774,8 +774,11 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
                 snprintf(ttft, sizeof ttft, "%.1f", r->t_first - r->t_start);
             else
                 snprintf(ttft, sizeof ttft, "-");
-            srv_log(s, "%s %s %s %d prompt=%d completion=%d ttft_ms=%s total_ms=%.1f finish=%s%s",
+            srv_log(s,
+                    "%s %s %s %d prompt=%d cached=%d completion=%d ttft_ms=%s total_ms=%.1f "
+                    "finish=%s%s",
                     r->id, r->method, r->path, status, r->n_prompt,
+                    r->finished ? r->usage.cached_tokens : 0,
                     r->finished ? r->usage.completion_tokens : r->n_tokens, ttft, total, fin,
                     gone ? " (client disconnected)" : "");
         } else {
