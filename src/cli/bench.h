@@ -47,4 +47,26 @@ double bench_percentile(const double *v, int32_t n, double p);
 /** CPU seconds the whole process has used (all threads): CLOCK_PROCESS_CPUTIME_ID. */
 double bench_cpu_now_s(void);
 
+/** What `kiln bench --shared-prefix` runs (defaults in cmd_bench.c's usage). */
+typedef struct bench_prefix_opts {
+    int32_t prefix_tokens; /* N: tokens every prompt starts with */
+    int32_t suffix_tokens; /* unique tokens after the prefix, per request */
+    int32_t gen_tokens;    /* greedy tokens generated per request (ignore_eos) */
+    int32_t clients;       /* concurrent client threads, each submitting and reading */
+    int32_t requests;      /* measured requests per phase */
+    uint64_t seed;         /* of the synthetic prefix and suffixes */
+    bool json;             /* one JSON object instead of a table */
+} bench_prefix_opts;
+
+/**
+ * Run the shared-prefix benchmark on the model at model_path (loaded with *lp) and print its
+ * table (or JSON) to stdout. ep holds the engine options the user gave: each phase creates a
+ * fresh engine from a copy, with no_prefix_cache set for "off" and cleared for "on"; only the
+ * "restart" phase, run when ep->cache_dir is set, uses the directory (and
+ * ep->cache_disk_max). ep->no_prefix_cache must be false. Returns 0, or KILN_EXIT_ERROR after
+ * printing "kiln: error: ..." (a model or engine that does not load, a failed request).
+ */
+int bench_prefix_run(const char *model_path, const kiln_model_params *lp,
+                     const kiln_engine_params *ep, const bench_prefix_opts *o);
+
 #endif

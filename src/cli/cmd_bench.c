@@ -18,6 +18,7 @@
  *                          steadier than wall time on a shared machine
  * A short warm-up request runs first. The engine is created once, with a pool sized for
  * the largest level (unless --kv-memory/--kv-tokens say otherwise).
+ * --shared-prefix N runs the prefix-cache benchmark instead (bench_prefix.c).
  */
 #include <getopt.h>
 #include <jansson.h>
@@ -61,7 +62,19 @@ static void bench_usage(FILE *f) {
         "      --cache-disk-max SIZE\n"
         "                          most bytes DIR may hold (default 16G)\n"
         "      --seed S            seed of the synthetic prompts (default 1)\n"
-        "      --json              print one JSON object instead of a table\n");
+        "      --json              print one JSON object instead of a table\n"
+        "\n"
+        "shared prefix (what the prefix cache buys; replaces --concurrency, --prompt-tokens):\n"
+        "      --shared-prefix N   every prompt starts with the same N synthetic tokens; runs\n"
+        "                          the phases off (no prefix cache), on (the RAM cache, warmed\n"
+        "                          by one uncounted request) and, with --cache-dir, restart\n"
+        "                          (the first request of a fresh engine over the directory an\n"
+        "                          earlier engine filled: its prefix comes from disk)\n"
+        "      --suffix-tokens N   tokens of each prompt after the prefix, unique per request\n"
+        "                          (default 16)\n"
+        "      --clients C         client threads submitting to the one engine (default 4)\n"
+        "      --requests R        measured requests per phase (default 16)\n"
+        "                          (--gen-tokens defaults to 16 here)\n");
 }
 
 typedef struct bench_level {
@@ -162,6 +175,10 @@ int kiln_cmd_bench(int argc, char **argv) {
         CLI_ENGINE_LONG_OPTIONS,
         {"seed", required_argument, 0, 's'},
         {"json", no_argument, 0, 'j'},
+        {"shared-prefix", required_argument, 0, 'S'},
+        {"suffix-tokens", required_argument, 0, 'u'},
+        {"clients", required_argument, 0, 'C'},
+        {"requests", required_argument, 0, 'R'},
         {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0},
     };
@@ -172,6 +189,10 @@ int kiln_cmd_bench(int argc, char **argv) {
     int64_t prompt_tokens = 128, gen_tokens = 128, v;
     uint64_t seed = 1;
     bool json = false;
+    /* --shared-prefix: 0 = the concurrency levels; which options the user gave, to refuse
+     * those of the other mode */
+    bench_prefix_opts po = {.suffix_tokens = 16, .clients = 4, .requests = 16};
+    bool levels_given = false, prompt_given = false, gen_given = false, prefix_only = false;
     optind = 1;
     opterr = 0;
     int c;
@@ -189,6 +210,7 @@ int kiln_cmd_bench(int argc, char **argv) {
             lp.tokenizer_path = optarg;
             break;
         case 'c': {
+            levels_given = true;
             n_levels = 0;
             char buf[256];
             snprintf(buf, sizeof buf, "%s", optarg);
@@ -206,11 +228,13 @@ int kiln_cmd_bench(int argc, char **argv) {
             break;
         }
         case 'p':
+            prompt_given = true;
             if (!cli_parse_i64(optarg, 1, 1 << 20, &prompt_tokens))
                 return cli_usage_error(
                     "bench", "--prompt-tokens must be in [1, 1048576] (got '%s')", optarg);
             break;
         case 'g':
+            gen_given = true;
             if (!cli_parse_i64(optarg, 1, 1 << 20, &gen_tokens))
                 return cli_usage_error("bench", "--gen-tokens must be in [1, 1048576] (got '%s')",
                                        optarg);
@@ -224,6 +248,31 @@ int kiln_cmd_bench(int argc, char **argv) {
         case 'j':
             json = true;
             break;
+        case 'S':
+            if (!cli_parse_i64(optarg, 1, 1 << 20, &v))
+                return cli_usage_error(
+                    "bench", "--shared-prefix must be an integer in [1, 1048576] (got '%s')",
+                    optarg);
+            po.prefix_tokens = (int32_t)v;
+            break;
+        case 'u':
+        case 'C':
+        case 'R': {
+            static const struct {
+                int opt;
+                const char *name;
+                int64_t hi;
+            } lim[] = {{'u', "--suffix-tokens", 1 << 16},
+                       {'C', "--clients", BENCH_MAX_CONCURRENCY},
+                       {'R', "--requests", 1 << 20}};
+            int k = c == 'u' ? 0 : c == 'C' ? 1 : 2;
+            if (!cli_parse_i64(optarg, 1, lim[k].hi, &v))
+                return cli_usage_error("bench", "%s must be an integer in [1, %lld] (got '%s')",
+                                       lim[k].name, (long long)lim[k].hi, optarg);
+            *(c == 'u' ? &po.suffix_tokens : c == 'C' ? &po.clients : &po.requests) = (int32_t)v;
+            prefix_only = true;
+            break;
+        }
         case 'h':
             bench_usage(stdout);
             return 0;
@@ -234,6 +283,22 @@ int kiln_cmd_bench(int argc, char **argv) {
     if (optind < argc) return cli_usage_error("bench", "unexpected argument '%s'", argv[optind]);
     if (!model_path) return cli_usage_error("bench", "-m MODEL is required");
     if ((c = cli_engine_check("bench", &ep))) return c;
+    if (po.prefix_tokens > 0) {
+        if (levels_given || prompt_given)
+            return cli_usage_error("bench", "--shared-prefix sets the prompts and the clients: "
+                                            "it cannot be used with --concurrency or "
+                                            "--prompt-tokens (use --clients, --suffix-tokens)");
+        if (ep.no_prefix_cache)
+            return cli_usage_error("bench", "--shared-prefix runs with the prefix cache off and "
+                                            "on: --no-prefix-cache does not apply");
+        po.gen_tokens = gen_given ? (int32_t)gen_tokens : 16;
+        po.seed = seed;
+        po.json = json;
+        return bench_prefix_run(model_path, &lp, &ep, &po);
+    }
+    if (prefix_only)
+        return cli_usage_error("bench",
+                               "--clients, --requests and --suffix-tokens need --shared-prefix");
 
     int rc = 0;
     kiln_error err = {0};
