@@ -252,13 +252,23 @@ int kiln_cmd_serve(int argc, char **argv) {
     }
     kiln_engine_stats st;
     kiln_engine_get_stats(e, &st);
+    char cache[600];
+    if (ep.no_prefix_cache)
+        snprintf(cache, sizeof cache, "prefix cache off");
+    else if (ep.cache_dir)
+        snprintf(cache, sizeof cache,
+                 "prefix cache in RAM and in %s (%lld block files, %.1f MB, at most %.1f MB)",
+                 ep.cache_dir, (long long)st.disk_files, (double)st.disk_bytes / 1e6,
+                 (double)(ep.cache_disk_max > 0 ? ep.cache_disk_max : (int64_t)16 << 30) / 1e6);
+    else
+        snprintf(cache, sizeof cache, "prefix cache in RAM");
     fprintf(stderr,
             "kiln serve: ready in %.0f ms: model '%s', %d-token context, KV pool %d blocks of %d, "
-            "max body %zu bytes%s\n",
+            "%s, max body %zu bytes%s\n",
             cli_now_ms() - t0, model_name,
             ep.n_ctx > 0 ? ep.n_ctx
                          : (kiln_model_n_ctx_train(m) > 0 ? kiln_model_n_ctx_train(m) : 4096),
-            st.kv_blocks_total, st.block_size, sp.max_body ? sp.max_body : (size_t)8 << 20,
+            st.kv_blocks_total, st.block_size, cache, sp.max_body ? sp.max_body : (size_t)8 << 20,
             sp.api_key ? ", API key required" : "");
     fflush(stderr);
 
