@@ -37,6 +37,16 @@ int cli_usage_error(const char *cmd, const char *fmt, ...) __attribute__((format
 /** Strict numeric parsing: the whole string must be a number within [lo, hi]. */
 bool cli_parse_i64(const char *s, int64_t lo, int64_t hi, int64_t *out);
 
+/**
+ * Parse a byte size (the whole string): a decimal number, optionally with a fraction
+ * ("1.5G"), then an optional unit, case-insensitive: none or "B" = bytes; "K", "M", "G", "T"
+ * and "KiB", "MiB", "GiB", "TiB" = 1024^1..4 bytes; "KB", "MB", "GB", "TB" = 1000^1..4 bytes
+ * (SI). The value is rounded down to whole bytes and must lie in [lo, hi]. False (and *out
+ * untouched) for anything else: an empty string, a sign, spaces, an unknown unit, a value
+ * past INT64_MAX.
+ */
+bool cli_parse_size(const char *s, int64_t lo, int64_t hi, int64_t *out);
+
 /** Parse a decimal unsigned 64-bit integer (the whole string; no sign). */
 bool cli_parse_u64(const char *s, uint64_t *out);
 bool cli_parse_f32(const char *s, float lo, float hi, float *out);
@@ -81,6 +91,9 @@ enum {
     CLI_OPT_PREFILL_CHUNK,
     CLI_OPT_MAX_SEQS,
     CLI_OPT_MAX_QUEUE,
+    CLI_OPT_NO_PREFIX_CACHE,
+    CLI_OPT_CACHE_DIR,
+    CLI_OPT_CACHE_DISK_MAX,
 };
 
 /* The struct option entries of those options, for a command's option table. */
@@ -93,15 +106,26 @@ enum {
         {"block-size", required_argument, 0, CLI_OPT_BLOCK_SIZE},                                  \
         {"step-tokens", required_argument, 0, CLI_OPT_STEP_TOKENS},                                \
         {"prefill-chunk", required_argument, 0, CLI_OPT_PREFILL_CHUNK},                            \
-        {"max-seqs", required_argument, 0, CLI_OPT_MAX_SEQS}, {                                    \
-        "max-queue", required_argument, 0, CLI_OPT_MAX_QUEUE                                       \
+        {"max-seqs", required_argument, 0, CLI_OPT_MAX_SEQS},                                      \
+        {"max-queue", required_argument, 0, CLI_OPT_MAX_QUEUE},                                    \
+        {"no-prefix-cache", no_argument, 0, CLI_OPT_NO_PREFIX_CACHE},                              \
+        {"cache-dir", required_argument, 0, CLI_OPT_CACHE_DIR}, {                                  \
+        "cache-disk-max", required_argument, 0, CLI_OPT_CACHE_DISK_MAX                             \
     }
 
 /** Apply engine option `opt` (a CLI_OPT_* code) with value `arg` to *ep, checking its range
- * (the limits kiln_engine_create enforces). Returns -1 when opt is not an engine option, 0
- * when applied, KILN_EXIT_USAGE (after printing "kiln CMD: --NAME must be ...") for a bad
- * value. */
+ * (the limits kiln_engine_create enforces). --kv-memory and --cache-disk-max take sizes
+ * (cli_parse_size: "512M", "16GiB", plain bytes); --no-prefix-cache sets no_prefix_cache
+ * (arg unused); --cache-dir DIR sets cache_dir to arg (borrowed: argv outlives the engine's
+ * creation), which must not be empty. Returns -1 when opt is not an engine option, 0 when
+ * applied, KILN_EXIT_USAGE (after printing "kiln CMD: --NAME must be ...") for a bad value. */
 int cli_engine_option(const char *cmd, int opt, const char *arg, kiln_engine_params *ep);
+
+/** Check the engine options of *ep together, after every option is parsed: the disk tier
+ * needs the prefix cache (--cache-dir with --no-prefix-cache) and a directory
+ * (--cache-disk-max without --cache-dir). Returns 0, or KILN_EXIT_USAGE after printing
+ * "kiln CMD: ..." saying which options conflict. */
+int cli_engine_check(const char *cmd, const kiln_engine_params *ep);
 
 /** Warn on stderr (prefix "kiln CMD: warning:") when a --ctx of n_ctx positions exceeds the
  * model's training context (n_ctx_train > 0): positions past it are outside what the weights

@@ -10,11 +10,15 @@
  *   per-request gen tok/s  mean over requests of (tokens - 1) / (last token - first token)
  *   prefill tok/s          all prompt tokens / time until the last request's first token
  *   TTFT p50, p99          submit to first token (nearest-rank percentiles)
+ *   cached/req             mean prompt tokens per request that came from the prefix cache
+ *                          (usage.cached_tokens; 0 unless prompts repeat, e.g. a level listed
+ *                          twice, or --cache-dir holds an earlier run's blocks)
  *   peak KV blocks         most blocks in use during the level
  *   CPU s                  CPU time the whole process used during the level (all threads);
  *                          steadier than wall time on a shared machine
  * A short warm-up request runs first. The engine is created once, with a pool sized for
  * the largest level (unless --kv-memory/--kv-tokens say otherwise).
+ * --shared-prefix N runs the prefix-cache benchmark instead (bench_prefix.c).
  */
 #include <getopt.h>
 #include <jansson.h>
@@ -24,6 +28,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "cli/bench.h"
 #include "cli/cli.h"
 #include "engine/generate.h"
 #include "util/error.h"
@@ -43,7 +48,8 @@ static void bench_usage(FILE *f) {
         "      --gen-tokens N      tokens generated per request (default 128)\n"
         "  -t, --threads N         compute threads (default: physical cores; 1 below ~4M weights)\n"
         "      --kv-type T         KV cache storage, f32 (default), f16 or bf16\n"
-        "      --kv-memory BYTES   KV pool size in bytes (default: enough for the largest level)\n"
+        "      --kv-memory SIZE    KV pool size: bytes, or with K/M/G/T or KB/MB/GB/TB\n"
+        "                          (default: enough for the largest level)\n"
         "      --kv-tokens N       KV pool size in positions\n"
         "      --step-tokens N     tokens per engine step (default 512)\n"
         "      --prefill-chunk N   prompt tokens per sequence per step (default: --step-tokens)\n"
@@ -51,82 +57,32 @@ static void bench_usage(FILE *f) {
         "                          fit prompt + generated tokens)\n"
         "      --block-size N, --max-seqs N, --max-queue N\n"
         "                          engine limits, as for kiln serve\n"
+        "      --no-prefix-cache   compute every prompt token (no prefix cache)\n"
+        "      --cache-dir DIR     disk tier of the prefix cache (see kiln serve --help)\n"
+        "      --cache-disk-max SIZE\n"
+        "                          most bytes DIR may hold (default 16G)\n"
         "      --seed S            seed of the synthetic prompts (default 1)\n"
-        "      --json              print one JSON object instead of a table\n");
-}
-
-typedef struct bench_req {
-    kiln_stream *stream;
-    double t_submit, t_first, t_last, t_end;
-    int32_t n_tokens;
-    kiln_finish_reason finish;
-    kiln_error err;
-} bench_req;
-
-static void *consume(void *arg) {
-    bench_req *r = arg;
-    for (;;) {
-        kiln_event ev;
-        if (kiln_stream_next(r->stream, -1, &ev, &r->err) != KILN_OK) {
-            r->finish = KILN_FINISH_ERROR;
-            break;
-        }
-        double now = (double)ev.time_ns / 1e6; /* engine-side time: same clock as cli_now_ms */
-        if (ev.type == KILN_EVENT_TOKEN) {
-            if (r->n_tokens == 0) r->t_first = now;
-            r->t_last = now;
-            r->n_tokens++;
-        } else if (ev.type == KILN_EVENT_FINISH) {
-            r->t_end = now;
-            r->finish = ev.finish_reason;
-            if (ev.finish_reason == KILN_FINISH_ERROR)
-                kiln_error_set(&r->err, ev.status, "%s", ev.message);
-            break;
-        }
-    }
-    return NULL;
+        "      --json              print one JSON object instead of a table\n"
+        "\n"
+        "shared prefix (what the prefix cache buys; replaces --concurrency, --prompt-tokens):\n"
+        "      --shared-prefix N   every prompt starts with the same N synthetic tokens; runs\n"
+        "                          the phases off (no prefix cache), on (the RAM cache, warmed\n"
+        "                          by one uncounted request) and, with --cache-dir, restart\n"
+        "                          (the first request of a fresh engine over the directory an\n"
+        "                          earlier engine filled: its prefix comes from disk)\n"
+        "      --suffix-tokens N   tokens of each prompt after the prefix, unique per request\n"
+        "                          (default 16)\n"
+        "      --clients C         client threads submitting to the one engine (default 4)\n"
+        "      --requests R        measured requests per phase (default 16)\n"
+        "                          (--gen-tokens defaults to 16 here)\n");
 }
 
 typedef struct bench_level {
     int32_t concurrency;
     double wall_s, cpu_s, total_tps, per_req_tps, prefill_tps, ttft_p50, ttft_p99;
+    double cached_per_req; /* mean usage.cached_tokens */
     int32_t peak_blocks;
 } bench_level;
-
-static double cpu_now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-/* Nearest-rank percentile of sorted v[0..n). */
-static double percentile(const double *v, int32_t n, double p) {
-    int32_t k = (int32_t)((p / 100.0) * n + 0.999999);
-    if (k < 1) k = 1;
-    if (k > n) k = n;
-    return v[k - 1];
-}
-
-/* Ordinary tokens for synthetic prompts: a non-empty piece and not end-of-generation. */
-static int32_t *ordinary_tokens(const kiln_model *m, int32_t *n_out) {
-    int32_t nv = kiln_model_n_vocab(m), n = 0;
-    int32_t *ids = malloc((size_t)nv * sizeof *ids);
-    if (!ids) return NULL;
-    for (int32_t id = 0; id < nv; id++) {
-        char buf[64];
-        if (kiln_model_is_eog(m, id)) continue;
-        if (m->tokenizer && kiln_model_token_piece(m, id, buf, sizeof buf) == 0) continue;
-        if (m->tokenizer && id == kiln_tokenizer_bos(m->tokenizer)) continue;
-        ids[n++] = id;
-    }
-    *n_out = n;
-    return ids;
-}
 
 static int run_level(kiln_engine *e, const int32_t *ord, int32_t n_ord, int32_t c,
                      int32_t prompt_tokens, int32_t gen_tokens, uint64_t seed, bench_level *out) {
@@ -141,19 +97,15 @@ static int run_level(kiln_engine *e, const int32_t *ord, int32_t n_ord, int32_t 
         goto done;
     }
     uint64_t x = seed * 0x9E3779B97F4A7C15ull + (uint64_t)c;
-    for (size_t i = 0; i < (size_t)c * (size_t)prompt_tokens; i++) {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        prompts[i] = ord[x % (uint64_t)n_ord];
-    }
+    for (size_t i = 0; i < (size_t)c * (size_t)prompt_tokens; i++)
+        prompts[i] = ord[bench_xorshift(&x) % (uint64_t)n_ord];
     kiln_engine_reset_peak(e);
     kiln_request rq = kiln_request_defaults();
     rq.temperature = 0.0f;
     rq.max_tokens = gen_tokens;
     rq.ignore_eos = true;
     rq.n_prompt_ids = prompt_tokens;
-    double t0 = cli_now_ms(), cpu0 = cpu_now_s();
+    double t0 = cli_now_ms(), cpu0 = bench_cpu_now_s();
     int32_t started = 0;
     for (int32_t i = 0; i < c; i++) {
         rq.prompt_ids = prompts + (size_t)i * prompt_tokens;
@@ -163,10 +115,10 @@ static int run_level(kiln_engine *e, const int32_t *ord, int32_t n_ord, int32_t 
             rc = cli_fail(&err);
             break;
         }
-        if (pthread_create(&th[i], NULL, consume, &reqs[i]) != 0) {
+        if (pthread_create(&th[i], NULL, bench_consume, &reqs[i]) != 0) {
             fprintf(stderr, "kiln: error: cannot start a consumer thread\n");
             kiln_stream_cancel(reqs[i].stream);
-            consume(&reqs[i]);
+            bench_consume(&reqs[i]);
             rc = KILN_EXIT_ERROR;
             started = i;
             break;
@@ -174,10 +126,10 @@ static int run_level(kiln_engine *e, const int32_t *ord, int32_t n_ord, int32_t 
         started = i + 1;
     }
     for (int32_t i = 0; i < started; i++) pthread_join(th[i], NULL);
-    out->cpu_s = cpu_now_s() - cpu0;
+    out->cpu_s = bench_cpu_now_s() - cpu0;
     if (rc) goto done;
     double t_end = t0, t_first_max = t0, per_req = 0;
-    int64_t total_tokens = 0;
+    int64_t total_tokens = 0, cached = 0;
     for (int32_t i = 0; i < c; i++) {
         bench_req *r = &reqs[i];
         if (r->finish == KILN_FINISH_ERROR) {
@@ -188,10 +140,11 @@ static int run_level(kiln_engine *e, const int32_t *ord, int32_t n_ord, int32_t 
         if (r->t_first > t_first_max) t_first_max = r->t_first;
         ttft[i] = r->t_first - r->t_submit;
         total_tokens += r->n_tokens;
+        cached += r->cached_tokens;
         if (r->n_tokens > 1 && r->t_last > r->t_first)
             per_req += (r->n_tokens - 1) * 1e3 / (r->t_last - r->t_first);
     }
-    qsort(ttft, (size_t)c, sizeof *ttft, cmp_double);
+    qsort(ttft, (size_t)c, sizeof *ttft, bench_cmp_double);
     kiln_engine_stats st;
     kiln_engine_get_stats(e, &st);
     out->concurrency = c;
@@ -199,9 +152,10 @@ static int run_level(kiln_engine *e, const int32_t *ord, int32_t n_ord, int32_t 
     out->total_tps = out->wall_s > 0 ? (double)total_tokens / out->wall_s : 0;
     out->per_req_tps = per_req / c;
     out->prefill_tps = t_first_max > t0 ? (double)c * prompt_tokens * 1e3 / (t_first_max - t0) : 0;
-    out->ttft_p50 = percentile(ttft, c, 50);
-    out->ttft_p99 = percentile(ttft, c, 99);
+    out->ttft_p50 = bench_percentile(ttft, c, 50);
+    out->ttft_p99 = bench_percentile(ttft, c, 99);
     out->peak_blocks = st.kv_blocks_peak;
+    out->cached_per_req = (double)cached / c;
 done:
     for (int32_t i = 0; reqs && i < c; i++) kiln_stream_destroy(reqs[i].stream);
     free(prompts);
@@ -221,6 +175,10 @@ int kiln_cmd_bench(int argc, char **argv) {
         CLI_ENGINE_LONG_OPTIONS,
         {"seed", required_argument, 0, 's'},
         {"json", no_argument, 0, 'j'},
+        {"shared-prefix", required_argument, 0, 'S'},
+        {"suffix-tokens", required_argument, 0, 'u'},
+        {"clients", required_argument, 0, 'C'},
+        {"requests", required_argument, 0, 'R'},
         {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0},
     };
@@ -231,6 +189,10 @@ int kiln_cmd_bench(int argc, char **argv) {
     int64_t prompt_tokens = 128, gen_tokens = 128, v;
     uint64_t seed = 1;
     bool json = false;
+    /* --shared-prefix: 0 = the concurrency levels; which options the user gave, to refuse
+     * those of the other mode */
+    bench_prefix_opts po = {.suffix_tokens = 16, .clients = 4, .requests = 16};
+    bool levels_given = false, prompt_given = false, gen_given = false, prefix_only = false;
     optind = 1;
     opterr = 0;
     int c;
@@ -248,6 +210,7 @@ int kiln_cmd_bench(int argc, char **argv) {
             lp.tokenizer_path = optarg;
             break;
         case 'c': {
+            levels_given = true;
             n_levels = 0;
             char buf[256];
             snprintf(buf, sizeof buf, "%s", optarg);
@@ -265,11 +228,13 @@ int kiln_cmd_bench(int argc, char **argv) {
             break;
         }
         case 'p':
+            prompt_given = true;
             if (!cli_parse_i64(optarg, 1, 1 << 20, &prompt_tokens))
                 return cli_usage_error(
                     "bench", "--prompt-tokens must be in [1, 1048576] (got '%s')", optarg);
             break;
         case 'g':
+            gen_given = true;
             if (!cli_parse_i64(optarg, 1, 1 << 20, &gen_tokens))
                 return cli_usage_error("bench", "--gen-tokens must be in [1, 1048576] (got '%s')",
                                        optarg);
@@ -283,6 +248,31 @@ int kiln_cmd_bench(int argc, char **argv) {
         case 'j':
             json = true;
             break;
+        case 'S':
+            if (!cli_parse_i64(optarg, 1, 1 << 20, &v))
+                return cli_usage_error(
+                    "bench", "--shared-prefix must be an integer in [1, 1048576] (got '%s')",
+                    optarg);
+            po.prefix_tokens = (int32_t)v;
+            break;
+        case 'u':
+        case 'C':
+        case 'R': {
+            static const struct {
+                int opt;
+                const char *name;
+                int64_t hi;
+            } lim[] = {{'u', "--suffix-tokens", 1 << 16},
+                       {'C', "--clients", BENCH_MAX_CONCURRENCY},
+                       {'R', "--requests", 1 << 20}};
+            int k = c == 'u' ? 0 : c == 'C' ? 1 : 2;
+            if (!cli_parse_i64(optarg, 1, lim[k].hi, &v))
+                return cli_usage_error("bench", "%s must be an integer in [1, %lld] (got '%s')",
+                                       lim[k].name, (long long)lim[k].hi, optarg);
+            *(c == 'u' ? &po.suffix_tokens : c == 'C' ? &po.clients : &po.requests) = (int32_t)v;
+            prefix_only = true;
+            break;
+        }
         case 'h':
             bench_usage(stdout);
             return 0;
@@ -292,6 +282,23 @@ int kiln_cmd_bench(int argc, char **argv) {
     }
     if (optind < argc) return cli_usage_error("bench", "unexpected argument '%s'", argv[optind]);
     if (!model_path) return cli_usage_error("bench", "-m MODEL is required");
+    if ((c = cli_engine_check("bench", &ep))) return c;
+    if (po.prefix_tokens > 0) {
+        if (levels_given || prompt_given)
+            return cli_usage_error("bench", "--shared-prefix sets the prompts and the clients: "
+                                            "it cannot be used with --concurrency or "
+                                            "--prompt-tokens (use --clients, --suffix-tokens)");
+        if (ep.no_prefix_cache)
+            return cli_usage_error("bench", "--shared-prefix runs with the prefix cache off and "
+                                            "on: --no-prefix-cache does not apply");
+        po.gen_tokens = gen_given ? (int32_t)gen_tokens : 16;
+        po.seed = seed;
+        po.json = json;
+        return bench_prefix_run(model_path, &lp, &ep, &po);
+    }
+    if (prefix_only)
+        return cli_usage_error("bench",
+                               "--clients, --requests and --suffix-tokens need --shared-prefix");
 
     int rc = 0;
     kiln_error err = {0};
@@ -336,7 +343,7 @@ int kiln_cmd_bench(int argc, char **argv) {
     kiln_engine_params used;
     kiln_engine_get_params(e, &used); /* the engine's choice when --threads is not given */
     int32_t n_threads = used.n_threads;
-    if (!(ord = ordinary_tokens(m, &n_ord)) || n_ord == 0) {
+    if (!(ord = bench_ordinary_tokens(m, &n_ord)) || n_ord == 0) {
         fprintf(stderr, "kiln: error: the vocabulary has no ordinary tokens to build prompts\n");
         rc = KILN_EXIT_ERROR;
         goto done;
@@ -358,13 +365,14 @@ int kiln_cmd_bench(int argc, char **argv) {
                        model_path, (long long)prompt_tokens, (long long)gen_tokens, n_threads,
                        cli_kv_type_name(ep.kv_type), st.kv_blocks_total, st.block_size,
                        ep.step_tokens ? ep.step_tokens : 512);
-                printf("%11s %8s %8s %14s %16s %12s %12s %12s %8s\n", "concurrency", "wall s",
+                printf("%11s %8s %8s %14s %16s %12s %12s %12s %11s %8s\n", "concurrency", "wall s",
                        "CPU s", "total gen t/s", "per-req gen t/s", "prefill t/s", "TTFT p50 ms",
-                       "TTFT p99 ms", "peak KV");
+                       "TTFT p99 ms", "cached/req", "peak KV");
             }
-            printf("%11d %8.3f %8.3f %14.1f %16.1f %12.1f %12.1f %12.1f %8d\n", res[i].concurrency,
-                   res[i].wall_s, res[i].cpu_s, res[i].total_tps, res[i].per_req_tps,
-                   res[i].prefill_tps, res[i].ttft_p50, res[i].ttft_p99, res[i].peak_blocks);
+            printf("%11d %8.3f %8.3f %14.1f %16.1f %12.1f %12.1f %12.1f %11.1f %8d\n",
+                   res[i].concurrency, res[i].wall_s, res[i].cpu_s, res[i].total_tps,
+                   res[i].per_req_tps, res[i].prefill_tps, res[i].ttft_p50, res[i].ttft_p99,
+                   res[i].cached_per_req, res[i].peak_blocks);
             fflush(stdout);
         }
     }
@@ -374,12 +382,13 @@ int kiln_cmd_bench(int argc, char **argv) {
         json_t *arr = json_array();
         for (int32_t i = 0; i < n_levels; i++)
             json_array_append_new(
-                arr, json_pack("{s:i, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:i}", "concurrency",
+                arr, json_pack("{s:i, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:i}", "concurrency",
                                res[i].concurrency, "wall_s", res[i].wall_s, "cpu_s", res[i].cpu_s,
                                "total_gen_tok_s", res[i].total_tps, "per_request_gen_tok_s",
                                res[i].per_req_tps, "prefill_tok_s", res[i].prefill_tps,
                                "ttft_ms_p50", res[i].ttft_p50, "ttft_ms_p99", res[i].ttft_p99,
-                               "peak_kv_blocks", res[i].peak_blocks));
+                               "cached_tokens_per_request", res[i].cached_per_req, "peak_kv_blocks",
+                               res[i].peak_blocks));
         json_t *o = json_pack("{s:s, s:I, s:I, s:i, s:s, s:i, s:i, s:o}", "model", model_path,
                               "prompt_tokens", (json_int_t)prompt_tokens, "gen_tokens",
                               (json_int_t)gen_tokens, "threads", n_threads, "kv_type",

@@ -1,5 +1,7 @@
 /* cmd_run.c - `kiln run`: generate text from a prompt through the engine, streaming it to
- * stdout (or printing one JSON object with --json). */
+ * stdout (or printing one JSON object with --json). The stats line on stderr gives the
+ * prompt's tokens and how many of them came from the prefix cache (with --cache-dir, from an
+ * earlier run's blocks on disk), and the tok/s of the prompt and of the generation. */
 #include <getopt.h>
 #include <jansson.h>
 #include <stdio.h>
@@ -29,12 +31,19 @@ static void run_usage(FILE *f) {
             "  -t, --threads N         threads (default: physical cores; 1 below ~4M weights)\n"
             "      --ctx N             context length (default: the model's)\n"
             "      --kv-type T         KV cache storage, f32 (default), f16 or bf16\n"
-            "      --kv-memory BYTES   KV pool size in bytes (default: prompt + max tokens)\n"
+            "      --kv-memory SIZE    KV pool size in bytes, or with K/M/G/T (1024s) or\n"
+            "                          KB/MB/GB/TB (1000s) (default: prompt + max tokens)\n"
             "      --kv-tokens N       KV pool size in positions\n"
             "      --step-tokens N     tokens per engine step (default 512)\n"
             "      --prefill-chunk N   prompt tokens per step (default: --step-tokens)\n"
             "      --block-size N, --max-seqs N, --max-queue N\n"
             "                          engine limits, as for kiln serve\n"
+            "      --no-prefix-cache   compute every prompt token (no prefix cache)\n"
+            "      --cache-dir DIR     keep the prefix cache's KV blocks in DIR too (created\n"
+            "                          if absent): a later run with the same prompt prefix\n"
+            "                          reads them instead of computing them\n"
+            "      --cache-disk-max SIZE\n"
+            "                          most bytes DIR may hold (default 16G)\n"
             "      --json              print one JSON object instead of streaming text\n");
 }
 
@@ -161,6 +170,7 @@ int kiln_cmd_run(int argc, char **argv) {
     if (optind < argc) return cli_usage_error("run", "unexpected argument '%s'", argv[optind]);
     if (!model_path) return cli_usage_error("run", "-m MODEL is required");
     if (!prompt) return cli_usage_error("run", "-p PROMPT is required");
+    if ((c = cli_engine_check("run", &ep))) return c;
     if (!seed_set) rq.seed = cli_random_seed();
 
     char *stdin_buf = NULL;
@@ -247,6 +257,7 @@ int kiln_cmd_run(int argc, char **argv) {
     }
     kiln_event ev;
     kiln_finish_reason finish = KILN_FINISH_NONE;
+    int32_t cached = 0; /* prompt tokens the prefix cache supplied (RAM or --cache-dir) */
     for (;;) {
         if (kiln_stream_next(stream, -1, &ev, &err) != KILN_OK) {
             rc = cli_fail(&err);
@@ -268,6 +279,7 @@ int kiln_cmd_run(int argc, char **argv) {
         } else if (ev.type == KILN_EVENT_FINISH) {
             if (t_first == 0) t_first = t_end = (double)ev.time_ns / 1e6;
             finish = ev.finish_reason;
+            cached = ev.usage.cached_tokens;
             if (finish == KILN_FINISH_ERROR) {
                 kiln_error_set(&err, ev.status, "%s", ev.message);
                 rc = cli_fail(&err);
@@ -288,11 +300,11 @@ int kiln_cmd_run(int argc, char **argv) {
         for (size_t i = 0; i < ids.n; i++) json_array_append_new(pj, json_integer(ids.data[i]));
         for (size_t i = 0; i < gen.n; i++) json_array_append_new(gj, json_integer(gen.data[i]));
         json_t *o = json_pack(
-            "{s:o, s:o, s:s%, s:s, s:{s:f, s:f, s:f, s:f, s:f}, s:I}", "prompt_ids", pj,
+            "{s:o, s:o, s:s%, s:s, s:i, s:{s:f, s:f, s:f, s:f, s:f}, s:I}", "prompt_ids", pj,
             "generated_ids", gj, "text", text.data ? text.data : "", text.len, "finish_reason",
-            kiln_finish_reason_name(finish), "timings", "load_ms", load_ms, "prompt_ms", prompt_ms,
-            "generation_ms", gen_ms, "prompt_tokens_per_s", pp_tps, "generation_tokens_per_s",
-            tg_tps, "seed", (json_int_t)rq.seed);
+            kiln_finish_reason_name(finish), "cached_tokens", cached, "timings", "load_ms", load_ms,
+            "prompt_ms", prompt_ms, "generation_ms", gen_ms, "prompt_tokens_per_s", pp_tps,
+            "generation_tokens_per_s", tg_tps, "seed", (json_int_t)rq.seed);
         char *s = o ? json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
         if (!s) {
             fprintf(stderr, "kiln: error: cannot build the JSON output\n");
@@ -304,9 +316,9 @@ int kiln_cmd_run(int argc, char **argv) {
         json_decref(o);
     }
     fprintf(stderr,
-            "kiln: load %.1f ms | prompt %zu tokens, %.1f tok/s | generated %zu tokens, %.1f "
-            "tok/s | finish %s | seed %llu\n",
-            load_ms, ids.n, pp_tps, gen.n, tg_tps, kiln_finish_reason_name(finish),
+            "kiln: load %.1f ms | prompt %zu tokens (%d cached), %.1f tok/s | generated %zu "
+            "tokens, %.1f tok/s | finish %s | seed %llu\n",
+            load_ms, ids.n, cached, pp_tps, gen.n, tg_tps, kiln_finish_reason_name(finish),
             (unsigned long long)rq.seed);
     if (rc == 0) rc = cli_check_stdout();
     goto done;

@@ -42,7 +42,8 @@ static void serve_usage(FILE *f) {
            "                            ~4M weights)\n"
            "      --ctx N               positions per sequence (default: the model's)\n"
            "      --kv-type T           KV cache storage, f32 (default), f16 or bf16\n"
-           "      --kv-memory BYTES     KV pool size in bytes\n"
+           "      --kv-memory SIZE      KV pool size: bytes, or with K/M/G/T (powers of\n"
+           "                            1024) or KB/MB/GB/TB (powers of 1000), e.g. 4G\n"
            "      --kv-tokens N         KV pool size in positions (default: 16 contexts or\n"
            "                            2 GiB, whichever is smaller)\n"
            "      --block-size N        positions per KV block (default 16)\n"
@@ -50,7 +51,13 @@ static void serve_usage(FILE *f) {
            "      --prefill-chunk N     prompt tokens per sequence per step\n"
            "      --max-seqs N          sequences running at once (default 256)\n"
            "      --max-queue N         requests waiting for admission; more get 503\n"
-           "                            (default 4096)\n");
+           "                            (default 4096)\n"
+           "prefix cache (on by default: requests that share a prompt prefix share its KV\n"
+           "blocks; usage.prompt_tokens_details.cached_tokens says how many):\n"
+           "      --no-prefix-cache     compute every prompt token (no prefix cache)\n"
+           "      --cache-dir DIR       also keep KV blocks evicted from RAM in DIR (created if\n"
+           "                            absent; one server per DIR): they survive a restart\n"
+           "      --cache-disk-max SIZE most bytes DIR may hold (default 16G)\n");
 }
 
 /* Model name: the file (or directory) name without its extension. */
@@ -192,6 +199,7 @@ int kiln_cmd_serve(int argc, char **argv) {
 #undef INT_OPT
     if (optind < argc) return cli_usage_error("serve", "unexpected argument '%s'", argv[optind]);
     if (!model_path) return cli_usage_error("serve", "-m MODEL is required");
+    if ((c = cli_engine_check("serve", &ep))) return c;
     char name_buf[256];
     if (!model_name) {
         default_name(model_path, name_buf, sizeof name_buf);
@@ -244,13 +252,23 @@ int kiln_cmd_serve(int argc, char **argv) {
     }
     kiln_engine_stats st;
     kiln_engine_get_stats(e, &st);
+    char cache[600];
+    if (ep.no_prefix_cache)
+        snprintf(cache, sizeof cache, "prefix cache off");
+    else if (ep.cache_dir)
+        snprintf(cache, sizeof cache,
+                 "prefix cache in RAM and in %s (%lld block files, %.1f MB, at most %.1f MB)",
+                 ep.cache_dir, (long long)st.disk_files, (double)st.disk_bytes / 1e6,
+                 (double)(ep.cache_disk_max > 0 ? ep.cache_disk_max : (int64_t)16 << 30) / 1e6);
+    else
+        snprintf(cache, sizeof cache, "prefix cache in RAM");
     fprintf(stderr,
             "kiln serve: ready in %.0f ms: model '%s', %d-token context, KV pool %d blocks of %d, "
-            "max body %zu bytes%s\n",
+            "%s, max body %zu bytes%s\n",
             cli_now_ms() - t0, model_name,
             ep.n_ctx > 0 ? ep.n_ctx
                          : (kiln_model_n_ctx_train(m) > 0 ? kiln_model_n_ctx_train(m) : 4096),
-            st.kv_blocks_total, st.block_size, sp.max_body ? sp.max_body : (size_t)8 << 20,
+            st.kv_blocks_total, st.block_size, cache, sp.max_body ? sp.max_body : (size_t)8 << 20,
             sp.api_key ? ", API key required" : "");
     fflush(stderr);
 

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 
 #include "cli/cli.h"
@@ -40,6 +41,55 @@ bool cli_parse_i64(const char *s, int64_t lo, int64_t hi, int64_t *out) {
     long long v = strtoll(s, &end, 10);
     if (errno || *end || v < lo || v > hi) return false;
     *out = v;
+    return true;
+}
+
+bool cli_parse_size(const char *s, int64_t lo, int64_t hi, int64_t *out) {
+    if (!s || *s < '0' || *s > '9') return false;
+    const char *p = s;
+    uint64_t whole = 0, frac = 0, frac_den = 1;
+    for (; *p >= '0' && *p <= '9'; p++)
+        if (__builtin_mul_overflow(whole, 10u, &whole) ||
+            __builtin_add_overflow(whole, (uint64_t)(*p - '0'), &whole))
+            return false;
+    if (*p == '.') {
+        p++;
+        if (*p < '0' || *p > '9') return false;
+        for (; *p >= '0' && *p <= '9'; p++)
+            if (frac_den < 1000000000000000000ull) { /* digits past 18 cannot matter */
+                frac = frac * 10 + (uint64_t)(*p - '0');
+                frac_den *= 10;
+            }
+    }
+    static const struct {
+        const char *unit;
+        uint64_t mult;
+    } units[] = {
+        {"", 1},
+        {"b", 1},
+        {"k", 1ull << 10},
+        {"kib", 1ull << 10},
+        {"kb", 1000ull},
+        {"m", 1ull << 20},
+        {"mib", 1ull << 20},
+        {"mb", 1000000ull},
+        {"g", 1ull << 30},
+        {"gib", 1ull << 30},
+        {"gb", 1000000000ull},
+        {"t", 1ull << 40},
+        {"tib", 1ull << 40},
+        {"tb", 1000000000000ull},
+    };
+    uint64_t mult = 0;
+    for (size_t i = 0; i < sizeof units / sizeof units[0]; i++)
+        if (!strcasecmp(p, units[i].unit)) mult = units[i].mult;
+    if (mult == 0) return false;
+    uint64_t v;
+    if (__builtin_mul_overflow(whole, mult, &v)) return false;
+    unsigned __int128 part = (unsigned __int128)frac * mult / frac_den;
+    if (__builtin_add_overflow(v, (uint64_t)part, &v) || v > (uint64_t)INT64_MAX) return false;
+    if ((int64_t)v < lo || (int64_t)v > hi) return false;
+    *out = (int64_t)v;
     return true;
 }
 
@@ -169,7 +219,6 @@ int cli_engine_option(const char *cmd, int opt, const char *arg, kiln_engine_par
     } lim[] = {
         {CLI_OPT_THREADS, "--threads", 1, 512},
         {CLI_OPT_CTX, "--ctx", 1, 1 << 24},
-        {CLI_OPT_KV_MEMORY, "--kv-memory", 1, INT64_MAX},
         {CLI_OPT_KV_TOKENS, "--kv-tokens", 1, INT32_MAX},
         {CLI_OPT_BLOCK_SIZE, "--block-size", 1, 4096},
         {CLI_OPT_STEP_TOKENS, "--step-tokens", 1, 1 << 20},
@@ -177,6 +226,30 @@ int cli_engine_option(const char *cmd, int opt, const char *arg, kiln_engine_par
         {CLI_OPT_MAX_SEQS, "--max-seqs", 1, 1 << 16},
         {CLI_OPT_MAX_QUEUE, "--max-queue", 1, 1 << 24},
     };
+    if (opt == CLI_OPT_KV_MEMORY || opt == CLI_OPT_CACHE_DISK_MAX) {
+        const char *name = opt == CLI_OPT_KV_MEMORY ? "--kv-memory" : "--cache-disk-max";
+        int64_t v;
+        if (!cli_parse_size(arg, 1, INT64_MAX, &v))
+            return cli_usage_error(cmd,
+                                   "%s must be a size of at least 1 byte: bytes, or a number "
+                                   "with K, M, G, T (powers of 1024; also KiB ... TiB) or KB, "
+                                   "MB, GB, TB (powers of 1000), e.g. 512M or 1.5GiB (got '%s')",
+                                   name, arg);
+        if (opt == CLI_OPT_KV_MEMORY)
+            ep->kv_memory = v;
+        else
+            ep->cache_disk_max = v;
+        return 0;
+    }
+    if (opt == CLI_OPT_NO_PREFIX_CACHE) {
+        ep->no_prefix_cache = true;
+        return 0;
+    }
+    if (opt == CLI_OPT_CACHE_DIR) {
+        if (!arg || !arg[0]) return cli_usage_error(cmd, "--cache-dir needs a directory");
+        ep->cache_dir = arg;
+        return 0;
+    }
     if (opt == CLI_OPT_KV_TYPE) {
         kiln_dtype t;
         if (!cli_parse_kv_type(arg, &t))
@@ -198,9 +271,6 @@ int cli_engine_option(const char *cmd, int opt, const char *arg, kiln_engine_par
             break;
         case CLI_OPT_CTX:
             ep->n_ctx = (int32_t)v;
-            break;
-        case CLI_OPT_KV_MEMORY:
-            ep->kv_memory = v;
             break;
         case CLI_OPT_KV_TOKENS:
             ep->kv_tokens = (int32_t)v;
@@ -224,6 +294,16 @@ int cli_engine_option(const char *cmd, int opt, const char *arg, kiln_engine_par
         return 0;
     }
     return -1;
+}
+
+int cli_engine_check(const char *cmd, const kiln_engine_params *ep) {
+    bool dir = ep->cache_dir && ep->cache_dir[0];
+    if (dir && ep->no_prefix_cache)
+        return cli_usage_error(cmd, "--cache-dir keeps the prefix cache's blocks on disk: it "
+                                    "cannot be used with --no-prefix-cache");
+    if (ep->cache_disk_max > 0 && !dir)
+        return cli_usage_error(cmd, "--cache-disk-max limits the disk tier: it needs --cache-dir");
+    return 0;
 }
 
 bool cli_clobbers_input(const char *out, const char *in) {

@@ -60,10 +60,11 @@ void srv_metrics_request(srv_metrics *m, int endpoint, int status) {
     pthread_mutex_unlock(&m->mu);
 }
 
-void srv_metrics_generation(srv_metrics *m, int32_t prompt_tokens, int32_t completion_tokens,
-                            kiln_finish_reason finish, double e2e_s) {
+void srv_metrics_generation(srv_metrics *m, int32_t prompt_tokens, int32_t cached_tokens,
+                            int32_t completion_tokens, kiln_finish_reason finish, double e2e_s) {
     pthread_mutex_lock(&m->mu);
     m->prompt_tokens += (uint64_t)(prompt_tokens > 0 ? prompt_tokens : 0);
+    m->cached_tokens += (uint64_t)(cached_tokens > 0 ? cached_tokens : 0);
     m->completion_tokens += (uint64_t)(completion_tokens > 0 ? completion_tokens : 0);
     if ((int)finish >= 0 && (int)finish < 5) m->finish[finish]++;
     hist_observe(&m->e2e, e2e_s);
@@ -80,6 +81,12 @@ void srv_metrics_itl(srv_metrics *m, double s) {
     pthread_mutex_lock(&m->mu);
     hist_observe(&m->itl, s);
     pthread_mutex_unlock(&m->mu);
+}
+
+/* One sample without labels, with its HELP and TYPE lines. */
+static void render_one(srv_buf *o, const char *name, const char *type, const char *help,
+                       long long v) {
+    srv_buf_addf(o, "# HELP %s %s\n# TYPE %s %s\n%s %lld\n", name, help, name, type, name, v);
 }
 
 static void render_hist(srv_buf *o, const char *name, const char *help, const srv_hist *h) {
@@ -113,6 +120,10 @@ void srv_metrics_render(srv_metrics *m, const kiln_engine_stats *st, srv_buf *o)
                  "generations.\n# TYPE kiln_generation_tokens_total counter\n"
                  "kiln_generation_tokens_total %llu\n",
                  (unsigned long long)m->prompt_tokens, (unsigned long long)m->completion_tokens);
+    render_one(o, "kiln_prompt_tokens_cached_total", "counter",
+               "Prompt tokens of finished generations whose KV came from the prefix cache "
+               "(the sum of usage.prompt_tokens_details.cached_tokens).",
+               (long long)m->cached_tokens);
     srv_buf_adds(o, "# HELP kiln_generations_total Finished generations, by finish reason.\n"
                     "# TYPE kiln_generations_total counter\n");
     static const char *const reasons[5] = {"none", "stop", "length", "cancelled", "error"};
@@ -143,4 +154,46 @@ void srv_metrics_render(srv_metrics *m, const kiln_engine_stats *st, srv_buf *o)
                  "# TYPE kiln_engine_steps_total counter\nkiln_engine_steps_total %lld\n",
                  st->n_running, st->n_queued, st->kv_blocks_used, st->kv_blocks_total,
                  st->block_size, (long long)st->n_steps);
+    /* Prefix cache, preemption and the disk tier (kiln_engine_stats; all 0 with the cache
+     * off, the disk ones 0 without a cache directory). */
+    static const char *const C = "counter", *const G = "gauge";
+    const struct {
+        const char *name, *type, *help;
+        long long v;
+    } eng[] = {
+        {"kiln_kv_blocks_cached", G,
+         "KV cache blocks holding no sequence, kept for the prefix cache (evictable).",
+         st->kv_blocks_cached},
+        {"kiln_prefix_cache_hits_total", C,
+         "Requests admitted with at least one prompt block from the prefix cache (RAM or "
+         "disk); a preempted request counts again when it resumes.",
+         st->prefix_hit_requests},
+        {"kiln_prefix_cache_misses_total", C,
+         "Requests admitted with no prompt block from the prefix cache.", st->prefix_miss_requests},
+        {"kiln_prefix_cache_hit_tokens_total", C,
+         "Prompt tokens whose KV came from the prefix cache at admission.", st->prefix_hit_tokens},
+        {"kiln_prefix_cache_miss_tokens_total", C, "Prompt tokens computed at admission.",
+         st->prefix_miss_tokens},
+        {"kiln_kv_evictions_total", C, "Cached KV blocks taken back for other sequences.",
+         st->kv_evictions},
+        {"kiln_preemptions_total", C,
+         "Running sequences requeued because the KV pool ran dry (resumed from the cache).",
+         st->preemptions},
+        {"kiln_disk_cache_reads_total", C, "KV block files read from the disk tier (verified).",
+         st->disk_reads},
+        {"kiln_disk_cache_writes_total", C, "KV block files written to the disk tier.",
+         st->disk_writes},
+        {"kiln_disk_cache_read_bytes_total", C, "Bytes of the block files read from disk.",
+         st->disk_read_bytes},
+        {"kiln_disk_cache_write_bytes_total", C, "Bytes of the block files written to disk.",
+         st->disk_write_bytes},
+        {"kiln_disk_cache_corrupt_total", C,
+         "Block files that failed a check (corrupt or not this model's): skipped and removed.",
+         st->disk_corrupt},
+        {"kiln_disk_cache_files", G, "Block files the disk tier's directory holds.",
+         st->disk_files},
+        {"kiln_disk_cache_bytes", G, "Bytes the disk tier's block files hold.", st->disk_bytes},
+    };
+    for (size_t i = 0; i < sizeof eng / sizeof eng[0]; i++)
+        render_one(o, eng[i].name, eng[i].type, eng[i].help, eng[i].v);
 }

@@ -35,7 +35,8 @@ typedef struct srv_metrics {
     int n_status;
     uint64_t status_overflow;
     uint64_t prompt_tokens, completion_tokens;
-    uint64_t finish[5]; /* by kiln_finish_reason */
+    uint64_t cached_tokens; /* of prompt_tokens, those served from the prefix cache */
+    uint64_t finish[5];     /* by kiln_finish_reason */
     srv_hist ttft, itl, e2e;
 } srv_metrics;
 
@@ -48,16 +49,20 @@ void srv_metrics_destroy(srv_metrics *m);
 
 /** Count one finished HTTP request. */
 void srv_metrics_request(srv_metrics *m, int endpoint, int status);
-/** Count a finished generation: tokens, finish reason, end-to-end seconds. */
-void srv_metrics_generation(srv_metrics *m, int32_t prompt_tokens, int32_t completion_tokens,
-                            kiln_finish_reason finish, double e2e_s);
+/** Count a finished generation: prompt tokens (cached_tokens of them from the prefix cache,
+ *  kiln_usage.cached_tokens), generated tokens, finish reason, end-to-end seconds. Negative
+ *  counts are taken as 0. */
+void srv_metrics_generation(srv_metrics *m, int32_t prompt_tokens, int32_t cached_tokens,
+                            int32_t completion_tokens, kiln_finish_reason finish, double e2e_s);
 /** Observe one time to first token / one inter-token gap (seconds). */
 void srv_metrics_ttft(srv_metrics *m, double s);
 void srv_metrics_itl(srv_metrics *m, double s);
 
 /**
- * Render everything, with the engine's gauges (running/waiting sequences, KV blocks) from
- * st (NULL while the model loads: those gauges are then 0). Appends to out.
+ * Render everything, with the engine's gauges and counters from st (NULL while the model
+ * loads: those are then 0): running/waiting sequences, KV blocks (used, total, cached),
+ * steps, and the prefix cache's (kiln_prefix_cache_*), preemption and disk tier's
+ * (kiln_disk_cache_*) counters of kiln_engine_stats. Appends to out.
  */
 void srv_metrics_render(srv_metrics *m, const kiln_engine_stats *st, srv_buf *out);
 

@@ -560,11 +560,14 @@ static json_t *lp_json(float lp) {
     return json_real(isfinite(lp) ? (double)lp : -9999.0);
 }
 
+/* OpenAI's usage object: prompt_tokens counts every prompt token, the cached ones
+ * included; prompt_tokens_details.cached_tokens says how many of them came from the prefix
+ * cache (the engine's kiln_usage.cached_tokens). */
 static json_t *usage_json(const kiln_usage *u) {
     return json_pack("{s:i, s:i, s:i, s:{s:i}}", "prompt_tokens", u->prompt_tokens,
                      "completion_tokens", u->completion_tokens, "total_tokens",
                      u->prompt_tokens + u->completion_tokens, "prompt_tokens_details",
-                     "cached_tokens", 0);
+                     "cached_tokens", u->cached_tokens > 0 ? u->cached_tokens : 0);
 }
 
 /* The piece of a token: string (repaired) and, optionally, its bytes. */

@@ -112,9 +112,10 @@ const char *srv_finish_reason(kiln_finish_reason r);
 
 /**
  * A whole (non-streamed) response: text_completion or chat.completion with one choice,
- * logprobs (when asked) for toks[0..n_toks) and usage with
- * prompt_tokens_details.cached_tokens = 0. Returns a malloc'd JSON string, NULL on
- * allocation failure.
+ * logprobs (when asked) for toks[0..n_toks) and usage {prompt_tokens, completion_tokens,
+ * total_tokens, prompt_tokens_details: {cached_tokens}} (OpenAI's shape; cached_tokens is
+ * usage->cached_tokens, the prompt tokens whose KV came from the prefix cache, counted in
+ * prompt_tokens too). Returns a malloc'd JSON string, NULL on allocation failure.
  */
 char *srv_response_json(const srv_resp_info *ri, const char *text, size_t text_len,
                         const srv_tok *toks, int32_t n_toks, kiln_finish_reason finish,
@@ -128,7 +129,8 @@ char *srv_response_json(const srv_resp_info *ri, const char *text, size_t text_l
  *                   code points since the start of the completion) advances;
  *   srv_sse_finish: the last choice chunk: empty delta/text and finish_reason, carrying the
  *                   logprobs of tokens whose text was never sent (held back, then dropped);
- *   srv_sse_usage:  when include_usage: "choices": [] and usage;
+ *   srv_sse_usage:  when include_usage: "choices": [] and usage, in srv_response_json's
+ *                   shape (prompt_tokens_details.cached_tokens included);
  *   srv_sse_done:   "data: [DONE]\n\n".
  * With include_usage every choice chunk carries "usage": null, as OpenAI sends it.
  * Return false on allocation failure.

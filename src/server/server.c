@@ -397,8 +397,9 @@ static bool take_event(srv_req *r, const kiln_event *ev) {
         snprintf(r->fin_message, sizeof r->fin_message, "%s", ev->message ? ev->message : "");
         if (ev->finish_reason == KILN_FINISH_CANCELLED && srv_watch_hungup(s->watch, r->watch_h))
             r->client_gone = true;
-        srv_metrics_generation(&s->metrics, ev->usage.prompt_tokens, ev->usage.completion_tokens,
-                               ev->finish_reason, (now - r->t_start) / 1e3);
+        srv_metrics_generation(&s->metrics, ev->usage.prompt_tokens, ev->usage.cached_tokens,
+                               ev->usage.completion_tokens, ev->finish_reason,
+                               (now - r->t_start) / 1e3);
         if (r->gen.stream && !r->client_gone) {
             if (ev->finish_reason == KILN_FINISH_ERROR) {
                 srv_error e = {.http_status = 500, .type = "server_error"};
@@ -742,7 +743,7 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
     /* A generation whose FINISH event was never read (the connection failed first) still
      * counts, as cancelled, with the tokens seen so far. */
     if (r->stream && !r->finished)
-        srv_metrics_generation(&s->metrics, r->n_prompt, r->n_tokens, KILN_FINISH_CANCELLED,
+        srv_metrics_generation(&s->metrics, r->n_prompt, 0, r->n_tokens, KILN_FINISH_CANCELLED,
                                (srv_now_ms() - r->t_start) / 1e3);
     if (r->stream) {
         /* a hang-up the watcher saw after a generation finished on its own and its response
@@ -774,8 +775,11 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
                 snprintf(ttft, sizeof ttft, "%.1f", r->t_first - r->t_start);
             else
                 snprintf(ttft, sizeof ttft, "-");
-            srv_log(s, "%s %s %s %d prompt=%d completion=%d ttft_ms=%s total_ms=%.1f finish=%s%s",
+            srv_log(s,
+                    "%s %s %s %d prompt=%d cached=%d completion=%d ttft_ms=%s total_ms=%.1f "
+                    "finish=%s%s",
                     r->id, r->method, r->path, status, r->n_prompt,
+                    r->finished ? r->usage.cached_tokens : 0,
                     r->finished ? r->usage.completion_tokens : r->n_tokens, ttft, total, fin,
                     gone ? " (client disconnected)" : "");
         } else {

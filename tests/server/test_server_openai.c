@@ -251,13 +251,16 @@ static void test_error_json(void) {
     free(s);
 }
 
-static void check_usage(json_t *u, int p, int c) {
+/* OpenAI's usage: prompt_tokens (the cached ones included), completion_tokens, total_tokens
+ * and prompt_tokens_details.cached_tokens (kiln_usage.cached_tokens). */
+static void check_usage(json_t *u, int p, int cached, int c) {
     CHECK(json_integer_value(json_object_get(u, "prompt_tokens")) == p);
     CHECK(json_integer_value(json_object_get(u, "completion_tokens")) == c);
     CHECK(json_integer_value(json_object_get(u, "total_tokens")) == p + c);
     json_t *d = json_object_get(u, "prompt_tokens_details");
-    CHECK(json_is_integer(json_object_get(d, "cached_tokens")) &&
-          json_integer_value(json_object_get(d, "cached_tokens")) == 0);
+    CHECKF(json_is_integer(json_object_get(d, "cached_tokens")) &&
+               json_integer_value(json_object_get(d, "cached_tokens")) == cached,
+           "usage.prompt_tokens_details.cached_tokens: want %d", cached);
 }
 
 static void test_responses(void) {
@@ -275,15 +278,25 @@ static void test_responses(void) {
     CHECK(!strcmp(json_string_value(json_object_get(c0, "text")), "hi \xEF\xBF\xBD"));
     CHECK(!strcmp(json_string_value(json_object_get(c0, "finish_reason")), "length"));
     CHECK(json_is_null(json_object_get(c0, "logprobs")));
-    check_usage(json_object_get(j, "usage"), 4, 2);
+    check_usage(json_object_get(j, "usage"), 4, 0, 2);
+    json_decref(j);
+    free(s);
+
+    /* A prefix-cache hit: the engine's cached_tokens, counted in prompt_tokens as well. */
+    kiln_usage hit = {.prompt_tokens = 40, .cached_tokens = 32, .completion_tokens = 2};
+    s = srv_response_json(&ri, "ok", 2, NULL, 0, KILN_FINISH_LENGTH, &hit, NULL);
+    REQUIRE(s);
+    j = load(s);
+    check_usage(json_object_get(j, "usage"), 40, 32, 2);
     json_decref(j);
     free(s);
 
     ri.kind = SRV_CHAT;
     ri.id = "chatcmpl-1";
-    s = srv_response_json(&ri, "ok", 2, NULL, 0, KILN_FINISH_STOP, &u, NULL);
+    s = srv_response_json(&ri, "ok", 2, NULL, 0, KILN_FINISH_STOP, &hit, NULL);
     j = load(s);
     CHECK(!strcmp(json_string_value(json_object_get(j, "object")), "chat.completion"));
+    check_usage(json_object_get(j, "usage"), 40, 32, 2);
     c0 = json_array_get(json_object_get(j, "choices"), 0);
     json_t *msg = json_object_get(c0, "message");
     CHECK(!strcmp(json_string_value(json_object_get(msg, "role")), "assistant"));
@@ -313,7 +326,7 @@ static void test_sse(void) {
         .kind = SRV_CHAT, .id = "chatcmpl-x", .created = 1, .model = "m", .include_usage = true};
     srv_buf b = {0};
     int64_t off = 0;
-    kiln_usage u = {.prompt_tokens = 3, .completion_tokens = 1};
+    kiln_usage u = {.prompt_tokens = 19, .cached_tokens = 16, .completion_tokens = 1};
     REQUIRE(srv_sse_role(&ri, &b));
     REQUIRE(srv_sse_text(&ri, "Hi", 2, NULL, 0, &off, &b));
     REQUIRE(srv_sse_finish(&ri, KILN_FINISH_STOP, NULL, 0, &off, &b));
@@ -342,7 +355,7 @@ static void test_sse(void) {
     json_decref(j);
     j = load(pl[3]);
     CHECK(json_array_size(json_object_get(j, "choices")) == 0);
-    check_usage(json_object_get(j, "usage"), 3, 1);
+    check_usage(json_object_get(j, "usage"), 19, 16, 1);
     json_decref(j);
     CHECK(!strcmp(pl[4], "[DONE]"));
     srv_buf_free(&b);

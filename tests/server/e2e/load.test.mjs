@@ -103,7 +103,7 @@ test(`${N} concurrent streaming clients: complete, well formed, equal to one at 
   assert.equal(fin.kiln_kv_blocks_used, 0);
   assert.equal(okCount(fin), 2 * N);
   assert.equal(fin['kiln_time_to_first_token_seconds_count'], 2 * N);
-  const logLines = () => srv.stderr.split('\n').filter((l) => / POST \/v1\/(chat\/)?completions 200 prompt=\d+ completion=\d+ ttft_ms=[\d.]+ total_ms=[\d.]+ finish=(stop|length)$/.test(l));
+  const logLines = () => srv.stderr.split('\n').filter((l) => / POST \/v1\/(chat\/)?completions 200 prompt=\d+ cached=\d+ completion=\d+ ttft_ms=[\d.]+ total_ms=[\d.]+ finish=(stop|length)$/.test(l));
   for (let i = 0; i < 100 && logLines().length < 2 * N; i++) await sleep(10);
   assert.equal(logLines().length, 2 * N, 'one log line per request');
 });

@@ -1,0 +1,72 @@
+/*
+ * bench.h - what the two modes of `kiln bench` share: cmd_bench.c (concurrency levels over
+ * independent synthetic prompts) and bench_prefix.c (--shared-prefix: prompts that share a
+ * prefix, with the prefix cache off, on, and across an engine restart over --cache-dir).
+ */
+#ifndef KILN_CLI_BENCH_H
+#define KILN_CLI_BENCH_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "kiln.h"
+
+/** One benchmark request, read by bench_consume. Times are milliseconds on CLOCK_MONOTONIC
+ *  (cli_now_ms's clock): t_submit is set by the caller just before kiln_engine_submit, the
+ *  others are the engine's event times (kiln_event.time_ns), so a reader thread that wakes
+ *  late does not skew them. */
+typedef struct bench_req {
+    kiln_stream *stream;
+    double t_submit, t_first, t_last, t_end;
+    int32_t n_tokens;      /* TOKEN events */
+    int32_t cached_tokens; /* the FINISH usage's cached_tokens (prefix cache) */
+    int32_t prompt_tokens; /* the FINISH usage's prompt_tokens */
+    kiln_finish_reason finish;
+    kiln_error err; /* finish KILN_FINISH_ERROR: why */
+} bench_req;
+
+/** Read r->stream to its FINISH event, filling r's times, counts and finish (a failed
+ *  kiln_stream_next or an error finish sets finish KILN_FINISH_ERROR and r->err). Does not
+ *  destroy the stream. Usable as a pthread start routine (arg: a bench_req). */
+void *bench_consume(void *arg);
+
+/** Token ids for synthetic prompts: every id of the vocabulary that is not end-of-generation,
+ *  not BOS and (with a tokenizer) decodes to a non-empty piece, ascending. malloc'd; *n_out
+ *  gets the count. NULL when out of memory. */
+int32_t *bench_ordinary_tokens(const kiln_model *m, int32_t *n_out);
+
+/** xorshift64 (Marsaglia 2003): advance *x (non-zero) and return it. */
+uint64_t bench_xorshift(uint64_t *x);
+
+/** qsort comparator for doubles, ascending. */
+int bench_cmp_double(const void *a, const void *b);
+
+/** Nearest-rank percentile p (0..100) of sorted v[0..n), n >= 1. */
+double bench_percentile(const double *v, int32_t n, double p);
+
+/** CPU seconds the whole process has used (all threads): CLOCK_PROCESS_CPUTIME_ID. */
+double bench_cpu_now_s(void);
+
+/** What `kiln bench --shared-prefix` runs (defaults in cmd_bench.c's usage). */
+typedef struct bench_prefix_opts {
+    int32_t prefix_tokens; /* N: tokens every prompt starts with */
+    int32_t suffix_tokens; /* unique tokens after the prefix, per request */
+    int32_t gen_tokens;    /* greedy tokens generated per request (ignore_eos) */
+    int32_t clients;       /* concurrent client threads, each submitting and reading */
+    int32_t requests;      /* measured requests per phase */
+    uint64_t seed;         /* of the synthetic prefix and suffixes */
+    bool json;             /* one JSON object instead of a table */
+} bench_prefix_opts;
+
+/**
+ * Run the shared-prefix benchmark on the model at model_path (loaded with *lp) and print its
+ * table (or JSON) to stdout. ep holds the engine options the user gave: each phase creates a
+ * fresh engine from a copy, with no_prefix_cache set for "off" and cleared for "on"; only the
+ * "restart" phase, run when ep->cache_dir is set, uses the directory (and
+ * ep->cache_disk_max). ep->no_prefix_cache must be false. Returns 0, or KILN_EXIT_ERROR after
+ * printing "kiln: error: ..." (a model or engine that does not load, a failed request).
+ */
+int bench_prefix_run(const char *model_path, const kiln_model_params *lp,
+                     const kiln_engine_params *ep, const bench_prefix_opts *o);
+
+#endif
