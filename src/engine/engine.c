@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "engine/engine_internal.h"
 #include "util/threadpool.h"
@@ -201,8 +202,22 @@ static void *engine_main(void *arg) {
     kiln_engine *e = arg;
     for (;;) {
         pthread_mutex_lock(&e->mu);
-        while (!e->shutdown && !e->in_head && !e->wait_head && e->n_running == 0)
-            pthread_cond_wait(&e->cv, &e->mu);
+        while (!e->shutdown && !e->in_head && !e->wait_head && e->n_running == 0) {
+            if (!e->load_head) {
+                pthread_cond_wait(&e->cv, &e->mu);
+                continue;
+            }
+            /* only disk reads in flight: look at them every millisecond */
+            if (kiln_engine_any_load_done(e)) break;
+            struct timespec ts;
+            clock_gettime(CLOCK_REALTIME, &ts);
+            ts.tv_nsec += 1000000;
+            if (ts.tv_nsec >= 1000000000) {
+                ts.tv_sec++;
+                ts.tv_nsec -= 1000000000;
+            }
+            pthread_cond_timedwait(&e->cv, &e->mu, &ts);
+        }
         bool stop = e->shutdown;
         pthread_mutex_unlock(&e->mu);
         if (stop) break;

@@ -289,6 +289,8 @@ void kiln_engine_prefix_disk_stats(const kiln_engine *e, kiln_engine_stats *out)
 bool kiln_engine_prefix_load_done(const kiln_seq *s);
 /** Drop a LOADING s's read (waiting for it if it is in flight). */
 void kiln_engine_prefix_cancel_load(kiln_engine *e, kiln_seq *s);
+/** Whether some LOADING sequence's read finished or it was cancelled. Engine thread. */
+bool kiln_engine_any_load_done(const kiln_engine *e);
 /** Finish every LOADING sequence as cancelled (shutdown). Engine thread. */
 void kiln_engine_cancel_loading(kiln_engine *e);
 /** Whether the recurrent chunk rule applies: prefix cache on and the model has recurrent

@@ -255,6 +255,12 @@ static void poll_loading(kiln_engine *e) {
     }
 }
 
+bool kiln_engine_any_load_done(const kiln_engine *e) {
+    for (const kiln_seq *s = e->load_head; s; s = s->next)
+        if (kiln_engine_prefix_load_done(s) || atomic_load(&s->stream->cancel)) return true;
+    return false;
+}
+
 void kiln_engine_cancel_loading(kiln_engine *e) {
     while (e->load_head) {
         kiln_seq *s = e->load_head;
