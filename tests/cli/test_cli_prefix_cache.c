@@ -22,7 +22,7 @@
  * engine's counters (prefix_hit_requests, disk_reads) say it hit. Make it 1 once the engine's
  * prefix cache and disk tier are in. */
 #ifndef KILN_TEST_PREFIX_CACHE_STRICT
-#define KILN_TEST_PREFIX_CACHE_STRICT 0
+#define KILN_TEST_PREFIX_CACHE_STRICT 1
 #endif
 
 static const char *g_model;

@@ -21,7 +21,7 @@
  * (kiln_prefix_cache_hits_total > 0). Make it strict here, or with
  * -DKILN_TEST_PREFIX_CACHE_STRICT=1, once the engine's prefix cache is in. */
 #ifndef KILN_TEST_PREFIX_CACHE_STRICT
-#define KILN_TEST_PREFIX_CACHE_STRICT 0
+#define KILN_TEST_PREFIX_CACHE_STRICT 1
 #endif
 
 static kiln_model *g_model;

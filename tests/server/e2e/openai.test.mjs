@@ -284,7 +284,7 @@ describe('chat', () => {
 describe('prefix cache', () => {
   // Until the engine fills kiln_usage.cached_tokens (issue 13) a hit is required only when
   // /metrics reports one; set STRICT to true once it does.
-  const STRICT = false;
+  const STRICT = true;
   test('a repeated long prompt reports usage.prompt_tokens_details.cached_tokens', async () => {
     const prompt = Array.from({ length: 70 }, (_, i) => 3 + ((i * 53) % 500));
     const req = { model: MODEL, prompt, max_tokens: 6, temperature: 0 };
