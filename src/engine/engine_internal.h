@@ -283,6 +283,13 @@ bool kiln_engine_prefix_start_load(kiln_engine *e, kiln_seq *s, int32_t first);
 /** For a LOADING s whose read finished: put the verified blocks into the pool and the RAM
  *  index (cached, idle), free the read; s can then be admitted (it hits in RAM). */
 void kiln_engine_prefix_finish_load(kiln_engine *e, kiln_seq *s);
+/** Open the disk tier on e->cache_dir for a model of this fingerprint and install the
+ *  write-behind (prefix_disk.c). Errors: KILN_ERR_INVALID_ARGUMENT (cache_disk_max < 0),
+ *  KILN_ERR_IO (the directory: unusable, or locked by another kiln process),
+ *  KILN_ERR_OUT_OF_MEMORY. */
+kiln_status kiln_engine_prefix_disk_open(kiln_engine *e, uint64_t fingerprint, kiln_error *err);
+/** Flush the queued writes and close the disk tier (no-op without one). */
+void kiln_engine_prefix_disk_close(kiln_engine *e);
 /** The disk tier's counters into out's disk_* fields (left zero without one). Any thread. */
 void kiln_engine_prefix_disk_stats(const kiln_engine *e, kiln_engine_stats *out);
 /** Whether a LOADING s's disk read has finished (any thread may have completed it). */

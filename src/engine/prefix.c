@@ -32,15 +32,13 @@
 
 #include "engine/engine_internal.h"
 #include "util/error.h"
+#include "util/log.h"
 
 #define CKPT_BYTES_MIN ((int64_t)256 << 20)
 
 static int64_t elem_bytes(kiln_dtype dt) {
     return dt == KILN_DTYPE_F32 ? 4 : 2;
 }
-
-kiln_status kiln_engine_prefix_disk_open(kiln_engine *e, uint64_t fingerprint, kiln_error *err);
-void kiln_engine_prefix_disk_close(kiln_engine *e);
 
 kiln_status kiln_engine_prefix_init(kiln_engine *e, kiln_error *err) {
     if (e->p.no_prefix_cache) return KILN_OK;
@@ -76,6 +74,9 @@ kiln_status kiln_engine_prefix_init(kiln_engine *e, kiln_error *err) {
     const kiln_model_config *c = &e->model->cfg;
     e->disk_kv_bytes = 2 * (int64_t)c->n_layer * e->p.block_size * (int64_t)c->n_head_kv *
                        c->head_dim * elem_bytes(fmt);
+    if (e->rec_state_floats > 0 && !e->be->ops->host_memory)
+        kiln_log_warn("prefix cache: this model's recurrent state lives in device memory, which "
+                      "is not checkpointed yet; its prompts are computed, never shared");
     if (disk) return kiln_engine_prefix_disk_open(e, fp, err);
     return KILN_OK;
 }

@@ -20,9 +20,6 @@
 #include "kv/disk_tier.h"
 #include "util/error.h"
 
-kiln_status kiln_engine_prefix_disk_open(kiln_engine *e, uint64_t fingerprint, kiln_error *err);
-void kiln_engine_prefix_disk_close(kiln_engine *e);
-
 static size_t rows_bytes(const kiln_engine *e) {
     return (size_t)(e->disk_kv_bytes / (2 * (int64_t)e->model->cfg.n_layer));
 }
