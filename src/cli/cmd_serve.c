@@ -55,7 +55,7 @@ static void serve_usage(FILE *f) {
            "prefix cache (on by default: requests that share a prompt prefix share its KV\n"
            "blocks; usage.prompt_tokens_details.cached_tokens says how many):\n"
            "      --no-prefix-cache     compute every prompt token (no prefix cache)\n"
-           "      --cache-dir DIR       also keep KV blocks evicted from RAM in DIR (created if\n"
+           "      --cache-dir DIR       also write cached KV blocks to DIR (created if\n"
            "                            absent; one server per DIR): they survive a restart\n"
            "      --cache-disk-max SIZE most bytes DIR may hold (default 16G)\n");
 }

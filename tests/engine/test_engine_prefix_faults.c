@@ -45,7 +45,7 @@
 #define PREFIX_LEN 80 /* 5 blocks */
 #define N_PREFIX   (PREFIX_LEN / BS)
 #define MAX_TOK    20
-#define PATH_MAX_  512
+#define PATH_MAX_  1024
 
 typedef struct prompt {
     int32_t ids[256];
