@@ -47,6 +47,13 @@ double bench_percentile(const double *v, int32_t n, double p);
 /** CPU seconds the whole process has used (all threads): CLOCK_PROCESS_CPUTIME_ID. */
 double bench_cpu_now_s(void);
 
+/** Make ep->n_ctx hold a request of per_req positions: the --ctx the user gave (0: the model's
+ *  training context), stretched to per_req when shorter, with a warning on stderr (RoPE
+ *  extrapolates; the figures stay meaningful for speed, not for text). Returns 0, or
+ *  KILN_EXIT_USAGE (an explicit --ctx shorter than a request: an error on stderr).
+ *  (bench_util.c) */
+int bench_fit_ctx(const kiln_model *m, kiln_engine_params *ep, int64_t per_req);
+
 /** What `kiln bench --shared-prefix` runs (defaults in cmd_bench.c's usage). */
 typedef struct bench_prefix_opts {
     int32_t prefix_tokens; /* N: tokens every prompt starts with */

@@ -291,20 +291,7 @@ int bench_prefix_run(const char *model_path, const kiln_model_params *lp,
      * cache can keep the prefix while the clients run. */
     kiln_engine_params ep = *ep0;
     int64_t per_req = (int64_t)o->prefix_tokens + o->suffix_tokens + o->gen_tokens;
-    int64_t n_ctx = ep.n_ctx > 0 ? ep.n_ctx : kiln_model_n_ctx_train(m);
-    if (ep.n_ctx > 0 && n_ctx < per_req) {
-        fprintf(stderr, "kiln: error: --ctx %lld is shorter than a request (%lld positions)\n",
-                (long long)n_ctx, (long long)per_req);
-        rc = KILN_EXIT_USAGE;
-        goto done;
-    }
-    if (n_ctx > 0 && n_ctx < per_req)
-        fprintf(stderr,
-                "kiln bench: warning: requests of %lld positions exceed the model's training "
-                "context of %lld; the context is stretched to fit (speed figures only)\n",
-                (long long)per_req, (long long)n_ctx);
-    if (n_ctx < per_req) n_ctx = per_req;
-    ep.n_ctx = (int32_t)n_ctx;
+    if ((rc = bench_fit_ctx(m, &ep, per_req)) != 0) goto done;
     int32_t bs = ep.block_size > 0 ? ep.block_size : 16;
     if (ep.kv_memory == 0 && ep.kv_tokens == 0) {
         int64_t want = ((int64_t)o->clients + 1) * (per_req + bs);
@@ -336,15 +323,7 @@ int bench_prefix_run(const char *model_path, const kiln_model_params *lp,
                       o->clients, "requests", o->requests, "threads", used.n_threads, "kv_type",
                       cli_kv_type_name(ep.kv_type), "block_size",
                       used.block_size > 0 ? used.block_size : bs, "cache_dir", dir, "phases", arr);
-        char *s = j ? json_dumps(j, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
-        if (!s) {
-            fprintf(stderr, "kiln: error: cannot build the JSON output\n");
-            rc = KILN_EXIT_ERROR;
-        } else {
-            printf("%s\n", s);
-        }
-        free(s);
-        json_decref(j);
+        if (cli_print_json(j)) rc = KILN_EXIT_ERROR;
     } else {
         printf("kiln bench --shared-prefix: %s | prefix %d + suffix %d tokens, gen %d | %d "
                "clients, %d requests per phase | %d threads | KV %s, blocks of %d\n",

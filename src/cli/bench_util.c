@@ -1,4 +1,5 @@
 /* bench_util.c - helpers of `kiln bench`'s two modes (bench.h). */
+#include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
 
@@ -70,4 +71,21 @@ double bench_cpu_now_s(void) {
     struct timespec ts;
     clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+int bench_fit_ctx(const kiln_model *m, kiln_engine_params *ep, int64_t per_req) {
+    int64_t n_ctx = ep->n_ctx > 0 ? ep->n_ctx : kiln_model_n_ctx_train(m);
+    if (ep->n_ctx > 0 && n_ctx < per_req) {
+        fprintf(stderr, "kiln: error: --ctx %lld is shorter than a request (%lld positions)\n",
+                (long long)n_ctx, (long long)per_req);
+        return KILN_EXIT_USAGE;
+    }
+    if (n_ctx > 0 && n_ctx < per_req)
+        fprintf(stderr,
+                "kiln bench: warning: requests of %lld positions exceed the model's training "
+                "context of %lld; the context is stretched to fit (speed figures only)\n",
+                (long long)per_req, (long long)n_ctx);
+    if (n_ctx < per_req) n_ctx = per_req;
+    ep->n_ctx = (int32_t)n_ctx;
+    return 0;
 }

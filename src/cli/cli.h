@@ -139,4 +139,10 @@ bool cli_parse_kv_type(const char *s, kiln_dtype *out);
  *  anything else. (cmd_quantize.c) */
 bool cli_parse_weight_type(const char *s, kiln_dtype *out);
 
+typedef struct json_t json_t;
+/** Print o as one compact line of JSON (keys in insertion order) to stdout and drop the
+ *  reference. NULL o (a failed json_pack) or a failed dump prints "kiln: error: cannot build
+ *  the JSON output" to stderr. Returns 0 or KILN_EXIT_ERROR. (common.c) */
+int cli_print_json(json_t *o);
+
 #endif

@@ -316,20 +316,7 @@ int kiln_cmd_bench(int argc, char **argv) {
     /* The synthetic requests may be longer than the model was trained for; the engine's
      * context is stretched to fit them (RoPE extrapolates; the numbers stay meaningful for
      * speed, not for text quality). */
-    int64_t n_ctx = ep.n_ctx > 0 ? ep.n_ctx : kiln_model_n_ctx_train(m);
-    if (ep.n_ctx > 0 && n_ctx < per_req) {
-        fprintf(stderr, "kiln: error: --ctx %lld is shorter than a request (%lld positions)\n",
-                (long long)n_ctx, (long long)per_req);
-        rc = KILN_EXIT_USAGE;
-        goto done;
-    }
-    if (n_ctx > 0 && n_ctx < per_req)
-        fprintf(stderr,
-                "kiln bench: warning: requests of %lld positions exceed the model's training "
-                "context of %lld; the context is stretched to fit (speed figures only)\n",
-                (long long)per_req, (long long)n_ctx);
-    if (n_ctx < per_req) n_ctx = per_req;
-    ep.n_ctx = (int32_t)n_ctx;
+    if ((rc = bench_fit_ctx(m, &ep, per_req)) != 0) goto done;
     if (ep.kv_memory == 0 && ep.kv_tokens == 0) {
         int64_t want = (int64_t)max_c * (per_req + 16); /* + a partial block each */
         ep.kv_tokens = want > INT32_MAX ? INT32_MAX : (int32_t)want;
@@ -394,15 +381,7 @@ int kiln_cmd_bench(int argc, char **argv) {
                               (json_int_t)gen_tokens, "threads", n_threads, "kv_type",
                               cli_kv_type_name(ep.kv_type), "kv_blocks_total", st.kv_blocks_total,
                               "block_size", st.block_size, "levels", arr);
-        char *s = o ? json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
-        if (!s) {
-            fprintf(stderr, "kiln: error: cannot build the JSON output\n");
-            rc = KILN_EXIT_ERROR;
-        } else {
-            printf("%s\n", s);
-        }
-        free(s);
-        json_decref(o);
+        if (cli_print_json(o)) rc = KILN_EXIT_ERROR;
     }
 done:
     free(ord);

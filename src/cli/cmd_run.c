@@ -305,15 +305,7 @@ int kiln_cmd_run(int argc, char **argv) {
             kiln_finish_reason_name(finish), "cached_tokens", cached, "timings", "load_ms", load_ms,
             "prompt_ms", prompt_ms, "generation_ms", gen_ms, "prompt_tokens_per_s", pp_tps,
             "generation_tokens_per_s", tg_tps, "seed", (json_int_t)rq.seed);
-        char *s = o ? json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
-        if (!s) {
-            fprintf(stderr, "kiln: error: cannot build the JSON output\n");
-            rc = KILN_EXIT_ERROR;
-        } else {
-            printf("%s\n", s);
-        }
-        free(s);
-        json_decref(o);
+        if (cli_print_json(o)) rc = KILN_EXIT_ERROR;
     }
     fprintf(stderr,
             "kiln: load %.1f ms | prompt %zu tokens (%d cached), %.1f tok/s | generated %zu "

@@ -1,3 +1,4 @@
+#include <jansson.h>
 #include <errno.h>
 #include <getopt.h>
 #include <sys/random.h>
@@ -321,4 +322,18 @@ bool cli_clobbers_input(const char *out, const char *in) {
     size_t bl = strlen(base);
     return (bl > 12 && !strcmp(base + bl - 12, ".safetensors")) ||
            (bl > 5 && !strcmp(base + bl - 5, ".json")) || !strncmp(base, "tokenizer", 9);
+}
+
+int cli_print_json(json_t *o) {
+    char *s = o ? json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
+    int rc = 0;
+    if (!s) {
+        fprintf(stderr, "kiln: error: cannot build the JSON output\n");
+        rc = KILN_EXIT_ERROR;
+    } else {
+        printf("%s\n", s);
+    }
+    free(s);
+    json_decref(o);
+    return rc;
 }
