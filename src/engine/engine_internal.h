@@ -170,14 +170,14 @@ struct kiln_seq {
     int32_t n_generated; /* tokens sampled, the stopping token included */
     kiln_block_table bt; /* covers n_computed positions, plus this step's while it runs */
     /* prefix cache (prefix.c) */
-    uint64_t *bhash;      /* chain hashes of the full blocks of tokens: [n_hashed] */
+    uint64_t *bhash; /* chain hashes of the full blocks of tokens: [n_hashed] */
     int32_t n_hashed, cap_hash;
     int32_t n_registered; /* leading full blocks offered to the cache since admission */
     int32_t n_cached;     /* prompt tokens shared from the cache at the first admission */
     bool admitted_once;
-    bool disk_tried;          /* the disk tier was asked once for this admission */
-    int32_t ckpt_index;       /* index of the block carrying this sequence's latest decode
-                                 checkpoint (recurrent models), or -1 */
+    bool disk_tried;               /* the disk tier was asked once for this admission */
+    int32_t ckpt_index;            /* index of the block carrying this sequence's latest decode
+                                      checkpoint (recurrent models), or -1 */
     struct kiln_disk_fetch *fetch; /* LOADING: the disk read in flight */
     int32_t fetch_first;           /* LOADING: index of the first block being read */
     float *rec_state;          /* recurrent-layer state (kiln_model_seq_state_floats), or NULL */
@@ -206,7 +206,7 @@ struct kiln_engine {
     int32_t n_vocab;
     int64_t rec_state_floats; /* per-sequence recurrent state size; 0 for most models */
     kiln_kv_pool *pool;
-    kiln_backend *be;     /* the compute backend context (threads, arena) */
+    kiln_backend *be;    /* the compute backend context (threads, arena) */
     kiln_runner *runner; /* executes the scheduler's batches on be and pool */
     kiln_engine_debug debug;
 
@@ -224,8 +224,8 @@ struct kiln_engine {
     kiln_seq *wait_head, *wait_tail; /* FIFO of requests waiting for admission */
     kiln_seq **running;              /* [n_running], in admission order */
     int32_t n_running;
-    kiln_seq *load_head;             /* sequences in KILN_SEQ_LOADING (a list via next) */
-    int32_t *hit_blocks;             /* [n_blocks]: admission's lookup result */
+    kiln_seq *load_head; /* sequences in KILN_SEQ_LOADING (a list via next) */
+    int32_t *hit_blocks; /* [n_blocks]: admission's lookup result */
     /* prefix cache (prefix.c): NULL when off */
     kiln_prefix_cache *pcache;
     struct kiln_disk_tier *disk; /* NULL without cache_dir */
@@ -233,7 +233,7 @@ struct kiln_engine {
     uint8_t *disk_buf;           /* one block's payload, gathered for the disk tier */
     int64_t disk_kv_bytes;       /* its size: 2 * n_layer * block_size * kv_dim elements */
     int64_t ckpt_bytes_max;      /* budget for recurrent checkpoints, bytes */
-    int32_t decode_rr; /* rotation of the decode order when the budget is short */
+    int32_t decode_rr;           /* rotation of the decode order when the budget is short */
     int64_t step;
     kiln_sampler_scratch *scratch;
     float *logits_buf; /* [cap_out][n_vocab] */
@@ -268,6 +268,12 @@ void kiln_engine_prefix_shutdown(kiln_engine *e);
  * tokens.n / block_size). Takes no references.
  */
 int32_t kiln_engine_prefix_lookup(kiln_engine *e, kiln_seq *s, int32_t *blocks);
+/** The parent hash of s's block i: h_{i-1}, or the namespace for i == 0 (s->bhash must cover
+ *  i - 1). Inline: prefix.c and prefix_disk.c both chain through it. */
+static inline uint64_t kiln_engine_prefix_parent(const kiln_engine *e, const kiln_seq *s,
+                                                 int32_t i) {
+    return i ? s->bhash[i - 1] : kiln_prefix_cache_namespace(e->pcache);
+}
 /** Share blocks[0..n) into s's (empty) table and restore the checkpoint after them; s then
  *  starts at n_computed = n * block_size. False (nothing changes) if one cannot be acquired. */
 bool kiln_engine_prefix_share(kiln_engine *e, kiln_seq *s, const int32_t *blocks, int32_t n);

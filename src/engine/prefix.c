@@ -31,14 +31,11 @@
 #include <xxhash.h>
 
 #include "engine/engine_internal.h"
+#include "kv/kv_format.h"
 #include "util/error.h"
 #include "util/log.h"
 
 #define CKPT_BYTES_MIN ((int64_t)256 << 20)
-
-static int64_t elem_bytes(kiln_dtype dt) {
-    return dt == KILN_DTYPE_F32 ? 4 : 2;
-}
 
 kiln_status kiln_engine_prefix_init(kiln_engine *e, kiln_error *err) {
     if (e->p.no_prefix_cache) return KILN_OK;
@@ -66,14 +63,13 @@ kiln_status kiln_engine_prefix_init(kiln_engine *e, kiln_error *err) {
     XXH3_64bits_update(&st, geo, sizeof geo);
     XXH3_64bits_update(&st, numerics, strlen(numerics) + 1);
     const uint64_t ns = XXH3_64bits_digest(&st);
-    kiln_status s =
-        kiln_prefix_cache_create(e->pool, ns, (size_t)e->rec_state_floats * sizeof(float),
-                                 &e->pcache, err);
+    kiln_status s = kiln_prefix_cache_create(
+        e->pool, ns, (size_t)e->rec_state_floats * sizeof(float), &e->pcache, err);
     if (s) return s;
     e->ckpt_bytes_max = e->p.kv_memory / 4 > CKPT_BYTES_MIN ? e->p.kv_memory / 4 : CKPT_BYTES_MIN;
     const kiln_model_config *c = &e->model->cfg;
-    e->disk_kv_bytes = 2 * (int64_t)c->n_layer * e->p.block_size * (int64_t)c->n_head_kv *
-                       c->head_dim * elem_bytes(fmt);
+    e->disk_kv_bytes = 2 * (int64_t)c->n_layer * e->p.block_size *
+                       (int64_t)kiln_kv_format_row_bytes(fmt, (int64_t)c->n_head_kv * c->head_dim);
     if (e->rec_state_floats > 0 && !e->be->ops->host_memory)
         kiln_log_warn("prefix cache: this model's recurrent state lives in device memory, which "
                       "is not checkpointed yet; its prompts are computed, never shared");
@@ -106,14 +102,10 @@ static int32_t ensure_hashes(kiln_engine *e, kiln_seq *s, int32_t n) {
     }
     const uint64_t ns = kiln_prefix_cache_namespace(e->pcache);
     for (int32_t i = s->n_hashed; i < n; i++)
-        s->bhash[i] = kiln_prefix_hash(i ? s->bhash[i - 1] : ns, s->tokens.data + (size_t)i * bs,
-                                       bs, ns);
+        s->bhash[i] =
+            kiln_prefix_hash(i ? s->bhash[i - 1] : ns, s->tokens.data + (size_t)i * bs, bs, ns);
     s->n_hashed = n;
     return n;
-}
-
-static uint64_t parent_of(const kiln_engine *e, const kiln_seq *s, int32_t i) {
-    return i ? s->bhash[i - 1] : kiln_prefix_cache_namespace(e->pcache);
 }
 
 int32_t kiln_engine_prefix_lookup(kiln_engine *e, kiln_seq *s, int32_t *blocks) {
@@ -122,8 +114,9 @@ int32_t kiln_engine_prefix_lookup(kiln_engine *e, kiln_seq *s, int32_t *blocks) 
     const int32_t limit = ensure_hashes(e, s, (int32_t)((s->tokens.n - 1) / bs));
     int32_t n = 0;
     for (; n < limit; n++) {
-        int32_t b = kiln_prefix_cache_find(e->pcache, s->bhash[n], parent_of(e, s, n),
-                                           s->tokens.data + (size_t)n * bs);
+        int32_t b =
+            kiln_prefix_cache_find(e->pcache, s->bhash[n], kiln_engine_prefix_parent(e, s, n),
+                                   s->tokens.data + (size_t)n * bs);
         if (b < 0) break;
         blocks[n] = b;
     }
@@ -160,7 +153,7 @@ void kiln_engine_prefix_commit(kiln_engine *e, kiln_seq *s) {
     int32_t full = ensure_hashes(e, s, s->n_computed / bs);
     if (full > s->bt.n_blocks) full = s->bt.n_blocks;
     for (int32_t i = s->n_registered; i < full; i++)
-        (void)kiln_prefix_cache_insert(e->pcache, s->bhash[i], parent_of(e, s, i),
+        (void)kiln_prefix_cache_insert(e->pcache, s->bhash[i], kiln_engine_prefix_parent(e, s, i),
                                        s->tokens.data + (size_t)i * bs, s->bt.blocks[i]);
     if (full > s->n_registered) s->n_registered = full;
     if (e->rec_state_floats <= 0 || s->n_computed <= 0 || s->n_computed % bs != 0 ||
@@ -169,8 +162,9 @@ void kiln_engine_prefix_commit(kiln_engine *e, kiln_seq *s) {
     /* a checkpoint on the block ending here (the indexed one with these contents: ours, or
      * an identical block another sequence indexed first) */
     const int32_t i = s->n_computed / bs - 1;
-    const int32_t b = kiln_prefix_cache_find(e->pcache, s->bhash[i], parent_of(e, s, i),
-                                             s->tokens.data + (size_t)i * bs);
+    const int32_t b =
+        kiln_prefix_cache_find(e->pcache, s->bhash[i], kiln_engine_prefix_parent(e, s, i),
+                               s->tokens.data + (size_t)i * bs);
     if (b < 0) return;
     const bool decode = s->n_computed > s->n_prompt;
     if (!kiln_prefix_cache_state(e->pcache, b)) {
@@ -184,8 +178,9 @@ void kiln_engine_prefix_commit(kiln_engine *e, kiln_seq *s) {
     /* decoding keeps only its latest checkpoint (the one a preempted sequence resumes from) */
     if (s->ckpt_index >= 0 && s->ckpt_index != i && s->ckpt_index < s->n_hashed) {
         const int32_t j = s->ckpt_index;
-        const int32_t old = kiln_prefix_cache_find(e->pcache, s->bhash[j], parent_of(e, s, j),
-                                                   s->tokens.data + (size_t)j * bs);
+        const int32_t old =
+            kiln_prefix_cache_find(e->pcache, s->bhash[j], kiln_engine_prefix_parent(e, s, j),
+                                   s->tokens.data + (size_t)j * bs);
         if (old >= 0) kiln_prefix_cache_drop_state(e->pcache, old);
     }
     s->ckpt_index = i;

@@ -112,10 +112,6 @@ void kiln_engine_prefix_cancel_load(kiln_engine *e, kiln_seq *s) {
     s->fetch = NULL;
 }
 
-static uint64_t parent_at(const kiln_engine *e, const kiln_seq *s, int32_t i) {
-    return i ? s->bhash[i - 1] : kiln_prefix_cache_namespace(e->pcache);
-}
-
 bool kiln_engine_prefix_start_load(kiln_engine *e, kiln_seq *s, int32_t first) {
     if (!e->disk || !e->pcache || s->tokens.n < 2) return false;
     const int32_t bs = e->p.block_size;
@@ -131,7 +127,7 @@ bool kiln_engine_prefix_start_load(kiln_engine *e, kiln_seq *s, int32_t first) {
     if (n <= 0) return false;
     uint64_t *parents = malloc((size_t)n * sizeof *parents);
     if (!parents) return false;
-    for (int32_t i = 0; i < n; i++) parents[i] = parent_at(e, s, first + i);
+    for (int32_t i = 0; i < n; i++) parents[i] = kiln_engine_prefix_parent(e, s, first + i);
     s->fetch = kiln_disk_tier_fetch(e->disk, s->bhash + first, parents,
                                     s->tokens.data + (size_t)first * bs, n);
     free(parents);
@@ -152,14 +148,15 @@ void kiln_engine_prefix_finish_load(kiln_engine *e, kiln_seq *s) {
     int32_t n_held = 0;
     bool chain = held != NULL;
     for (int32_t i = 0; chain && i < first; i++) {
-        int32_t b = kiln_prefix_cache_find(e->pcache, s->bhash[i], parent_at(e, s, i),
-                                           s->tokens.data + (size_t)i * bs);
+        int32_t b =
+            kiln_prefix_cache_find(e->pcache, s->bhash[i], kiln_engine_prefix_parent(e, s, i),
+                                   s->tokens.data + (size_t)i * bs);
         chain = b >= 0 && kiln_kv_pool_acquire(e->pool, b);
         if (chain) held[n_held++] = b;
     }
     for (int32_t k = 0; chain && k < f->n_ok; k++) {
         const int32_t i = first + k;
-        const uint64_t parent = parent_at(e, s, i);
+        const uint64_t parent = kiln_engine_prefix_parent(e, s, i);
         const int32_t *toks = s->tokens.data + (size_t)i * bs;
         int32_t b = kiln_prefix_cache_find(e->pcache, s->bhash[i], parent, toks);
         if (b >= 0) { /* someone else brought it back meanwhile */

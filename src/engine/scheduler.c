@@ -171,9 +171,9 @@ static void admit(kiln_engine *e) {
          * LRU are counted as available by the pool, but sharing them takes them out. */
         int32_t need = kiln_kv_blocks_for_tokens((int32_t)s->tokens.n, bs) - hit;
         int32_t avail = kiln_kv_pool_n_available(e->pool);
-        for (int32_t i = 0; i < hit; i++) avail -= kiln_kv_pool_refcount(e->pool, e->hit_blocks[i]) == 0;
-        int32_t margin =
-            e->n_running > 0 ? watermark(e) + decode_demand(e) + prefill_demand(e) : 0;
+        for (int32_t i = 0; i < hit; i++)
+            avail -= kiln_kv_pool_refcount(e->pool, e->hit_blocks[i]) == 0;
+        int32_t margin = e->n_running > 0 ? watermark(e) + decode_demand(e) + prefill_demand(e) : 0;
         if (need + margin > avail) {
             if (e->n_running > 0) break; /* wait for blocks (FIFO) */
             /* Nothing runs, yet the pool lacks blocks: they leaked. Fail the request rather
@@ -221,14 +221,27 @@ static void preempt(kiln_engine *e, int32_t idx) {
     atomic_fetch_add(&e->st_preempt, 1);
 }
 
+/* Preempt the most recently admitted unfinished sequence; false when there is none. */
+static bool preempt_newest(kiln_engine *e) {
+    int32_t victim = e->n_running - 1;
+    while (victim >= 0 && e->running[victim]->finish != KILN_FINISH_NONE) victim--;
+    if (victim < 0) return false;
+    preempt(e, victim);
+    return true;
+}
+
 /* Preempt the most recently admitted sequences until the decoding ones get their blocks. */
 static void preempt_for_decode(kiln_engine *e) {
-    while (e->n_running > 0 && decode_demand(e) > kiln_kv_pool_n_available(e->pool)) {
-        int32_t victim = e->n_running - 1;
-        while (victim >= 0 && e->running[victim]->finish != KILN_FINISH_NONE) victim--;
-        if (victim < 0) return;
-        preempt(e, victim);
-    }
+    while (e->n_running > 0 && decode_demand(e) > kiln_kv_pool_n_available(e->pool))
+        if (!preempt_newest(e)) return;
+}
+
+/* Finish a LOADING sequence (already unlinked) as cancelled: its read is dropped. */
+static void cancel_loading_seq(kiln_engine *e, kiln_seq *s) {
+    kiln_engine_prefix_cancel_load(e, s);
+    atomic_fetch_sub(&e->n_queued, 1); /* loading counts as queued */
+    kiln_seq_finish(s, KILN_FINISH_CANCELLED, KILN_OK, NULL);
+    kiln_seq_release(e, s);
 }
 
 /* LOADING sequences whose disk read finished go back to the head of the FIFO (their blocks
@@ -244,10 +257,7 @@ static void poll_loading(kiln_engine *e) {
         *pp = s->next;
         s->next = NULL;
         if (cancel) {
-            kiln_engine_prefix_cancel_load(e, s);
-            atomic_fetch_sub(&e->n_queued, 1);
-            kiln_seq_finish(s, KILN_FINISH_CANCELLED, KILN_OK, NULL);
-            kiln_seq_release(e, s);
+            cancel_loading_seq(e, s);
         } else {
             kiln_engine_prefix_finish_load(e, s);
             push_front_waiting(e, s, false);
@@ -266,10 +276,7 @@ void kiln_engine_cancel_loading(kiln_engine *e) {
         kiln_seq *s = e->load_head;
         e->load_head = s->next;
         s->next = NULL;
-        kiln_engine_prefix_cancel_load(e, s);
-        atomic_fetch_sub(&e->n_queued, 1);
-        kiln_seq_finish(s, KILN_FINISH_CANCELLED, KILN_OK, NULL);
-        kiln_seq_release(e, s);
+        cancel_loading_seq(e, s);
     }
 }
 
@@ -313,8 +320,8 @@ static void plan_seq(kiln_engine *e, kiln_seq *s, plan_state *ps) {
         }
         kiln_error err = {0};
         if (kiln_block_table_reserve(&s->bt, e->pool, s->n_computed + cap, &err) == KILN_OK) break;
-        int64_t room = ((int64_t)s->bt.n_blocks + kiln_kv_pool_n_available(e->pool)) * bs -
-                       s->n_computed;
+        int64_t room =
+            ((int64_t)s->bt.n_blocks + kiln_kv_pool_n_available(e->pool)) * bs - s->n_computed;
         cap = room < cap ? (int32_t)room : cap;
         if (cap <= 0 || pass == 1) return;
     }
@@ -426,11 +433,7 @@ void kiln_engine_step(kiln_engine *e) {
         }
         /* Nothing could get a block (admission's accounting should prevent it): preempt
          * the newest rather than spin. */
-        if (ps.n_tokens > 0 || e->n_running == 0) break;
-        int32_t victim = e->n_running - 1;
-        while (victim >= 0 && e->running[victim]->finish != KILN_FINISH_NONE) victim--;
-        if (victim < 0) break;
-        preempt(e, victim);
+        if (ps.n_tokens > 0 || e->n_running == 0 || !preempt_newest(e)) break;
     }
     if (ps.n_tokens == 0) return;
 
