@@ -267,6 +267,69 @@ KILN_API void kiln_free(void *p);
  *  runs the steps. Submission and stream reading are safe from any number of threads. */
 typedef struct kiln_engine kiln_engine;
 
+/* Speculative decoding and fill (DESIGN.md "Speculation and fill share one transaction").
+ *
+ * A speculating sequence feeds, in one step of the flat batch, its pending token plus k draft
+ * tokens and gets logits for all k + 1 rows. The drafts are verified in order and the longest
+ * accepted prefix is kept; the KV of the rest is rolled back (recurrent layers included).
+ * Under the default accept rule the output is bitwise that of plain decoding: the same tokens,
+ * the same logits and logprobs of every emitted position, greedy or seeded. */
+
+/** Where a request's drafts come from. */
+typedef enum kiln_spec_source {
+    KILN_SPEC_DEFAULT = 0, /* request: the engine's spec; engine: KILN_SPEC_OFF */
+    KILN_SPEC_OFF = 1,     /* no drafts (a client prediction still drafts) */
+    KILN_SPEC_NGRAM = 2,   /* prompt lookup: the tokens that followed the latest earlier
+                              occurrence of the sequence's last n tokens (n from spec_ngram_max
+                              down to spec_ngram_min), in the prompt and the output so far
+                              (Saxena 2023, "Prompt Lookup Decoding"; llama.cpp's lookup) */
+    KILN_SPEC_DRAFT = 3,   /* greedy drafts of the engine's draft_model, batched across all
+                              speculating sequences, with its own KV pool */
+    KILN_SPEC_RANDOM = 4,  /* uniformly random drafts (benchmarks: what rejected drafts cost) */
+} kiln_spec_source;
+
+/** How drafted tokens are accepted. */
+typedef enum kiln_spec_accept {
+    /* Sample each verified position from the request's own (seed, step) stream and accept
+     * while the sample equals the draft: the output is bitwise plain decoding's. Greedy: the
+     * longest prefix agreeing with the argmax. */
+    KILN_SPEC_ACCEPT_EXACT = 0,
+    /* Speculative sampling (Leviathan, Kalman, Matias 2023; Chen et al. 2023) with the
+     * drafter's point-mass distribution: a draft d is accepted with probability p(d) (p: the
+     * sampler's final distribution), else a token is drawn from p with d removed. The output
+     * has plain decoding's distribution, with more drafts accepted, but not its bits. */
+    KILN_SPEC_ACCEPT_REJECTION = 1,
+} kiln_spec_accept;
+
+/** The most drafts one verify step may carry (request or engine spec_k). */
+#define KILN_MAX_SPEC_K 32
+
+/** How a fill span's tokens join the output. */
+typedef enum kiln_fill_policy {
+    KILN_FILL_ASSERT = 0, /* appended without sampling (one forward for the span, logits only
+                             where a decision follows, or for logprobs) */
+    KILN_FILL_VERIFY = 1, /* drafted and verified like a prediction: the output is unchanged,
+                             faster when it agrees */
+} kiln_fill_policy;
+
+/**
+ * A fill session: a per-request object that sees the output as it grows and may propose a
+ * span of known tokens (DESIGN.md "Speculation and fill"). The engine asks it on its thread,
+ * each time the sequence is about to take a decision (before a verify or decode step) and the
+ * output has changed since the last call. Use: jumping over the spans a grammar forces.
+ */
+typedef struct kiln_fill_session {
+    /* output[0..n_output): the tokens emitted so far (sampled and filled, in order). Write up
+     * to cap tokens of a span to continue it into span[] and its policy into *policy; return
+     * how many (0: none now). Ids outside [0, n_vocab) finish the request with an error.
+     * An asserted span counts towards max_tokens and is cut to what max_tokens leaves. */
+    int32_t (*propose)(void *user, const int32_t *output, int32_t n_output, int32_t *span,
+                       int32_t cap, kiln_fill_policy *policy);
+    /* Called once when the request is released (engine thread), or when submission fails;
+     * may be NULL. */
+    void (*release)(void *user);
+} kiln_fill_session;
+
 /** Storage of the KV cache. */
 typedef enum kiln_kv_type {
     KILN_KV_F32 = 0,
@@ -301,6 +364,19 @@ typedef struct kiln_engine_params {
                               (created if absent) and reused after a restart; NULL or "": RAM
                               only. Borrowed for kiln_engine_create only (copied). */
     int64_t cache_disk_max; /* bytes the disk tier may hold; 0 = 16 GiB */
+    /* Speculative decoding: the default for requests that leave spec at KILN_SPEC_DEFAULT. */
+    kiln_spec_source spec;       /* KILN_SPEC_DEFAULT / OFF: none; NGRAM; DRAFT (needs
+                                    draft_model); RANDOM */
+    int32_t spec_k;              /* most drafts per verify step, [1, KILN_MAX_SPEC_K]; 0 = 8.
+                                    Adaptive: a sequence drafts fewer after rejections and
+                                    pauses drafting after verify steps that accept nothing */
+    int32_t spec_ngram_min;      /* n-gram sizes tried, longest first; 0 = 1 */
+    int32_t spec_ngram_max;      /* 0 = 4; >= spec_ngram_min, <= 64 */
+    const kiln_model *draft_model; /* borrowed (must outlive the engine): the model of
+                                      KILN_SPEC_DRAFT, with the target's vocabulary (checked at
+                                      create: same size, same token texts, same end-of-generation
+                                      ids; KILN_ERR_INVALID_ARGUMENT names the first difference) */
+    int64_t draft_kv_tokens;     /* the draft model's KV pool in positions; 0 = the target's */
 } kiln_engine_params;
 
 /** All zero: every field takes its default. */
@@ -351,6 +427,11 @@ typedef struct kiln_engine_stats {
     int64_t disk_read_bytes, disk_write_bytes; /* their bytes */
     int64_t disk_corrupt;                      /* files that failed a check: skipped, removed */
     int64_t disk_files, disk_bytes;            /* what the directory holds now */
+    /* Speculation and fill. */
+    int64_t spec_verify_steps;   /* sequence-steps that verified at least one draft */
+    int64_t spec_drafted;        /* draft tokens fed for verification */
+    int64_t spec_accepted;       /* of those, the ones accepted */
+    int64_t fill_tokens;         /* asserted fill tokens appended without sampling */
 } kiln_engine_stats;
 
 /** Fill *out (all zero for a NULL engine). Any thread; the counters are read one by one, so
@@ -424,6 +505,33 @@ typedef struct kiln_request {
     int32_t n_stop_token_ids;      /* <= 64 */
     const int32_t *stop_token_ids; /* each in [0, n_vocab) (vLLM `stop_token_ids`) */
     bool ignore_eos;               /* keep generating through end-of-generation tokens */
+
+    /* Speculative decoding (see kiln_spec_source). */
+    kiln_spec_source spec;   /* KILN_SPEC_DEFAULT: the engine's; KILN_SPEC_OFF turns it off
+                                for this request; KILN_SPEC_DRAFT needs the engine's
+                                draft_model */
+    int32_t spec_k;          /* 0 = the engine's; else [1, KILN_MAX_SPEC_K] */
+    kiln_spec_accept spec_accept; /* default KILN_SPEC_ACCEPT_EXACT */
+    /* Client prediction (OpenAI `prediction`, the verify policy): drafts are taken from this
+     * text where it agrees with the output; after a rejection it is re-aligned to the output
+     * (kiln_usage gives the rule). Token ids when prediction_ids is non-NULL, else UTF-8
+     * text, tokenized without special tokens. Its tokens must fit the context: prompt +
+     * prediction <= n_ctx. */
+    const int32_t *prediction_ids;
+    int32_t n_prediction_ids;
+    const char *prediction;
+    size_t prediction_len; /* bytes; 0 = strlen(prediction) */
+    /* Fill (a kiln extension): the output begins with this content, asserted (forced, it
+     * counts as completion tokens) or verified (a prediction of the output's start). */
+    const int32_t *fill_ids;
+    int32_t n_fill_ids;
+    const char *fill;
+    size_t fill_len; /* bytes; 0 = strlen(fill) */
+    kiln_fill_policy fill_policy;
+    /* A fill session (may be NULL); user is passed to its functions. The request owns user
+     * from a successful or failed kiln_engine_submit on: release is called exactly once. */
+    const kiln_fill_session *fill_session;
+    void *fill_session_user;
 } kiln_request;
 
 /** max_tokens 256, temperature 1, top_p 1, top_k 0, min_p 0, seed 0, XTC off (threshold
@@ -443,7 +551,11 @@ typedef struct kiln_stream kiln_stream;
  * outside (0, 1], min_p outside [0, 1], top_k < 0, xtc_probability or xtc_threshold outside
  * [0, 1], penalties out of range, a logit_bias or
  * stop_token_ids id out of range, top_logprobs outside [0, 20], more than 4 stop strings or an
- * empty one, a text prompt that is not valid UTF-8; KILN_ERR_NOT_FOUND (text prompt, model without
+ * empty one, a text prompt that is not valid UTF-8, spec_k outside [0, 32], an unknown spec,
+ * spec_accept or fill_policy, KILN_SPEC_DRAFT on an engine without a draft model, a
+ * prediction or fill id outside [0, n_vocab), a prediction whose tokens with the prompt's
+ * exceed the engine's n_ctx, an asserted fill longer than max_tokens, a verify-policy fill
+ * together with a prediction; KILN_ERR_NOT_FOUND (text prompt, model without
  * tokenizer); KILN_ERR_QUEUE_FULL; KILN_ERR_CANCELLED (the engine is shutting down);
  * KILN_ERR_OUT_OF_MEMORY.
  * Admission (engine thread, FIFO): a request waits until the KV pool has free blocks for
@@ -498,6 +610,21 @@ typedef struct kiln_usage {
                                   stopping EOS or stop id. Tokens the engine generated after
                                   a stop string's deciding token are never delivered or
                                   counted. */
+    /* Speculation (counted by the engine, so a stop string's tail is included). */
+    int32_t spec_drafted;      /* draft tokens fed for verification */
+    int32_t spec_accepted;     /* of those, accepted */
+    int32_t spec_verify_steps; /* steps that verified at least one draft */
+    int32_t fill_tokens;       /* asserted fill tokens in the output */
+    /* Prediction accounting (OpenAI usage.completion_tokens_details): a prediction token is
+     * accepted when an output token was aligned to it, rejected otherwise, so accepted +
+     * rejected = the prediction's length. Alignment, per output token t, with j the next
+     * prediction index (0 at start) and pred[0..n): if j < n and pred[j] == t, t takes j
+     * (j + 1). Else the longest m in [1, min(4, output so far)] for which the last m output
+     * tokens equal pred[q - m .. q) for some q - 1 >= j, at the smallest such q, re-aligns:
+     * t takes q - 1 and j = q. If no m does, j stays (t is an insertion). Drafts are
+     * pred[j ..]. */
+    int32_t accepted_prediction_tokens;
+    int32_t rejected_prediction_tokens;
 } kiln_usage;
 
 /**
