@@ -528,6 +528,9 @@ typedef struct kiln_request {
     const char *fill;
     size_t fill_len; /* bytes; 0 = strlen(fill) */
     kiln_fill_policy fill_policy;
+    bool fill_hidden; /* assert fill only: the span continues the prompt instead of starting
+                         the output: it is counted as prompt tokens and not emitted (chat
+                         assistant prefill: the reply continues the assistant's message) */
     /* A fill session (may be NULL); user is passed to its functions. The request owns user
      * from a successful or failed kiln_engine_submit on: release is called exactly once. */
     const kiln_fill_session *fill_session;
