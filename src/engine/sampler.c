@@ -389,7 +389,8 @@ static double fill_logprobs(const float *v, int32_t n_vocab, int32_t k, kiln_log
 /* The distribution the draw samples from (temperature > 0): on return s->cand[0..keep) holds
  * the kept candidates (unordered), s->w[id] their weights, *kept_total the sum of those
  * weights (accumulated in double, in an order fixed by the inputs). Returns keep; 0 when
- * every processed logit is -inf. Shared by the draws, so they see bit-identical weights. */
+ * every processed logit is -inf. Shared by kiln_sample_ex and kiln_sample_verify_rejection,
+ * so both draw from bit-identical weights. */
 static int32_t kept_set(const kiln_sampler_params *p, const float *v, int32_t n_vocab,
                         uint64_t step, kiln_sampler_scratch *s, double *kept_total_out) {
     int32_t *cand = s->cand;
@@ -503,6 +504,31 @@ static int32_t draw(const kiln_sampler_params *p, const float *v, int32_t n_voca
     return draw_from(p, v, s->w, s->cand, keep, kept_total, step);
 }
 
+/* Speculative sampling's verify step with a point-mass draft (kiln_sample_verify_rejection):
+ * accept with probability p(draft) by its own draw, else draw from p without the draft. */
+static int32_t draw_verify(const kiln_sampler_params *p, const float *v, int32_t n_vocab,
+                           uint64_t step, int32_t draft, kiln_sampler_scratch *s) {
+    double kept_total;
+    int32_t keep = kept_set(p, v, n_vocab, step, s, &kept_total);
+    if (keep == 0) return 0; /* all banned: kiln_sample_ex's token */
+    int32_t *cand = s->cand;
+    const float *w = s->w;
+    int32_t at = -1; /* the draft's index in cand[0..keep); -1 when p(draft) = 0 */
+    if (draft >= 0 && draft < n_vocab)
+        for (int32_t i = 0; i < keep && at < 0; i++)
+            if (cand[i] == draft) at = i;
+    /* p(draft) = 0: always rejected, and the residual is p itself */
+    if (at < 0) return draw_from(p, v, w, cand, keep, kept_total, step);
+    /* accept iff u_acc < p(draft) = w[draft] / kept_total */
+    double u_acc = (double)kiln_rng_uniform(p->seed ^ KILN_SPEC_REJECT_STREAM, step);
+    if (keep == 1 || u_acc * kept_total < (double)w[draft]) return draft;
+    /* reject: the residual normalize(max(0, p - q)) is p without the draft, renormalised */
+    swap_i32(&cand[at], &cand[keep - 1]);
+    double rest = 0.0;
+    for (int32_t i = 0; i < keep - 1; i++) rest += w[cand[i]];
+    return rest > 0.0 ? draw_from(p, v, w, cand, keep - 1, rest, step) : draft;
+}
+
 /* Processors 1-3 into s->vals (and *lp_out without its token); false on misuse. */
 static bool prepare(const kiln_sampler_params *p, const float *logits, int32_t n_vocab,
                     const int32_t *history, int32_t n_history, int32_t top_logprobs,
@@ -530,6 +556,24 @@ int32_t kiln_sample_ex(const kiln_sampler_params *p, const float *logits, int32_
     if (!prepare(p, logits, n_vocab, history, n_history, top_logprobs, lp_out, s, &lse)) return -1;
     const float *v = s->vals;
     int32_t tok = p->temperature > 0.0f ? draw(p, v, n_vocab, step, s) : kiln_argmax(v, n_vocab);
+    finish_logprobs(v, lse, tok, lp_out);
+    return tok;
+}
+
+int32_t kiln_sample_verify_rejection(const kiln_sampler_params *p, const float *logits,
+                                     int32_t n_vocab, const int32_t *history, int32_t n_history,
+                                     uint64_t step, int32_t draft, bool *accepted,
+                                     int32_t top_logprobs, kiln_logprobs *lp_out,
+                                     kiln_sampler_scratch *s) {
+    if (accepted) *accepted = false;
+    double lse;
+    if (!accepted ||
+        !prepare(p, logits, n_vocab, history, n_history, top_logprobs, lp_out, s, &lse))
+        return -1;
+    const float *v = s->vals;
+    int32_t tok = p->temperature > 0.0f ? draw_verify(p, v, n_vocab, step, draft, s)
+                                        : kiln_argmax(v, n_vocab);
+    *accepted = tok == draft;
     finish_logprobs(v, lse, tok, lp_out);
     return tok;
 }
