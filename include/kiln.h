@@ -620,12 +620,15 @@ typedef struct kiln_usage {
     int32_t fill_tokens;       /* asserted fill tokens in the output */
     /* Prediction accounting (OpenAI usage.completion_tokens_details): a prediction token is
      * accepted when an output token was aligned to it, rejected otherwise, so accepted +
-     * rejected = the prediction's length. Alignment, per output token t, with j the next
-     * prediction index (0 at start) and pred[0..n): if j < n and pred[j] == t, t takes j
-     * (j + 1). Else the longest m in [1, min(4, output so far)] for which the last m output
-     * tokens equal pred[q - m .. q) for some q - 1 >= j, at the smallest such q, re-aligns:
-     * t takes q - 1 and j = q. If no m does, j stays (t is an insertion). Drafts are
-     * pred[j ..]. */
+     * rejected = the prediction's length. Alignment, per output token t, with pred[0..n), j
+     * the next prediction index (0 at start) and u the output tokens since the last aligned
+     * one (0 at start): t takes the first of j if pred[j] == t; j + u if u >= 1 and
+     * pred[j + u] == t (u tokens replaced u); j + 1 if u == 0 and pred[j + 1] == t (one left
+     * out); else q - 1 for the longest m in [2, min(4, output so far)] whose last m output
+     * tokens equal pred[q - m .. q) with q - 1 >= j, at the smallest such q (the n-gram's
+     * tokens before t that took nothing, at most u of them at indices >= j, are aligned
+     * too). Then j = t's index + 1, u = 0; if none applies, t takes nothing and u grows by
+     * one. Drafts are pred[j + u ..]. */
     int32_t accepted_prediction_tokens;
     int32_t rejected_prediction_tokens;
 } kiln_usage;

@@ -9,6 +9,7 @@ void kiln_pred_align_init(kiln_pred_align *a, const int32_t *pred, int32_t n) {
     a->pred = pred;
     a->n = n > 0 ? n : 0;
     a->j = 0;
+    a->u = 0;
     a->accepted = 0;
 }
 
@@ -22,29 +23,40 @@ static bool tail_matches(const int32_t *pred, int32_t q, const int32_t *out, int
 
 void kiln_pred_align_push(kiln_pred_align *a, const int32_t *output, int32_t n_output) {
     if (n_output < 1 || a->j >= a->n) return;
-    int32_t t = output[n_output - 1];
-    if (a->pred[a->j] == t) {
-        a->j++;
-        a->accepted++;
+    int32_t t = output[n_output - 1], j = a->j, u = a->u;
+    int32_t take = -1; /* the prediction index t takes */
+    if (a->pred[j] == t)
+        take = j; /* in step (or an insertion is over) */
+    else if (u >= 1 && j + u < a->n && a->pred[j + u] == t)
+        take = j + u; /* u output tokens replaced u prediction tokens */
+    else if (u == 0 && j + 1 < a->n && a->pred[j + 1] == t)
+        take = j + 1; /* one prediction token left out */
+    int32_t retro = 0; /* unaligned tokens before t that a matched n-gram aligns too */
+    int32_t m_max = n_output < KILN_PRED_REALIGN_MAX ? n_output : KILN_PRED_REALIGN_MAX;
+    for (int32_t m = m_max; take < 0 && m >= 2; m--) {
+        /* q - 1 >= j: the token t takes is at or after j; q >= m for the n-gram to fit */
+        for (int32_t q = j + 1 > m ? j + 1 : m; q <= a->n; q++)
+            if (a->pred[q - 1] == t && tail_matches(a->pred, q, output, n_output, m)) {
+                take = q - 1;
+                retro = m - 1 < u ? m - 1 : u;
+                if (retro > q - 1 - j) retro = q - 1 - j;
+                break;
+            }
+    }
+    if (take < 0) {
+        a->u++;
         return;
     }
-    int32_t m_max = n_output < KILN_PRED_REALIGN_MAX ? n_output : KILN_PRED_REALIGN_MAX;
-    for (int32_t m = m_max; m >= 1; m--) {
-        /* q - 1 >= j: the token t takes is at or after j; q >= m for the n-gram to fit */
-        int32_t q0 = a->j + 1 > m ? a->j + 1 : m;
-        for (int32_t q = q0; q <= a->n; q++) {
-            if (a->pred[q - 1] != t || !tail_matches(a->pred, q, output, n_output, m)) continue;
-            a->j = q;
-            a->accepted++;
-            return;
-        }
-    }
+    a->j = take + 1;
+    a->u = 0;
+    a->accepted += 1 + retro;
 }
 
 int32_t kiln_pred_align_drafts(const kiln_pred_align *a, int32_t *out, int32_t cap) {
-    int32_t n = a->n - a->j;
+    int32_t from = a->j + a->u; /* after unaligned tokens: the guess that they replaced as many */
+    int32_t n = a->n - from;
     if (n > cap) n = cap;
     if (n < 0) n = 0;
-    for (int32_t i = 0; i < n; i++) out[i] = a->pred[a->j + i];
+    for (int32_t i = 0; i < n; i++) out[i] = a->pred[from + i];
     return n;
 }

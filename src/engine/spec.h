@@ -28,6 +28,7 @@ typedef struct kiln_pred_align {
     const int32_t *pred; /* borrowed: [n] */
     int32_t n;
     int32_t j;        /* the next prediction index the output is expected to take */
+    int32_t u;        /* output tokens since the last one that took an index */
     int32_t accepted; /* prediction tokens some output token was aligned to (<= n) */
 } kiln_pred_align;
 
@@ -38,17 +39,23 @@ typedef struct kiln_pred_align {
 void kiln_pred_align_init(kiln_pred_align *a, const int32_t *pred, int32_t n);
 
 /**
- * Account for one more output token, output[n_output - 1] (output: the whole output so far,
- * oldest first, n_output >= 1). If pred[j] is that token it takes j; otherwise the longest
- * m <= min(KILN_PRED_REALIGN_MAX, n_output) whose last m output tokens occur as pred[q-m..q)
- * with q - 1 >= j, at the smallest such q, re-aligns to j = q; if none, j stays.
- * Cost O(n * KILN_PRED_REALIGN_MAX) for a re-alignment, O(1) otherwise.
+ * Account for one more output token t = output[n_output - 1] (output: the whole output so
+ * far, oldest first, n_output >= 1), with j the next prediction index and u the output tokens
+ * since the last aligned one. t takes the first of: j if pred[j] == t; j + u if u >= 1 and
+ * pred[j + u] == t (u tokens replaced u); j + 1 if u == 0 and pred[j + 1] == t (one left
+ * out); else q - 1 for the longest m in [2, min(KILN_PRED_REALIGN_MAX, n_output)] whose last
+ * m output tokens occur as pred[q - m .. q) with q - 1 >= j, at the smallest such q, whose
+ * output tokens before t that took nothing (at most u of them, at indices >= j) are aligned
+ * too. Then j = t's index + 1 and u = 0; if none, t takes nothing and u grows by one (an
+ * insertion, or a replacement still going on). Cost O(n * KILN_PRED_REALIGN_MAX) when nothing near j matches,
+ * O(1) otherwise.
  * Source: kiln's rule (kiln_usage), written so that accepted_prediction_tokens depends only on
  * the prediction and the output, never on k, the batch or how many drafts a step verified.
  */
 void kiln_pred_align_push(kiln_pred_align *a, const int32_t *output, int32_t n_output);
 
-/** Drafts from the alignment: pred[j .. j + cap) clipped to the prediction; returns how many. */
+/** Drafts from the alignment: pred[j + u .. j + u + cap) clipped to the prediction (after u
+ *  unaligned tokens, the guess that they replaced u prediction tokens); returns how many. */
 int32_t kiln_pred_align_drafts(const kiln_pred_align *a, int32_t *out, int32_t cap);
 
 /* ---- prompt lookup (ngram.c) ---------------------------------------------------------- */

@@ -113,30 +113,42 @@ static void compare(const char *what, const et_result *ref, const et_result *got
 
 /*
  * kiln_usage's alignment rule, written again here from its text: for each output token t,
- * j the next prediction index: pred[j] == t takes j; else the longest m in
- * [1, min(4, output so far)] whose last m output tokens equal pred[q-m..q) for some q-1 >= j
- * (smallest such q) re-aligns to j = q; else j stays. Accepted = tokens that took an index.
+ * j the next prediction index, u the output tokens since the last aligned one: t takes j if
+ * pred[j] == t; j + u if u >= 1 and pred[j + u] == t; j + 1 if u == 0 and pred[j + 1] == t;
+ * else q - 1 for the longest m in [2, min(4, output so far)] with the last m output tokens
+ * equal to pred[q-m..q), q - 1 >= j, smallest q (plus the n-gram's unaligned tokens before t,
+ * at most u, at indices >= j); then j = index + 1, u = 0; else u + 1.
+ * Accepted = the output tokens that took an index.
  */
 static int32_t ref_accepted(const int32_t *pred, int32_t n, const int32_t *out, int32_t n_out) {
-    int32_t j = 0, acc = 0;
+    int32_t j = 0, u = 0, acc = 0;
     for (int32_t i = 0; i < n_out && j < n; i++) {
-        if (pred[j] == out[i]) {
-            j++;
-            acc++;
-            continue;
-        }
-        bool found = false;
-        for (int32_t m = i + 1 < 4 ? i + 1 : 4; m >= 1 && !found; m--)
-            for (int32_t q = 1; q <= n && !found; q++) {
-                if (q - 1 < j || q < m) continue;
+        int32_t t = out[i], take = -1;
+        if (pred[j] == t)
+            take = j;
+        else if (u >= 1 && j + u < n && pred[j + u] == t)
+            take = j + u;
+        else if (u == 0 && j + 1 < n && pred[j + 1] == t)
+            take = j + 1;
+        for (int32_t m = i + 1 < 4 ? i + 1 : 4; take < 0 && m >= 2; m--)
+            for (int32_t q = j + 1; q <= n && take < 0; q++) {
+                if (q < m) continue;
                 bool eq = true;
                 for (int32_t d = 0; d < m && eq; d++) eq = pred[q - 1 - d] == out[i - d];
                 if (eq) {
-                    j = q;
-                    acc++;
-                    found = true;
+                    take = q - 1;
+                    /* the n-gram's earlier tokens that were unaligned, at indices >= j */
+                    for (int32_t d = 1; d < m; d++)
+                        if (d <= u && q - 1 - d >= j) acc++;
                 }
             }
+        if (take < 0) {
+            u++;
+            continue;
+        }
+        j = take + 1;
+        u = 0;
+        acc++;
     }
     return acc;
 }

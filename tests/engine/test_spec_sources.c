@@ -52,17 +52,27 @@ static void test_prediction(void) {
     /* full match: every token takes the next index */
     int32_t p1[] = {10, 11, 12, 13, 14, 15};
     CHECK(align(p1, 6, p1, 6, &j) == 6 && j == 6);
-    /* one-token edit in the middle: 10 11 99 13 14 15. 99 != pred[2] and occurs nowhere: j
-     * stays 2 (rejected so far: 12). 13 != pred[2]; the 2-gram "99 13" is absent, the 1-gram
-     * "13" is pred[3] (q = 4 >= j + 1): re-aligned, j = 4; then 14, 15 follow. Accepted 5 of 6. */
+    /* one-token edit in the middle: 10 11 99 13 14 15. 99 is neither pred[2] nor pred[3] and
+     * no 2-gram ends in it: it takes nothing (j 2, u 1). 13 == pred[j + u] = pred[3]: a
+     * replacement of one token, j = 4; then 14, 15 follow. Accepted 5 of 6 (12 rejected). */
     int32_t o2[] = {10, 11, 99, 13, 14, 15};
     CHECK(align(p1, 6, o2, 6, &j) == 5 && j == 6);
-    /* drafts after the edit token: j stayed at 2, so they are pred[2..] */
+    /* drafts after the edit token (j 2, u 1): pred[3..], the guess that 99 replaced 12 */
     kiln_pred_align a;
     kiln_pred_align_init(&a, p1, 6);
     for (int i = 1; i <= 3; i++) kiln_pred_align_push(&a, o2, i);
-    CHECK(kiln_pred_align_drafts(&a, d, 8) == 4 && d[0] == 12);
-    CHECK(kiln_pred_align_drafts(&a, d, 2) == 2 && d[1] == 13);
+    CHECK(kiln_pred_align_drafts(&a, d, 8) == 3 && d[0] == 13);
+    CHECK(kiln_pred_align_drafts(&a, d, 2) == 2 && d[1] == 14);
+    /* a later token equal to a far prediction token does not jump there: pred 1 2 3 4 5 6 2,
+     * output 1 9 ... : 9 takes nothing; the output 2 after it would be pred[1 + 1]? no, it is
+     * pred[j] = pred[1]: in step again (the far 2 at index 6 is never taken) */
+    int32_t p10[] = {1, 2, 3, 4, 5, 6, 2};
+    int32_t o10[] = {1, 9, 2, 3};
+    CHECK(align(p10, 7, o10, 4, &j) == 3 && j == 3);
+    /* a replacement of two tokens: 10 11 | 88 89 | 14 15: 88 and 89 take nothing (u 2), then
+     * 14 == pred[j + u] = pred[4]. Accepted 4 (12, 13 rejected). */
+    int32_t o11[] = {10, 11, 88, 89, 14, 15};
+    CHECK(align(p1, 6, o11, 6, &j) == 4 && j == 6);
     /* prediction longer than the output: 4 accepted, 2 never reached (rejected) */
     CHECK(align(p1, 6, p1, 4, &j) == 4 && j == 4);
     /* empty prediction: nothing accepted, nothing to draft */
@@ -72,8 +82,10 @@ static void test_prediction(void) {
     /* unrelated text: no token of it occurs in the prediction */
     int32_t o5[] = {1, 2, 3, 4, 5, 6};
     CHECK(align(p1, 6, o5, 6, &j) == 0 && j == 0);
-    /* a deletion: the output skips 12 13: 10 11 14 15. 14 != pred[2]; "11 14" is absent, "14"
-     * is pred[4]: j = 5; 15 follows. Accepted 4. */
+    /* a deletion: the output skips 12 13: 10 11 14 15. 14 is neither pred[2] nor pred[3] and
+     * "11 14" is absent: it takes nothing (u 1). 15: not pred[2], not pred[j + u] = pred[3];
+     * the 2-gram "14 15" is pred[4..6): 15 takes 5 and 14 (unaligned, index 4 >= j) takes 4.
+     * Accepted 4. */
     int32_t o6[] = {10, 11, 14, 15};
     CHECK(align(p1, 6, o6, 4, &j) == 4 && j == 6);
     /* an insertion: 10 11 77 12 13: 77 absent (j stays 2), then 12 == pred[2]. Accepted 5. */
