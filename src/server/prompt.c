@@ -99,10 +99,62 @@ bool srv_tokenize(const kiln_model *m, const char *text, size_t len, bool add_sp
     return srv_fail(e, 500, "server_error", NULL, NULL, "tokenization did not converge");
 }
 
+/* Chat text to ids: control texts parsed; unless add_special_tokens, BOS prepended when the
+ * vocabulary adds one and the template did not; with add_special_tokens a doubled BOS (the
+ * template's and the tokenizer's) is made one. */
+static bool chat_tokens(const srv_chat *c, const kiln_model *m, const srv_gen *g, const char *text,
+                        size_t len, int32_t **ids, int32_t *n, srv_error *e) {
+    if (!srv_tokenize(m, text, len, g->add_special, true, ids, n, e)) return false;
+    if (!g->add_special && c->add_bos && (*n == 0 || (*ids)[0] != c->bos_id)) {
+        int32_t *p = realloc(*ids, ((size_t)*n + 1) * sizeof *p);
+        if (!p) {
+            free(*ids);
+            *ids = NULL;
+            return srv_fail(e, 500, "server_error", NULL, NULL, "out of memory");
+        }
+        memmove(p + 1, p, (size_t)*n * sizeof *p);
+        p[0] = c->bos_id;
+        *ids = p;
+        (*n)++;
+    } else if (g->add_special && *n >= 2 && c->bos_id >= 0 && (*ids)[0] == c->bos_id &&
+               (*ids)[1] == c->bos_id) {
+        memmove(*ids, *ids + 1, (size_t)(*n - 1) * sizeof **ids);
+        (*n)--;
+    }
+    return true;
+}
+
+/* The prefill split: ids of the rendered prefix + the assistant's content tokenized as one
+ * text (what a completion of that text would see), and how many of them, at the end, are the
+ * fill: those past the longest common prefix with the rendered prefix's own ids (so a token
+ * that merges across the boundary belongs to the fill), leaving at least one prompt id. */
+static bool prefill_tokens(const srv_chat *c, const kiln_model *m, const srv_gen *g,
+                           const char *text, size_t len, int32_t **ids, int32_t *n,
+                           int32_t *n_fill, srv_error *e) {
+    int32_t *head = NULL, n_head = 0;
+    if (!chat_tokens(c, m, g, text, len, &head, &n_head, e)) return false;
+    size_t fl = json_string_length(g->prefill);
+    srv_buf whole = {0};
+    srv_buf_add(&whole, text, len);
+    srv_buf_add(&whole, json_string_value(g->prefill), fl);
+    bool ok = !whole.oom || srv_fail(e, 500, "server_error", NULL, NULL, "out of memory");
+    if (ok) ok = chat_tokens(c, m, g, whole.p, whole.len, ids, n, e);
+    srv_buf_free(&whole);
+    if (ok) {
+        int32_t common = 0;
+        while (common < n_head && common < *n && head[common] == (*ids)[common]) common++;
+        if (common < 1) common = *n < 1 ? *n : 1;
+        *n_fill = *n - common;
+    }
+    free(head);
+    return ok;
+}
+
 bool srv_prompt_ids(const srv_chat *c, const kiln_model *m, const srv_gen *g, int32_t **ids,
-                    int32_t *n, srv_error *e) {
+                    int32_t *n, int32_t *n_fill, srv_error *e) {
     *ids = NULL;
     *n = 0;
+    if (n_fill) *n_fill = 0;
     if (g->kind == SRV_COMPLETION && g->prompt_ids) {
         *ids = malloc((size_t)g->n_prompt_ids * sizeof **ids);
         if (!*ids) return srv_fail(e, 500, "server_error", NULL, NULL, "out of memory");
@@ -117,25 +169,12 @@ bool srv_prompt_ids(const srv_chat *c, const kiln_model *m, const srv_gen *g, in
         char *text = NULL;
         size_t len = 0;
         if (!srv_chat_render(c, g, &text, &len, e)) return false;
-        bool ok = srv_tokenize(m, text, len, g->add_special, true, ids, n, e);
+        int32_t nf = 0;
+        bool ok = g->prefill ? prefill_tokens(c, m, g, text, len, ids, n, &nf, e)
+                             : chat_tokens(c, m, g, text, len, ids, n, e);
         kiln_free(text);
         if (!ok) return false;
-        if (!g->add_special && c->add_bos && (*n == 0 || (*ids)[0] != c->bos_id)) {
-            int32_t *p = realloc(*ids, ((size_t)*n + 1) * sizeof *p);
-            if (!p) {
-                free(*ids);
-                *ids = NULL;
-                return srv_fail(e, 500, "server_error", NULL, NULL, "out of memory");
-            }
-            memmove(p + 1, p, (size_t)*n * sizeof *p);
-            p[0] = c->bos_id;
-            *ids = p;
-            (*n)++;
-        } else if (g->add_special && *n >= 2 && c->bos_id >= 0 && (*ids)[0] == c->bos_id &&
-                   (*ids)[1] == c->bos_id) {
-            memmove(*ids, *ids + 1, (size_t)(*n - 1) * sizeof **ids);
-            (*n)--;
-        }
+        if (n_fill) *n_fill = nf;
     }
     if (*n == 0) {
         free(*ids);

@@ -46,9 +46,14 @@ bool srv_tokenize(const kiln_model *m, const char *text, size_t len, bool add_sp
  * (add_special per the request, control texts not parsed); chat's rendered template
  * tokenized with control texts parsed and, unless add_special_tokens, BOS prepended when
  * the vocabulary adds one and the template did not (llama.cpp's server does the same).
- * *ids is malloc'd; *n >= 1 on success (an empty prompt is a 400).
+ * A chat assistant prefill (g->prefill) is appended to the rendered text before it is
+ * tokenized (as llama.cpp's server continues a final assistant message), so the ids are
+ * those of a completion over the same text; *n_fill (may be NULL; 0 without a prefill) is
+ * how many of the last ids are the prefill's: the ids past the longest common prefix with
+ * the rendered text's own ids, at most *n - 1 (the caller passes them as a hidden asserted
+ * fill). *ids is malloc'd; *n >= 1 on success (an empty prompt is a 400).
  */
 bool srv_prompt_ids(const srv_chat *c, const kiln_model *m, const srv_gen *g, int32_t **ids,
-                    int32_t *n, srv_error *e);
+                    int32_t *n, int32_t *n_fill, srv_error *e);
 
 #endif

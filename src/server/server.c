@@ -69,6 +69,7 @@ struct kiln_server {
     kiln_engine *e;
     int32_t n_ctx, n_vocab;
     int32_t kv_blocks_total, block_size;
+    bool has_draft; /* the engine has a draft model (speculation.source "draft") */
     srv_chat chat;
     kiln_generation_defaults gen; /* the model's generation_config.json */
 
@@ -256,7 +257,7 @@ static enum MHD_Result route_tokenize(srv_req *r) {
     bool ok = srv_gen_parse(chat ? SRV_CHAT : SRV_COMPLETION, r->body.p, r->body.len, s->n_vocab,
                             NULL, &g, &e);
     int32_t *ids = NULL, n = 0;
-    if (ok) ok = srv_prompt_ids(&s->chat, s->m, &g, &ids, &n, &e);
+    if (ok) ok = srv_prompt_ids(&s->chat, s->m, &g, &ids, &n, NULL, &e);
     if (!ok) {
         srv_gen_free(&g);
         return queue_error(r, &e);
@@ -475,9 +476,10 @@ static enum MHD_Result route_generate(srv_req *r) {
     if (!srv_gen_parse(kind, r->body.p, r->body.len, s->n_vocab, &s->gen, &r->gen, &e))
         return queue_error(r, &e);
     srv_gen *g = &r->gen;
-    int32_t *ids = NULL, n = 0;
-    if (!srv_prompt_ids(&s->chat, s->m, g, &ids, &n, &e)) return queue_error(r, &e);
-    r->n_prompt = n;
+    if (!srv_gen_check_engine(g, s->has_draft, &e)) return queue_error(r, &e);
+    int32_t *ids = NULL, n = 0, n_fill = 0;
+    if (!srv_prompt_ids(&s->chat, s->m, g, &ids, &n, &n_fill, &e)) return queue_error(r, &e);
+    r->n_prompt = n; /* a chat assistant prefill counts as prompt tokens (fill_hidden) */
 
     /* Budget: prompt + max_tokens - 1 positions must fit the context and the KV pool. */
     int64_t pool = (int64_t)s->kv_blocks_total * s->block_size;
@@ -509,8 +511,17 @@ static enum MHD_Result route_generate(srv_req *r) {
     }
     g->req.max_tokens = (int32_t)max_tokens;
     g->req.prompt_ids = ids;
-    g->req.n_prompt_ids = n;
+    g->req.n_prompt_ids = n - n_fill;
     g->req.prompt = NULL;
+    if (n_fill > 0) {
+        /* Chat assistant prefill: the message's tokens continue the prompt, asserted and not
+         * emitted, so the reply is only the continuation. */
+        g->req.fill_ids = ids + (n - n_fill);
+        g->req.n_fill_ids = n_fill;
+        g->req.fill = NULL;
+        g->req.fill_policy = KILN_FILL_ASSERT;
+        g->req.fill_hidden = true;
+    }
 
     srv_make_id(kind == SRV_CHAT ? "chatcmpl-" : "cmpl-", r->id, sizeof r->id);
     r->ri = (srv_resp_info){.kind = kind,
@@ -532,6 +543,7 @@ static enum MHD_Result route_generate(srv_req *r) {
     kiln_status st = kiln_engine_submit(s->e, &g->req, &r->stream, &err);
     free(ids);
     g->req.prompt_ids = NULL;
+    g->req.fill_ids = NULL;
     if (st != KILN_OK) {
         r->stream = NULL;
         if (st == KILN_ERR_QUEUE_FULL)
@@ -770,17 +782,20 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
                               : r->finish == KILN_FINISH_CANCELLED && !gone
                                   ? "abort"
                                   : kiln_finish_reason_name(r->finish);
-            char ttft[32];
+            char ttft[32], spec[96] = "";
             if (r->n_tokens > 0)
                 snprintf(ttft, sizeof ttft, "%.1f", r->t_first - r->t_start);
             else
                 snprintf(ttft, sizeof ttft, "-");
+            if (r->finished && (r->usage.spec_drafted > 0 || r->usage.fill_tokens > 0))
+                snprintf(spec, sizeof spec, " spec_accepted=%d/%d fill=%d",
+                         r->usage.spec_accepted, r->usage.spec_drafted, r->usage.fill_tokens);
             srv_log(s,
                     "%s %s %s %d prompt=%d cached=%d completion=%d ttft_ms=%s total_ms=%.1f "
-                    "finish=%s%s",
+                    "finish=%s%s%s",
                     r->id, r->method, r->path, status, r->n_prompt,
                     r->finished ? r->usage.cached_tokens : 0,
-                    r->finished ? r->usage.completion_tokens : r->n_tokens, ttft, total, fin,
+                    r->finished ? r->usage.completion_tokens : r->n_tokens, ttft, total, fin, spec,
                     gone ? " (client disconnected)" : "");
         } else {
             char id[48];
@@ -928,6 +943,9 @@ kiln_status kiln_server_set_ready(kiln_server *s, const kiln_model *model, kiln_
     kiln_engine_get_stats(engine, &es);
     s->kv_blocks_total = es.kv_blocks_total;
     s->block_size = es.block_size;
+    kiln_engine_params ep;
+    kiln_engine_get_params(engine, &ep);
+    s->has_draft = ep.draft_model != NULL;
     atomic_store(&s->state, STATE_READY);
     return KILN_OK;
 }
