@@ -487,7 +487,18 @@ static enum MHD_Result route_generate(srv_req *r) {
     int64_t max_tokens = g->req.max_tokens;
     if (!g->max_tokens_set) {
         max_tokens = limit - n + 1;
-        if (kind == SRV_COMPLETION && max_tokens > 16) max_tokens = 16; /* OpenAI's default */
+        /* OpenAI's default of 16 generated tokens, after an asserted fill's own tokens (which
+         * count towards max_tokens): the fill tokenized as the engine does, without special
+         * tokens (a default only: the engine checks the real count) */
+        int64_t dflt = 16;
+        if (kind == SRV_COMPLETION && g->has_fill && g->req.fill_policy == KILN_FILL_ASSERT) {
+            int32_t *fids = NULL, nf = 0;
+            srv_error fe = {0};
+            if (srv_tokenize(s->m, g->req.fill, g->req.fill_len, false, false, &fids, &nf, &fe))
+                dflt += nf;
+            free(fids);
+        }
+        if (kind == SRV_COMPLETION && max_tokens > dflt) max_tokens = dflt;
     }
     int64_t need = (int64_t)n + (max_tokens > 0 ? max_tokens : 1) - 1;
     if (max_tokens < 1 || need > s->n_ctx) {
