@@ -201,6 +201,36 @@ static void test_prediction(tsrv *t) {
             srv_buf_free(&x);
             free(b);
         }
+        /* An empty prediction counts nothing; a longer one (the output, then more) keeps the
+         * text and rejects at least what the output never reached. */
+        srv_buf longer = {0};
+        srv_buf_addf(&longer, "%s The end. They all lived happily.", want);
+        int32_t n_long = n_tokens(longer.p);
+        char *ll = lit(longer.p);
+        const char *contents[] = {"\"\"", ll};
+        for (int k = 0; k < 2; k++) {
+            srv_buf x = {0};
+            srv_buf_addf(&x, ",\"prediction\":{\"type\":\"content\",\"content\":%s}", contents[k]);
+            b = body_of(chat, 40, x.p);
+            json_t *j = post(t->port, path_of(chat), b, &st);
+            CHECKF(st == 200 && !strcmp(text_of(j), want), "%s prediction: '%s'",
+                   k ? "a longer" : "an empty", text_of(j));
+            long long acc = usage_of(j, "completion_tokens_details", "accepted_prediction_tokens");
+            long long rej = usage_of(j, "completion_tokens_details", "rejected_prediction_tokens");
+            if (k == 0)
+                CHECKF(acc == 0 && rej == 0, "empty prediction: accepted %lld rejected %lld", acc,
+                       rej);
+            else
+                CHECKF(acc > 0 && acc + rej == n_long && rej >= n_long - n_pred,
+                       "longer prediction (%d tokens, the output's %d): accepted %lld rejected "
+                       "%lld",
+                       n_long, n_pred, acc, rej);
+            json_decref(j);
+            free(b);
+            srv_buf_free(&x);
+        }
+        free(ll);
+        srv_buf_free(&longer);
         free(pl);
         json_decref(plain);
     }
@@ -289,6 +319,23 @@ static void test_fill(tsrv *t) {
         srv_buf_free(&text);
         free(b);
         srv_buf_free(&x);
+        /* no max_tokens on a completion: 16 generated tokens after the fill's own */
+        if (!chat) {
+            srv_buf_reset(&x);
+            srv_buf_addf(&x,
+                         "{\"prompt\":\"Once upon a time\",\"temperature\":0,"
+                         "\"ignore_eos\":true,\"fill\":{\"content\":%s}}",
+                         fl);
+            j = post(t->port, "/v1/completions", x.p, &st);
+            long long ct = usage_of(j, NULL, "completion_tokens"),
+                      ft = usage_of(j, "speculation", "fill_tokens");
+            CHECKF(st == 200 && ft > 0 && ct == ft + 16,
+                   "default max_tokens after a fill: status %d, %lld completion tokens, %lld "
+                   "fill tokens",
+                   st, ct, ft);
+            json_decref(j);
+            srv_buf_reset(&x);
+        }
         /* policy verify: the plain output, whatever the fill says */
         b = body_of(chat, 30, "");
         json_t *plain = post(t->port, path_of(chat), b, &st);
