@@ -28,13 +28,6 @@ static double now_ms(void) {
     return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
 }
 
-bool kiln_model_is_eog(const kiln_model *m, int32_t id) {
-    if (!m) return false;
-    if (m->cfg.source == KILN_SOURCE_LLAMA2C && id == 1) return true; /* run.c stops on BOS */
-    if (m->tokenizer) return kiln_tokenizer_is_eog(m->tokenizer, id);
-    return id == m->cfg.eos_id;
-}
-
 kiln_status kiln_generate(const kiln_model *m, kiln_backend *be, const int32_t *prompt,
                           int32_t n_prompt, const kiln_generate_params *p, kiln_token_fn on_token,
                           void *user, kiln_generate_result *res, kiln_error *err) {

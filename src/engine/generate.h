@@ -49,7 +49,6 @@ kiln_status kiln_generate(const kiln_model *m, kiln_backend *be, const int32_t *
                           int32_t n_prompt, const kiln_generate_params *p, kiln_token_fn on_token,
                           void *user, kiln_generate_result *res, kiln_error *err);
 
-/** True when `id` ends generation for model m (see kiln_generate). */
-bool kiln_model_is_eog(const kiln_model *m, int32_t id);
+/* kiln_model_is_eog (model/model.h) says which ids end a generation. */
 
 #endif

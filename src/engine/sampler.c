@@ -384,14 +384,20 @@ static double fill_logprobs(const float *v, int32_t n_vocab, int32_t k, kiln_log
     return lse;
 }
 
-/* ---- processors 4-9 ------------------------------------------------------------------ */
+/* ---- processors 4-8: the final distribution ------------------------------------------ */
 
-static int32_t draw(const kiln_sampler_params *p, const float *v, int32_t n_vocab, uint64_t step,
-                    kiln_sampler_scratch *s) {
+/* The distribution the draw samples from (temperature > 0): on return s->cand[0..keep) holds
+ * the kept candidates (unordered), s->w[id] their weights, *kept_total the sum of those
+ * weights (accumulated in double, in an order fixed by the inputs). Returns keep; 0 when
+ * every processed logit is -inf. Shared by kiln_sample_ex and kiln_sample_verify_rejection,
+ * so both draw from bit-identical weights. */
+static int32_t kept_set(const kiln_sampler_params *p, const float *v, int32_t n_vocab,
+                        uint64_t step, kiln_sampler_scratch *s, double *kept_total_out) {
     int32_t *cand = s->cand;
     float *w = s->w;
     int32_t n = 0;
     float vmax = -INFINITY;
+    *kept_total_out = 0.0;
     for (int32_t i = 0; i < n_vocab; i++) {
         if (v[i] == -INFINITY) continue;
         cand[n++] = i;
@@ -475,29 +481,100 @@ static int32_t draw(const kiln_sampler_params *p, const float *v, int32_t n_voca
             kept_total = sum;
         }
     }
+    *kept_total_out = kept_total;
+    return keep;
+}
 
-    /* 9. the draw: first kept token in canonical order whose cumulative weight exceeds
-     * u * kept_total */
+/* ---- processor 9: the draw ------------------------------------------------------------ */
+
+/* The first of c[0..n) in canonical order whose cumulative weight exceeds
+ * u * total, u = kiln_rng_uniform(seed, step). n >= 1. */
+static int32_t draw_from(const kiln_sampler_params *p, const float *v, const float *w, int32_t *c,
+                         int32_t n, double total, uint64_t step) {
     double pre;
-    double target = (double)kiln_rng_uniform(p->seed, step) * kept_total;
-    return cand[select_mass(cand, keep, v, w, target, false, &pre)];
+    double target = (double)kiln_rng_uniform(p->seed, step) * total;
+    return c[select_mass(c, n, v, w, target, false, &pre)];
+}
+
+static int32_t draw(const kiln_sampler_params *p, const float *v, int32_t n_vocab, uint64_t step,
+                    kiln_sampler_scratch *s) {
+    double kept_total;
+    int32_t keep = kept_set(p, v, n_vocab, step, s, &kept_total);
+    if (keep == 0) return 0;
+    return draw_from(p, v, s->w, s->cand, keep, kept_total, step);
+}
+
+/* Speculative sampling's verify step with a point-mass draft (kiln_sample_verify_rejection):
+ * accept with probability p(draft) by its own draw, else draw from p without the draft. */
+static int32_t draw_verify(const kiln_sampler_params *p, const float *v, int32_t n_vocab,
+                           uint64_t step, int32_t draft, kiln_sampler_scratch *s) {
+    double kept_total;
+    int32_t keep = kept_set(p, v, n_vocab, step, s, &kept_total);
+    if (keep == 0) return 0; /* all banned: kiln_sample_ex's token */
+    int32_t *cand = s->cand;
+    const float *w = s->w;
+    int32_t at = -1; /* the draft's index in cand[0..keep); -1 when p(draft) = 0 */
+    if (draft >= 0 && draft < n_vocab)
+        for (int32_t i = 0; i < keep && at < 0; i++)
+            if (cand[i] == draft) at = i;
+    /* p(draft) = 0: always rejected, and the residual is p itself */
+    if (at < 0) return draw_from(p, v, w, cand, keep, kept_total, step);
+    /* accept iff u_acc < p(draft) = w[draft] / kept_total */
+    double u_acc = (double)kiln_rng_uniform(p->seed ^ KILN_SPEC_REJECT_STREAM, step);
+    if (keep == 1 || u_acc * kept_total < (double)w[draft]) return draft;
+    /* reject: the residual normalize(max(0, p - q)) is p without the draft, renormalised */
+    swap_i32(&cand[at], &cand[keep - 1]);
+    double rest = 0.0;
+    for (int32_t i = 0; i < keep - 1; i++) rest += w[cand[i]];
+    return rest > 0.0 ? draw_from(p, v, w, cand, keep - 1, rest, step) : draft;
+}
+
+/* Processors 1-3 into s->vals (and *lp_out without its token); false on misuse. */
+static bool prepare(const kiln_sampler_params *p, const float *logits, int32_t n_vocab,
+                    const int32_t *history, int32_t n_history, int32_t top_logprobs,
+                    kiln_logprobs *lp_out, kiln_sampler_scratch *s, double *lse) {
+    if (top_logprobs < 0 || top_logprobs > KILN_MAX_TOP_LOGPROBS) return false;
+    if (!kiln_sampler_process(p, logits, n_vocab, history, n_history, s ? s->vals : NULL, s))
+        return false;
+    *lse = -INFINITY;
+    if (lp_out) *lse = fill_logprobs(s->vals, n_vocab, top_logprobs, lp_out);
+    return true;
+}
+
+/* The chosen token's entry of *lp_out (processor 3's log-softmax, independent of the draw). */
+static void finish_logprobs(const float *v, double lse, int32_t tok, kiln_logprobs *lp_out) {
+    if (!lp_out) return;
+    lp_out->token = tok;
+    lp_out->logprob =
+        (lse == -INFINITY || v[tok] == -INFINITY) ? -INFINITY : (float)((double)v[tok] - lse);
 }
 
 int32_t kiln_sample_ex(const kiln_sampler_params *p, const float *logits, int32_t n_vocab,
                        const int32_t *history, int32_t n_history, uint64_t step,
                        int32_t top_logprobs, kiln_logprobs *lp_out, kiln_sampler_scratch *s) {
-    if (top_logprobs < 0 || top_logprobs > KILN_MAX_TOP_LOGPROBS) return -1;
-    if (!kiln_sampler_process(p, logits, n_vocab, history, n_history, s ? s->vals : NULL, s))
+    double lse;
+    if (!prepare(p, logits, n_vocab, history, n_history, top_logprobs, lp_out, s, &lse)) return -1;
+    const float *v = s->vals;
+    int32_t tok = p->temperature > 0.0f ? draw(p, v, n_vocab, step, s) : kiln_argmax(v, n_vocab);
+    finish_logprobs(v, lse, tok, lp_out);
+    return tok;
+}
+
+int32_t kiln_sample_verify_rejection(const kiln_sampler_params *p, const float *logits,
+                                     int32_t n_vocab, const int32_t *history, int32_t n_history,
+                                     uint64_t step, int32_t draft, bool *accepted,
+                                     int32_t top_logprobs, kiln_logprobs *lp_out,
+                                     kiln_sampler_scratch *s) {
+    if (accepted) *accepted = false;
+    double lse;
+    if (!accepted ||
+        !prepare(p, logits, n_vocab, history, n_history, top_logprobs, lp_out, s, &lse))
         return -1;
     const float *v = s->vals;
-    double lse = -INFINITY;
-    if (lp_out) lse = fill_logprobs(v, n_vocab, top_logprobs, lp_out);
-    int32_t tok = p->temperature > 0.0f ? draw(p, v, n_vocab, step, s) : kiln_argmax(v, n_vocab);
-    if (lp_out) {
-        lp_out->token = tok;
-        lp_out->logprob =
-            (lse == -INFINITY || v[tok] == -INFINITY) ? -INFINITY : (float)((double)v[tok] - lse);
-    }
+    int32_t tok = p->temperature > 0.0f ? draw_verify(p, v, n_vocab, step, draft, s)
+                                        : kiln_argmax(v, n_vocab);
+    *accepted = tok == draft;
+    finish_logprobs(v, lse, tok, lp_out);
     return tok;
 }
 

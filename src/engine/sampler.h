@@ -78,6 +78,9 @@ typedef struct kiln_sampler_params {
 
 /** Salt of XTC's random stream (kiln_rng_uniform(seed ^ KILN_XTC_STREAM, step)). */
 #define KILN_XTC_STREAM 0x58544321u /* "XTC!" */
+/** Salt of the acceptance draw of kiln_sample_verify_rejection
+ *  (kiln_rng_uniform(seed ^ KILN_SPEC_REJECT_STREAM, step)). */
+#define KILN_SPEC_REJECT_STREAM 0x52454A21u /* "REJ!" */
 
 /** Defaults: temperature 1, top_k 0, top_p 1, min_p 0, seed 0, penalties off, no bias, XTC
  *  off (xtc_probability 0, xtc_threshold 0.1). */
@@ -196,6 +199,43 @@ bool kiln_sampler_process(const kiln_sampler_params *p, const float *logits, int
 int32_t kiln_sample_ex(const kiln_sampler_params *p, const float *logits, int32_t n_vocab,
                        const int32_t *history, int32_t n_history, uint64_t step,
                        int32_t top_logprobs, kiln_logprobs *lp_out, kiln_sampler_scratch *scratch);
+
+/**
+ * Verify one draft token by speculative sampling (KILN_SPEC_ACCEPT_REJECTION): Leviathan,
+ * Kalman, Matias 2023, "Fast Inference from Transformers via Speculative Decoding",
+ * Algorithm 1; Chen et al. 2023, "Accelerating Large Language Model Decoding with Speculative
+ * Sampling"; with the drafter's distribution q a point mass on `draft`.
+ *
+ * p(.) is exactly the distribution kiln_sample_ex draws from at (p, logits, history, step):
+ * processors 1-8, the kept candidates with their normalised weights (XTC with its own draw).
+ * - Accept with probability min(1, p(draft) / q(draft)) = p(draft): accept iff
+ *   u_acc < p(draft), u_acc = kiln_rng_uniform(p->seed ^ KILN_SPEC_REJECT_STREAM, step)
+ *   (compared as u_acc * kept_total < w(draft), in double). Returns draft, *accepted = true.
+ *   A draft that is the only kept token (p(draft) = 1) is always accepted.
+ * - Otherwise draw from the residual normalize(max(0, p - q)), which is p with `draft`
+ *   removed and renormalised, with the request's ordinary draw u = kiln_rng_uniform(p->seed,
+ *   step) walking the canonical order (logit desc, id asc) as kiln_sample_ex's draw does.
+ *   *accepted = false. A draft with p(draft) = 0 (not kept, banned, or outside [0, n_vocab))
+ *   is always rejected and the token is then bitwise kiln_sample_ex's.
+ * The returned token is distributed as p whatever the draft; it is not bitwise
+ * kiln_sample_ex's (use KILN_SPEC_ACCEPT_EXACT for that).
+ * - Greedy (temperature 0): returns the argmax of kiln_sample_ex (processed logits, lowest id
+ *   on ties); *accepted iff draft equals it.
+ * - Every token banned: returns 0 (as kiln_sample_ex); *accepted iff draft == 0.
+ *
+ * Arguments as kiln_sample_ex, plus draft (any id; out of range means p(draft) = 0) and
+ * accepted (out: whether the returned token is the draft). lp_out is what kiln_sample_ex
+ * reports for the returned token (the capture point, processor 3, does not depend on the
+ * draw): token = the returned token.
+ * Returns an id in [0, n_vocab), or -1 on misuse (as kiln_sample_ex, or accepted NULL);
+ * *accepted is false on misuse. Cost: that of kiln_sample_ex plus O(kept).
+ * Deterministic: depends only on (p, logits, history, step, draft).
+ */
+int32_t kiln_sample_verify_rejection(const kiln_sampler_params *p, const float *logits,
+                                     int32_t n_vocab, const int32_t *history, int32_t n_history,
+                                     uint64_t step, int32_t draft, bool *accepted,
+                                     int32_t top_logprobs, kiln_logprobs *lp_out,
+                                     kiln_sampler_scratch *scratch);
 
 /**
  * Compatibility wrapper: kiln_sample_ex with an empty history (so penalties are inert; logit

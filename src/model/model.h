@@ -114,6 +114,33 @@ int64_t kiln_model_seq_state_floats(const kiln_model *m);
 #define KILN_MODEL_STATE_HEADER_FLOATS 16
 
 /**
+ * True when generating `id` ends a generation for m (model_vocab.c; public in kiln.h): the
+ * tokenizer's end-of-generation ids (EOS, EOT and similar, see kiln_tokenizer_is_eog), or
+ * the config's eos_id for a model without a tokenizer; for llama2.c checkpoints also BOS
+ * (id 1), as llama2.c's run.c stops on it. False for a NULL model.
+ */
+bool kiln_model_is_eog(const kiln_model *m, int32_t id);
+
+/**
+ * Whether draft can propose tokens for target (speculative decoding with a draft model,
+ * kiln.h kiln_engine_params.draft_model; llama.cpp's speculative example checks the same):
+ * the token ids must mean the same tokens. In order:
+ *   - the same n_vocab (the models' logits width);
+ *   - when both have a tokenizer: the same tokenizer size, and for every id the same bytes
+ *     (kiln_tokenizer_piece with control tokens rendered: a llama2.c tokenizer.bin and a GGUF
+ *     of the same vocabulary, one storing spaces as ' ' and the other as U+2581, agree);
+ *   - the same end-of-generation ids (kiln_model_is_eog for every id).
+ * A model without a tokenizer (a Hugging Face directory that ships none) has no texts to
+ * compare: such a pair is compared by n_vocab only, and its ids are taken on trust.
+ * On false, reason[0..n) (may be NULL) receives the first difference, e.g. "vocabulary sizes
+ * differ: target 32000, draft 512", "token 17 differs: target \"ab\", draft \"cd\"" (bytes
+ * outside printable ASCII as \xNN), "end-of-generation ids differ: token 1 ends generation
+ * for the target, not for the draft"; on true it is "". NULL models: false.
+ */
+bool kiln_model_vocab_compatible(const kiln_model *target, const kiln_model *draft, char *reason,
+                                 size_t n);
+
+/**
  * A 64-bit identity of m's weights (model_fingerprint.c): XXH3-64 over the architecture's
  * geometry and samples of the source files (the GGUF / llama2.c file, or a Hugging Face
  * directory's config.json and *.safetensors: names, sizes, the first and last 64 KiB and 64
