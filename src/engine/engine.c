@@ -11,7 +11,9 @@
 #include <string.h>
 #include <time.h>
 
+#include "engine/drafter.h"
 #include "engine/engine_internal.h"
+#include "engine/spec.h"
 #include "util/threadpool.h"
 #include "util/error.h"
 
@@ -50,7 +52,25 @@ static kiln_status resolve_params(const kiln_model *m, const kiln_engine_params 
     CHECK_RANGE(max_queue, 0, 1 << 24)
     CHECK_RANGE(n_threads, 0, 512)
     CHECK_RANGE(n_ctx, 0, 1 << 24)
+    CHECK_RANGE(spec_k, 0, KILN_MAX_SPEC_K)
+    CHECK_RANGE(spec_ngram_min, 0, 64)
+    CHECK_RANGE(spec_ngram_max, 0, 64)
+    CHECK_RANGE(draft_kv_tokens, 0, INT32_MAX)
 #undef CHECK_RANGE
+    if (p->spec < KILN_SPEC_DEFAULT || p->spec > KILN_SPEC_RANDOM)
+        return kiln_error_set(err, KILN_ERR_INVALID_ARGUMENT,
+                              "spec must be a kiln_spec_source (0..%d, got %d)", KILN_SPEC_RANDOM,
+                              (int)p->spec);
+    if (!p->spec_ngram_min) p->spec_ngram_min = 1;
+    if (!p->spec_ngram_max) p->spec_ngram_max = p->spec_ngram_min > 4 ? p->spec_ngram_min : 4;
+    if (p->spec_ngram_max < p->spec_ngram_min)
+        return kiln_error_set(err, KILN_ERR_INVALID_ARGUMENT,
+                              "spec_ngram_max (%d) must be >= spec_ngram_min (%d)",
+                              p->spec_ngram_max, p->spec_ngram_min);
+    if (!p->spec_k) p->spec_k = 8;
+    if (p->spec == KILN_SPEC_DRAFT && !p->draft_model)
+        return kiln_error_set(err, KILN_ERR_INVALID_ARGUMENT,
+                              "spec is KILN_SPEC_DRAFT but no draft_model is given");
     if (p->kv_type != KILN_KV_F32 && p->kv_type != KILN_KV_F16 && p->kv_type != KILN_KV_BF16)
         return kiln_error_set(err, KILN_ERR_INVALID_ARGUMENT,
                               "kv_type must be KILN_KV_F32, KILN_KV_F16 or KILN_KV_BF16 (got %d)",
@@ -140,6 +160,10 @@ kiln_status kiln_engine_create_debug(const kiln_model *m, const kiln_engine_para
     atomic_init(&e->st_hit_tok, 0);
     atomic_init(&e->st_miss_tok, 0);
     atomic_init(&e->st_preempt, 0);
+    atomic_init(&e->st_verify, 0);
+    atomic_init(&e->st_drafted, 0);
+    atomic_init(&e->st_accepted, 0);
+    atomic_init(&e->st_fill, 0);
     bool mu_ok = pthread_mutex_init(&e->mu, NULL) == 0;
     bool cv_ok = mu_ok && pthread_cond_init(&e->cv, NULL) == 0;
     if (!mu_ok || !cv_ok) {
@@ -162,6 +186,18 @@ kiln_status kiln_engine_create_debug(const kiln_model *m, const kiln_engine_para
     if ((st = kiln_runner_create(m, e->be, e->pool, p.step_tokens, p.n_ctx, &e->runner, err)))
         goto fail;
     if ((st = kiln_sampler_scratch_create(e->n_vocab, &e->scratch, err))) goto fail;
+    if (p.draft_model) {
+        kiln_drafter_params dp = {.n_threads = p.n_threads,
+                                  .kv_tokens = p.draft_kv_tokens ? p.draft_kv_tokens
+                                                                 : (int64_t)n_blocks * p.block_size,
+                                  .step_tokens = p.step_tokens,
+                                  .n_ctx = p.n_ctx,
+                                  .max_slots = p.max_seqs};
+        if ((st = kiln_drafter_create(p.draft_model, m, &dp, &e->drafter, err))) {
+            kiln_error_prefix(err, "draft_model: ");
+            goto fail;
+        }
+    }
     if (p.cache_dir && p.cache_dir[0] && !p.no_prefix_cache) {
         if (!(e->cache_dir = strdup(p.cache_dir))) {
             st = kiln_error_set(err, KILN_ERR_OUT_OF_MEMORY, "out of memory (cache_dir)");
@@ -177,7 +213,9 @@ kiln_status kiln_engine_create_debug(const kiln_model *m, const kiln_engine_para
     e->b_out = malloc((size_t)p.step_tokens * sizeof *e->b_out);
     e->b_seqs = calloc((size_t)p.max_seqs, sizeof *e->b_seqs);
     e->b_seq_of = calloc((size_t)p.max_seqs, sizeof *e->b_seq_of);
-    if (!e->running || !e->b_tokens || !e->b_out || !e->b_seqs || !e->b_seq_of || !e->hit_blocks) {
+    e->draft_reqs = calloc((size_t)p.max_seqs, sizeof *e->draft_reqs);
+    if (!e->running || !e->b_tokens || !e->b_out || !e->b_seqs || !e->b_seq_of || !e->hit_blocks ||
+        !e->draft_reqs) {
         st = kiln_error_set(err, KILN_ERR_OUT_OF_MEMORY, "out of memory (engine buffers)");
         goto fail;
     }
@@ -253,6 +291,8 @@ void kiln_engine_destroy(kiln_engine *e) {
         pthread_join(e->thread, NULL);
     }
     kiln_runner_destroy(e->runner);
+    kiln_drafter_destroy(e->drafter);
+    free(e->draft_reqs);
     /* the disk tier's queue is flushed here: a restart finds every block written behind */
     kiln_engine_prefix_shutdown(e);
     kiln_kv_pool_destroy(e->pool);
@@ -294,6 +334,8 @@ kiln_status kiln_engine_submit_debug(kiln_engine *e, const kiln_request *req,
         kiln_error_set(err, st, "out of memory (sequence tokens)");
         goto fail;
     }
+    if ((st = kiln_seq_spec_create(e, s, err))) goto fail;
+    if (s->spec) s->method = &kiln_method_spec;
     if ((st = kiln_stream_create(e->model, r, &stream, err))) goto fail;
     s->stream = stream;
     stream->seq = s;
@@ -325,6 +367,7 @@ fail:
         kiln_stream_unref(stream);
         kiln_stream_unref(stream);
     }
+    kiln_seq_spec_destroy(e, s);
     kiln_ivec_free(&s->tokens);
     kiln_req_destroy(s->req);
     free(s);
@@ -359,6 +402,10 @@ void kiln_engine_get_stats(const kiln_engine *e, kiln_engine_stats *out) {
     out->prefix_hit_tokens = atomic_load(&me->st_hit_tok);
     out->prefix_miss_tokens = atomic_load(&me->st_miss_tok);
     out->preemptions = atomic_load(&me->st_preempt);
+    out->spec_verify_steps = atomic_load(&me->st_verify);
+    out->spec_drafted = atomic_load(&me->st_drafted);
+    out->spec_accepted = atomic_load(&me->st_accepted);
+    out->fill_tokens = atomic_load(&me->st_fill);
     kiln_engine_prefix_disk_stats(e, out);
 }
 

@@ -45,6 +45,16 @@ typedef struct kiln_req {
     bool ignore_eos;
     kiln_request_debug debug; /* debug.force_tokens points to force_tokens below */
     int32_t *force_tokens;
+    /* speculation and fill (validated; spec and spec_k still as the client gave them) */
+    kiln_spec_source spec;
+    int32_t spec_k;
+    kiln_spec_accept spec_accept;
+    kiln_ivec prediction; /* tokens; a verify-policy fill lands here too */
+    kiln_ivec fill;       /* asserted tokens that begin the output (a hidden fill is already
+                             appended to prompt) */
+    int32_t n_hidden_fill; /* of prompt's tokens, the last n came from a hidden fill */
+    const kiln_fill_session *fill_session;
+    void *fill_session_user; /* owned: fill_session->release at kiln_req_destroy */
 } kiln_req;
 
 /** Validate req against the model and build the snapshot (tokenizing a text prompt).
@@ -149,6 +159,22 @@ typedef struct kiln_seq_method {
 } kiln_seq_method;
 
 extern const kiln_seq_method kiln_method_sample;
+/** Speculation and fill (method_spec.c): drafts, predictions, asserted spans (spec.h). */
+extern const kiln_seq_method kiln_method_spec;
+
+/**
+ * Sample the token at output index s->tokens.n - s->n_prompt from one logits row, as the
+ * plain method does (method_sample.c): the debug capture and injected failure, the NaN check,
+ * the request's sampler with step = that output index, a forced token (debug). With draft >= 0
+ * under KILN_SPEC_ACCEPT_REJECTION the draft is verified by speculative sampling instead
+ * (*accepted set); otherwise *accepted = (token == draft). lp is filled when the request
+ * wants logprobs. Errors: as the sampler's misuse, NaN logits, the injected failure.
+ */
+kiln_status kiln_seq_sample_row(kiln_engine *e, kiln_seq *s, const float *row, int32_t draft,
+                                int32_t *tok, bool *accepted, kiln_logprobs *lp,
+                                kiln_error *err);
+/** Whether tok ends s's generation (an end-of-generation id unless ignore_eos, or a stop id). */
+bool kiln_seq_is_stop_token(const kiln_engine *e, const kiln_seq *s, int32_t tok);
 
 typedef enum kiln_seq_state {
     KILN_SEQ_QUEUED = 0, /* submitted (or preempted), waiting for admission */
@@ -181,6 +207,9 @@ struct kiln_seq {
     struct kiln_disk_fetch *fetch; /* LOADING: the disk read in flight */
     int32_t fetch_first;           /* LOADING: index of the first block being read */
     float *rec_state;          /* recurrent-layer state (kiln_model_seq_state_floats), or NULL */
+    struct kiln_seq_spec *spec; /* speculation and fill (spec.h), or NULL: plain sampling */
+    const int32_t *draft;       /* this step: tokens planned after tokens[n_computed..] */
+    int32_t n_draft;
     kiln_finish_reason finish; /* KILN_FINISH_NONE while running */
     kiln_error finish_err;     /* status and message when finish is KILN_FINISH_ERROR */
     /* this step */
@@ -238,6 +267,8 @@ struct kiln_engine {
     kiln_sampler_scratch *scratch;
     float *logits_buf; /* [cap_out][n_vocab] */
     int32_t cap_out;
+    struct kiln_drafter *drafter;     /* KILN_SPEC_DRAFT's model (drafter.h), or NULL */
+    struct kiln_draft_req *draft_reqs; /* [max_seqs]: one step's requests to the drafter */
     int32_t *b_tokens;      /* [step_tokens] */
     int32_t *b_out;         /* [step_tokens] */
     kiln_batch_seq *b_seqs; /* [max_seqs] */
@@ -247,6 +278,7 @@ struct kiln_engine {
     atomic_int st_running;
     atomic_llong st_steps, st_prefill, st_decode, st_finished;
     atomic_llong st_hit_req, st_miss_req, st_hit_tok, st_miss_tok, st_preempt;
+    atomic_llong st_verify, st_drafted, st_accepted, st_fill;
 };
 
 /* ---- the prefix cache's engine side (prefix.c) --------------------------------------- */

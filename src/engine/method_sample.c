@@ -3,15 +3,14 @@
  * prompt in chunks, then one token per step, and samples one token from the logits of its
  * last fed position.
  *
- * Speculation and fill plug in as other kiln_seq_method tables: their plan appends drafts
- * (or known tokens) after the pending one and asks for logits on several rows; their consume
- * accepts a prefix and reports n_keep < n_new, which the engine turns into a rollback.
- * (Models with recurrent layers cannot roll back their state: such methods must checkpoint
- * kiln_seq.rec_state first, or be refused for them.)
+ * Speculation and fill are another kiln_seq_method (method_spec.c): drafts after the
+ * pending token, logits on several rows, and a rollback of the rejected ones. The sampling of
+ * one row is shared: kiln_seq_sample_row, below.
  */
 #include <math.h>
 #include "engine/engine_internal.h"
 #include "engine/generate.h"
+#include "engine/spec.h"
 #include "util/error.h"
 
 static int32_t sample_plan(kiln_engine *e, kiln_seq *s, int32_t budget, int32_t *n_logits) {
@@ -26,23 +25,23 @@ static int32_t sample_plan(kiln_engine *e, kiln_seq *s, int32_t budget, int32_t 
     return n;
 }
 
-static bool is_stop_token(const kiln_engine *e, const kiln_req *r, int32_t tok) {
+bool kiln_seq_is_stop_token(const kiln_engine *e, const kiln_seq *s, int32_t tok) {
+    const kiln_req *r = s->req;
     if (!r->ignore_eos && kiln_model_is_eog(e->model, tok)) return true;
     return kiln_stop_token_match(r->stop_ids, r->n_stop_ids, tok);
 }
 
-static kiln_status sample_consume(kiln_engine *e, kiln_seq *s, const float *logits,
-                                  int32_t n_logits, int32_t *n_keep, kiln_error *err) {
-    *n_keep = s->n_new;
-    if (n_logits != 1)
-        return kiln_error_set(err, KILN_ERR_INTERNAL, "sample: expected 1 logits row, got %d",
-                              n_logits);
+kiln_status kiln_seq_sample_row(kiln_engine *e, kiln_seq *s, const float *logits, int32_t draft,
+                                int32_t *tok_out, bool *accepted, kiln_logprobs *lp,
+                                kiln_error *err) {
     kiln_req *r = s->req;
+    int32_t index = (int32_t)s->tokens.n - s->n_prompt; /* the output index being decided */
     kiln_status st;
+    *accepted = false;
     if (r->debug.capture_logits &&
         (st = kiln_stream_capture_logits(s->stream, logits, e->n_vocab, err)))
         return st;
-    if (r->debug.fail_at_token > 0 && s->n_generated + 1 == r->debug.fail_at_token)
+    if (r->debug.fail_at_token > 0 && index + 1 == r->debug.fail_at_token)
         return kiln_error_set(err, KILN_ERR_INTERNAL,
                               "injected failure at generated token %d (debug.fail_at_token)",
                               r->debug.fail_at_token);
@@ -53,22 +52,47 @@ static kiln_status sample_consume(kiln_engine *e, kiln_seq *s, const float *logi
             return kiln_error_set(err, KILN_ERR_INTERNAL,
                                   "the model produced NaN logits (token %d of the vocabulary) at "
                                   "generated token %d",
-                                  i, s->n_generated);
-    kiln_logprobs lp;
-    int32_t tok = kiln_sample_ex(&r->sampler, logits, e->n_vocab, s->tokens.data,
-                                 (int32_t)s->tokens.n, (uint64_t)s->n_generated, r->top_logprobs,
-                                 r->logprobs ? &lp : NULL, e->scratch);
+                                  i, index);
+    int32_t tok;
+    if (draft >= 0 && s->spec && s->spec->accept == KILN_SPEC_ACCEPT_REJECTION)
+        tok = kiln_sample_verify_rejection(&r->sampler, logits, e->n_vocab, s->tokens.data,
+                                           (int32_t)s->tokens.n, (uint64_t)index, draft, accepted,
+                                           r->top_logprobs, r->logprobs ? lp : NULL, e->scratch);
+    else
+        tok = kiln_sample_ex(&r->sampler, logits, e->n_vocab, s->tokens.data,
+                             (int32_t)s->tokens.n, (uint64_t)index, r->top_logprobs,
+                             r->logprobs ? lp : NULL, e->scratch);
     if (tok < 0 || tok >= e->n_vocab)
         return kiln_error_set(err, KILN_ERR_INTERNAL, "sampler returned %d (misuse)", tok);
-    if (s->n_generated < r->debug.n_force_tokens) {
-        tok = r->debug.force_tokens[s->n_generated];
+    if (index < r->debug.n_force_tokens) {
+        tok = r->debug.force_tokens[index];
         if (r->logprobs) {
-            lp.token = tok;
-            lp.logprob = 0.0f; /* not computed for a forced token */
+            lp->token = tok;
+            lp->logprob = 0.0f; /* not computed for a forced token */
         }
     }
+    if (draft >= 0 && !(s->spec && s->spec->accept == KILN_SPEC_ACCEPT_REJECTION))
+        *accepted = tok == draft;
+    else if (draft >= 0)
+        *accepted = *accepted && tok == draft;
+    *tok_out = tok;
+    return KILN_OK;
+}
+
+static kiln_status sample_consume(kiln_engine *e, kiln_seq *s, const float *logits,
+                                  int32_t n_logits, int32_t *n_keep, kiln_error *err) {
+    *n_keep = s->n_new;
+    if (n_logits != 1)
+        return kiln_error_set(err, KILN_ERR_INTERNAL, "sample: expected 1 logits row, got %d",
+                              n_logits);
+    kiln_req *r = s->req;
+    kiln_logprobs lp;
+    int32_t tok;
+    bool acc;
+    kiln_status st = kiln_seq_sample_row(e, s, logits, -1, &tok, &acc, &lp, err);
+    if (st) return st;
     int32_t index = s->n_generated++;
-    if (is_stop_token(e, r, tok)) {
+    if (kiln_seq_is_stop_token(e, s, tok)) {
         kiln_seq_finish(s, KILN_FINISH_STOP, KILN_OK, NULL);
         return KILN_OK;
     }

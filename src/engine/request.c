@@ -4,6 +4,7 @@
  * thread; a request that fails validation never reaches the engine.
  */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -24,7 +25,11 @@ kiln_request kiln_request_defaults(void) {
 
 void kiln_req_destroy(kiln_req *r) {
     if (!r) return;
+    if (r->fill_session && r->fill_session->release)
+        r->fill_session->release(r->fill_session_user);
     kiln_ivec_free(&r->prompt);
+    kiln_ivec_free(&r->prediction);
+    kiln_ivec_free(&r->fill);
     free(r->bias_ids);
     free(r->bias_values);
     for (int32_t i = 0; i < r->n_stop; i++) free(r->stop[i]);
@@ -52,6 +57,88 @@ static kiln_sampler_params sampler_from_request(const kiln_request *q) {
     p.bias_ids = q->logit_bias_ids;
     p.bias_values = q->logit_bias_values;
     return p;
+}
+
+/* A token span given as ids or as text (field names the request field). */
+static kiln_status validate_span(const kiln_model *m, const char *field, const int32_t *ids,
+                                 int32_t n_ids, const char *text, kiln_error *err) {
+    if (ids) {
+        if (n_ids < 0)
+            return kiln_error_set(err, KILN_ERR_INVALID_ARGUMENT, "n_%s_ids must be >= 0 (got %d)",
+                                  field, n_ids);
+        for (int32_t i = 0; i < n_ids; i++)
+            if (ids[i] < 0 || ids[i] >= m->cfg.n_vocab)
+                return kiln_error_set(err, KILN_ERR_INVALID_ARGUMENT,
+                                      "%s_ids[%d] must be in [0, %d) (got %d)", field, i,
+                                      m->cfg.n_vocab, ids[i]);
+    } else if (n_ids > 0) {
+        return kiln_error_set(err, KILN_ERR_INVALID_ARGUMENT,
+                              "%s_ids is NULL but n_%s_ids is %d", field, field, n_ids);
+    } else if (text && !m->tokenizer) {
+        return kiln_error_set(err, KILN_ERR_INVALID_ARGUMENT,
+                              "%s: the model has no tokenizer; give %s_ids instead", field, field);
+    }
+    return KILN_OK;
+}
+
+/* The speculation and fill fields (the engine checks what depends on it: kiln_engine_submit). */
+static kiln_status validate_spec(const kiln_model *m, const kiln_request *q, kiln_error *err) {
+    if (q->spec < KILN_SPEC_DEFAULT || q->spec > KILN_SPEC_RANDOM)
+        return kiln_error_set(err, KILN_ERR_INVALID_ARGUMENT,
+                              "spec must be a kiln_spec_source (0..%d, got %d)", KILN_SPEC_RANDOM,
+                              (int)q->spec);
+    if (q->spec_k < 0 || q->spec_k > KILN_MAX_SPEC_K)
+        return kiln_error_set(err, KILN_ERR_INVALID_ARGUMENT,
+                              "spec_k must be in [1, %d], or 0 for the engine's (got %d)",
+                              KILN_MAX_SPEC_K, q->spec_k);
+    if (q->spec_accept != KILN_SPEC_ACCEPT_EXACT && q->spec_accept != KILN_SPEC_ACCEPT_REJECTION)
+        return kiln_error_set(err, KILN_ERR_INVALID_ARGUMENT,
+                              "spec_accept must be KILN_SPEC_ACCEPT_EXACT or "
+                              "KILN_SPEC_ACCEPT_REJECTION (got %d)",
+                              (int)q->spec_accept);
+    if (q->fill_policy != KILN_FILL_ASSERT && q->fill_policy != KILN_FILL_VERIFY)
+        return kiln_error_set(err, KILN_ERR_INVALID_ARGUMENT,
+                              "fill_policy must be KILN_FILL_ASSERT or KILN_FILL_VERIFY (got %d)",
+                              (int)q->fill_policy);
+    kiln_status st = validate_span(m, "prediction", q->prediction_ids, q->n_prediction_ids,
+                                   q->prediction, err);
+    if (!st) st = validate_span(m, "fill", q->fill_ids, q->n_fill_ids, q->fill, err);
+    if (st) return st;
+    bool has_fill = q->fill_ids ? q->n_fill_ids > 0 : q->fill != NULL;
+    bool has_pred = q->prediction_ids ? q->n_prediction_ids > 0 : q->prediction != NULL;
+    if (has_fill && q->fill_policy == KILN_FILL_VERIFY && has_pred)
+        return kiln_error_set(err, KILN_ERR_INVALID_ARGUMENT,
+                              "fill with policy verify cannot be combined with a prediction "
+                              "(both predict the output); give one of them");
+    if (has_fill && q->fill_hidden && q->fill_policy != KILN_FILL_ASSERT)
+        return kiln_error_set(err, KILN_ERR_INVALID_ARGUMENT,
+                              "fill_hidden needs fill_policy KILN_FILL_ASSERT (a hidden span is "
+                              "part of the prompt)");
+    if (q->fill_session && !q->fill_session->propose)
+        return kiln_error_set(err, KILN_ERR_INVALID_ARGUMENT,
+                              "fill_session->propose must not be NULL");
+    return KILN_OK;
+}
+
+/* Tokenize (or copy) a span into out: text without special tokens, as the client wrote it. */
+static kiln_status copy_span(const kiln_model *m, const char *field, const int32_t *ids,
+                             int32_t n_ids, const char *text, size_t len, kiln_ivec *out,
+                             kiln_error *err) {
+    kiln_status st;
+    if (ids) {
+        if (n_ids > 0 && (st = kiln_ivec_append(out, ids, (size_t)n_ids)))
+            return kiln_error_set(err, st, "out of memory (%s of %d tokens)", field, n_ids);
+        return KILN_OK;
+    }
+    if (!text) return KILN_OK;
+    if (!len) len = strlen(text);
+    if (!len) return KILN_OK;
+    if ((st = kiln_tokenizer_encode(m->tokenizer, text, len, false, false, out, err))) {
+        char pre[64];
+        snprintf(pre, sizeof pre, "%s: ", field);
+        kiln_error_prefix(err, pre);
+    }
+    return st;
 }
 
 /* Everything that does not need the tokenizer. */
@@ -104,7 +191,7 @@ static kiln_status validate(const kiln_model *m, const kiln_request *q, kiln_err
                               q->n_stop_token_ids);
     if ((st = kiln_stop_tokens_validate(q->stop_token_ids, q->n_stop_token_ids, n_vocab, err)))
         return st;
-    return KILN_OK;
+    return validate_spec(m, q, err);
 }
 
 kiln_status kiln_req_create(const kiln_model *m, const kiln_request *q,
@@ -112,9 +199,16 @@ kiln_status kiln_req_create(const kiln_model *m, const kiln_request *q,
     *out = NULL;
     if (!q) return kiln_error_set(err, KILN_ERR_INVALID_ARGUMENT, "request must not be NULL");
     kiln_status st = validate(m, q, err);
-    if (st) return st;
+    if (st) {
+        if (q->fill_session && q->fill_session->release)
+            q->fill_session->release(q->fill_session_user);
+        return st;
+    }
     kiln_req *r = calloc(1, sizeof *r);
     if (!r) return kiln_error_set(err, KILN_ERR_OUT_OF_MEMORY, "out of memory (request)");
+    /* the request owns the fill session from here on (released by kiln_req_destroy) */
+    r->fill_session = q->fill_session;
+    r->fill_session_user = q->fill_session_user;
     if (q->prompt_ids) {
         if ((st = kiln_ivec_append(&r->prompt, q->prompt_ids, (size_t)q->n_prompt_ids))) {
             kiln_error_set(err, st, "out of memory (prompt of %d tokens)", q->n_prompt_ids);
@@ -179,6 +273,40 @@ kiln_status kiln_req_create(const kiln_model *m, const kiln_request *q,
         r->n_stop_ids = q->n_stop_token_ids;
     }
     r->ignore_eos = q->ignore_eos;
+    r->spec = q->spec;
+    r->spec_k = q->spec_k;
+    r->spec_accept = q->spec_accept;
+    {
+        kiln_ivec fill = {0};
+        if ((st = copy_span(m, "prediction", q->prediction_ids, q->n_prediction_ids,
+                            q->prediction, q->prediction_len, &r->prediction, err)) ||
+            (st = copy_span(m, "fill", q->fill_ids, q->n_fill_ids, q->fill, q->fill_len, &fill,
+                            err))) {
+            kiln_ivec_free(&fill);
+            goto fail;
+        }
+        if (q->fill_policy == KILN_FILL_VERIFY) {
+            kiln_ivec_free(&r->prediction);
+            r->prediction = fill;
+        } else if (q->fill_hidden) {
+            st = kiln_ivec_append(&r->prompt, fill.data, fill.n);
+            r->n_hidden_fill = (int32_t)fill.n;
+            kiln_ivec_free(&fill);
+            if (st) {
+                kiln_error_set(err, st, "out of memory (fill)");
+                goto fail;
+            }
+        } else {
+            r->fill = fill;
+        }
+        if ((int64_t)r->fill.n > q->max_tokens) {
+            st = kiln_error_set(err, KILN_ERR_INVALID_ARGUMENT,
+                                "fill: the asserted content is %zu tokens, more than max_tokens "
+                                "(%d); raise max_tokens or shorten the fill",
+                                r->fill.n, q->max_tokens);
+            goto fail;
+        }
+    }
     if (debug) {
         r->debug = *debug;
         r->debug.force_tokens = NULL;

@@ -583,3 +583,19 @@ int32_t kiln_sample(const kiln_sampler_params *p, const float *logits, int32_t n
     int32_t tok = kiln_sample_ex(p, logits, n_vocab, NULL, 0, step, 0, NULL, s);
     return tok < 0 ? 0 : tok;
 }
+
+bool kiln_sampler_logprobs_of(const kiln_sampler_params *p, const float *logits, int32_t n_vocab,
+                              const int32_t *history, int32_t n_history, int32_t token,
+                              int32_t top_logprobs, kiln_logprobs *lp, kiln_sampler_scratch *s) {
+    if (!lp || top_logprobs < 0 || top_logprobs > KILN_MAX_TOP_LOGPROBS || token < 0 ||
+        token >= n_vocab)
+        return false;
+    if (!kiln_sampler_process(p, logits, n_vocab, history, n_history, s ? s->vals : NULL, s))
+        return false;
+    const float *v = s->vals;
+    double lse = fill_logprobs(v, n_vocab, top_logprobs, lp);
+    lp->token = token;
+    lp->logprob = (lse == -INFINITY || v[token] == -INFINITY) ? -INFINITY
+                                                              : (float)((double)v[token] - lse);
+    return true;
+}

@@ -244,6 +244,17 @@ int32_t kiln_sample_verify_rejection(const kiln_sampler_params *p, const float *
 int32_t kiln_sample(const kiln_sampler_params *p, const float *logits, int32_t n_vocab,
                     uint64_t step, kiln_sampler_scratch *scratch);
 
+/**
+ * The logprobs kiln_sample_ex would report (processor 3) if it had returned `token`: the
+ * log-softmax of logits[n_vocab] after bias and penalties over history[0..n_history), for
+ * token and the top_logprobs best. For tokens that are not sampled (asserted fill). False on
+ * misuse (as kiln_sample_ex; token outside [0, n_vocab)).
+ */
+bool kiln_sampler_logprobs_of(const kiln_sampler_params *p, const float *logits, int32_t n_vocab,
+                              const int32_t *history, int32_t n_history, int32_t token,
+                              int32_t top_logprobs, kiln_logprobs *lp,
+                              kiln_sampler_scratch *scratch);
+
 /** Index of the largest finite value (lowest index on ties); 0 when none is finite. */
 int32_t kiln_argmax(const float *x, int32_t n);
 

@@ -34,6 +34,7 @@
 #include <string.h>
 
 #include "engine/engine_internal.h"
+#include "engine/spec.h"
 #include "util/error.h"
 
 void kiln_engine_drain_incoming(kiln_engine *e) {
@@ -325,17 +326,32 @@ static void plan_seq(kiln_engine *e, kiln_seq *s, plan_state *ps) {
         cap = room < cap ? (int32_t)room : cap;
         if (cap <= 0 || pass == 1) return;
     }
+    /* drafts sit after the known tokens: a cut removes them first */
+    int32_t n_known = n - (s->draft ? s->n_draft : 0);
     if (cap < n) {
         n_logits -= n - cap;
         if (n_logits < 0) n_logits = 0;
         n = cap;
+    }
+    if (n_known > n) n_known = n;
+    s->n_draft = n - n_known;
+    if (s->spec) {
+        kiln_error err = {0};
+        if (kiln_spec_begin(e, s, n_known, s->n_draft, &err) != KILN_OK) {
+            kiln_seq_finish(s, KILN_FINISH_ERROR, KILN_ERR_INTERNAL, err.message);
+            return;
+        }
     }
     s->n_new = n;
     s->n_logits = n_logits;
     s->first = ps->n_tokens;
     s->out_row = ps->n_out;
     s->failed_forward = false;
-    memcpy(e->b_tokens + ps->n_tokens, s->tokens.data + s->n_computed, (size_t)n * sizeof(int32_t));
+    memcpy(e->b_tokens + ps->n_tokens, s->tokens.data + s->n_computed,
+           (size_t)n_known * sizeof(int32_t));
+    if (s->n_draft > 0)
+        memcpy(e->b_tokens + ps->n_tokens + n_known, s->draft,
+               (size_t)s->n_draft * sizeof(int32_t));
     e->b_seqs[ps->n_seqs] = (kiln_batch_seq){.block_table = s->bt.blocks,
                                              .n_past = s->n_computed,
                                              .n_new = n,
@@ -414,6 +430,7 @@ void kiln_engine_step(kiln_engine *e) {
      *    first, then prefill chunks. */
     preempt_for_decode(e);
     if (e->n_running == 0) return;
+    kiln_engine_spec_propose(e);
     plan_state ps;
     for (;;) {
         ps = (plan_state){.budget = e->p.step_tokens};
@@ -477,7 +494,14 @@ void kiln_engine_step(kiln_engine *e) {
         n_dec_tok += s->n_new - pre;
         if (s->failed_forward || s->finish != KILN_FINISH_NONE) continue;
         int32_t n_keep = s->n_new;
-        if (s->n_logits > 0) {
+        if (s->n_logits == 0 && s->spec) {
+            /* no row to decide on: the transaction keeps the known tokens (it has no drafts) */
+            kiln_error cerr = {0};
+            if (kiln_spec_resolve(e, s, 0, &n_keep, &cerr) != KILN_OK) {
+                kiln_seq_finish(s, KILN_FINISH_ERROR, KILN_ERR_INTERNAL, cerr.message);
+                continue;
+            }
+        } else if (s->n_logits > 0) {
             kiln_error cerr = {0};
             kiln_status cst = s->method->consume(
                 e, s, e->logits_buf + (size_t)s->out_row * e->n_vocab, s->n_logits, &n_keep, &cerr);

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "engine/engine_internal.h"
+#include "engine/spec.h"
 #include "util/error.h"
 
 kiln_status kiln_seq_start(kiln_engine *e, kiln_seq *s, kiln_error *err) {
@@ -44,6 +45,15 @@ void kiln_seq_release(kiln_engine *e, kiln_seq *s) {
     kiln_usage usage = {.prompt_tokens = s->n_prompt,
                         .cached_tokens = s->n_cached,
                         .completion_tokens = s->n_generated};
+    if (s->spec) {
+        const kiln_seq_spec *sp = s->spec;
+        usage.spec_drafted = sp->drafted;
+        usage.spec_accepted = sp->accepted;
+        usage.spec_verify_steps = sp->verify_steps;
+        usage.fill_tokens = sp->n_fill;
+        usage.accepted_prediction_tokens = sp->has_pred ? sp->pred.accepted : 0;
+        usage.rejected_prediction_tokens = sp->has_pred ? sp->pred.n - sp->pred.accepted : 0;
+    }
     kiln_finish_reason reason = s->finish != KILN_FINISH_NONE ? s->finish : KILN_FINISH_CANCELLED;
     if (s->stream) {
         s->stream->seq = NULL;
@@ -52,6 +62,7 @@ void kiln_seq_release(kiln_engine *e, kiln_seq *s) {
                                 reason == KILN_FINISH_ERROR ? s->finish_err.message : "");
         kiln_stream_unref(s->stream);
     }
+    kiln_seq_spec_destroy(e, s);
     free(s->rec_state);
     free(s->bhash);
     kiln_ivec_free(&s->tokens);
