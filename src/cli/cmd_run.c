@@ -301,7 +301,7 @@ int kiln_cmd_run(int argc, char **argv) {
     kiln_engine *engine = NULL;
     kiln_stream *stream = NULL;
     kiln_detok *echo = NULL;
-    kiln_ivec ids = {0}, gen = {0};
+    kiln_ivec ids = {0}, gen = {0}, whole = {0};
     text_buf text = {0};
     double t0 = cli_now_ms();
     if (kiln_model_load(model_path, &lp, &m, &err) != KILN_OK) {
@@ -320,6 +320,28 @@ int kiln_cmd_run(int argc, char **argv) {
         fprintf(stderr, "kiln: error: the prompt encodes to no tokens\n");
         rc = KILN_EXIT_ERROR;
         goto done;
+    }
+    if (rq.fill && rq.fill_policy == KILN_FILL_ASSERT && rq.fill_len > 0) {
+        /* The fill continues the prompt's text: tokenized together with it, its ids are
+         * those of a run over the joined text and decode to exactly the fill after the
+         * prompt (alone, an SPM vocabulary would give it a space prefix). Used when the
+         * prompt's own ids are a prefix of the joined text's; else the engine tokenizes it. */
+        char *joined = malloc(prompt_len + rq.fill_len);
+        if (!joined) goto oom;
+        memcpy(joined, prompt, prompt_len);
+        memcpy(joined + prompt_len, rq.fill, rq.fill_len);
+        kiln_status st = kiln_tokenizer_encode(m->tokenizer, joined, prompt_len + rq.fill_len,
+                                               true, false, &whole, &err);
+        free(joined);
+        if (st != KILN_OK) {
+            kiln_error_prefix(&err, "--fill: ");
+            rc = cli_fail(&err);
+            goto done;
+        }
+        if (whole.n > ids.n && !memcmp(whole.data, ids.data, ids.n * sizeof *ids.data)) {
+            rq.fill_ids = whole.data + ids.n;
+            rq.n_fill_ids = (int32_t)(whole.n - ids.n);
+        }
     }
     /* Context: --ctx, else the model's, else just what this request needs. A request that
      * would run past it is cut to end exactly at the context's last position (finish
@@ -462,6 +484,7 @@ done:
     kiln_detok_destroy(echo);
     kiln_ivec_free(&ids);
     kiln_ivec_free(&gen);
+    kiln_ivec_free(&whole);
     free(text.data);
     kiln_model_free(m);
     kiln_model_free(draft);

@@ -124,30 +124,51 @@ static bool chat_tokens(const srv_chat *c, const kiln_model *m, const srv_gen *g
     return true;
 }
 
-/* The prefill split: ids of the rendered prefix + the assistant's content tokenized as one
- * text (what a completion of that text would see), and how many of them, at the end, are the
- * fill: those past the longest common prefix with the rendered prefix's own ids (so a token
- * that merges across the boundary belongs to the fill), leaving at least one prompt id. */
-static bool prefill_tokens(const srv_chat *c, const kiln_model *m, const srv_gen *g,
-                           const char *text, size_t len, int32_t **ids, int32_t *n,
-                           int32_t *n_fill, srv_error *e) {
+/* A request's text to ids: completions' as srv_tokenize (add_special per the request,
+ * control texts not parsed), chat's as chat_tokens. */
+static bool text_tokens(const srv_chat *c, const kiln_model *m, const srv_gen *g, const char *text,
+                        size_t len, int32_t **ids, int32_t *n, srv_error *e) {
+    if (g->kind == SRV_CHAT) return chat_tokens(c, m, g, text, len, ids, n, e);
+    return srv_tokenize(m, text, len, g->add_special, false, ids, n, e);
+}
+
+/* A continuation of text: the ids of text + cont tokenized as one text (what a completion of
+ * that text would see), and how many of them, at the end, are the continuation's: those past
+ * the longest common prefix with text's own ids. With `clean` (a visible fill, whose tokens
+ * must decode to exactly cont) a continuation that merges with text's last tokens is not
+ * split: *ids are then text's own and *n_cont 0. Without it (a hidden prefill) a merged token
+ * joins the continuation, leaving at least one id before it. */
+static bool split_tokens(const srv_chat *c, const kiln_model *m, const srv_gen *g,
+                         const char *text, size_t len, const char *cont, size_t cont_len,
+                         bool clean, int32_t **ids, int32_t *n, int32_t *n_cont, srv_error *e) {
     int32_t *head = NULL, n_head = 0;
-    if (!chat_tokens(c, m, g, text, len, &head, &n_head, e)) return false;
-    size_t fl = json_string_length(g->prefill);
+    *n_cont = 0;
+    if (!text_tokens(c, m, g, text, len, &head, &n_head, e)) return false;
     srv_buf whole = {0};
     srv_buf_add(&whole, text, len);
-    srv_buf_add(&whole, json_string_value(g->prefill), fl);
+    srv_buf_add(&whole, cont, cont_len);
+    int32_t *w = NULL, n_w = 0;
     bool ok = !whole.oom || srv_fail(e, 500, "server_error", NULL, NULL, "out of memory");
-    if (ok) ok = chat_tokens(c, m, g, whole.p, whole.len, ids, n, e);
+    if (ok) ok = text_tokens(c, m, g, whole.p, whole.len, &w, &n_w, e);
     srv_buf_free(&whole);
-    if (ok) {
-        int32_t common = 0;
-        while (common < n_head && common < *n && head[common] == (*ids)[common]) common++;
-        if (common < 1) common = *n < 1 ? *n : 1;
-        *n_fill = *n - common;
+    if (!ok) {
+        free(head);
+        return false;
     }
+    int32_t common = 0;
+    while (common < n_head && common < n_w && head[common] == w[common]) common++;
+    if (clean && common < n_head) {
+        free(w);
+        *ids = head;
+        *n = n_head;
+        return true;
+    }
+    if (common < 1) common = n_w < 1 ? n_w : 1;
     free(head);
-    return ok;
+    *ids = w;
+    *n = n_w;
+    *n_cont = n_w - common;
+    return true;
 }
 
 bool srv_prompt_ids(const srv_chat *c, const kiln_model *m, const srv_gen *g, int32_t **ids,
@@ -162,20 +183,27 @@ bool srv_prompt_ids(const srv_chat *c, const kiln_model *m, const srv_gen *g, in
         *n = g->n_prompt_ids;
         return true;
     }
-    if (g->kind == SRV_COMPLETION) {
-        if (!srv_tokenize(m, g->prompt_text, g->prompt_len, g->add_special, false, ids, n, e))
-            return false;
-    } else {
-        char *text = NULL;
-        size_t len = 0;
-        if (!srv_chat_render(c, g, &text, &len, e)) return false;
-        int32_t nf = 0;
-        bool ok = g->prefill ? prefill_tokens(c, m, g, text, len, ids, n, &nf, e)
-                             : chat_tokens(c, m, g, text, len, ids, n, e);
-        kiln_free(text);
-        if (!ok) return false;
-        if (n_fill) *n_fill = nf;
+    char *rendered = NULL;
+    const char *text = g->prompt_text;
+    size_t len = g->prompt_len;
+    if (g->kind == SRV_CHAT) {
+        if (!srv_chat_render(c, g, &rendered, &len, e)) return false;
+        text = rendered;
     }
+    /* a visible asserted fill continues the prompt's text (n_fill asked: not for /tokenize) */
+    bool visible = n_fill && g->has_fill && g->req.fill_policy == KILN_FILL_ASSERT && g->req.fill;
+    int32_t nf = 0;
+    bool ok;
+    if (g->prefill)
+        ok = split_tokens(c, m, g, text, len, json_string_value(g->prefill),
+                          json_string_length(g->prefill), false, ids, n, &nf, e);
+    else if (visible)
+        ok = split_tokens(c, m, g, text, len, g->req.fill, g->req.fill_len, true, ids, n, &nf, e);
+    else
+        ok = text_tokens(c, m, g, text, len, ids, n, e);
+    kiln_free(rendered);
+    if (!ok) return false;
+    if (n_fill) *n_fill = nf;
     if (*n == 0) {
         free(*ids);
         *ids = NULL;

@@ -46,12 +46,18 @@ bool srv_tokenize(const kiln_model *m, const char *text, size_t len, bool add_sp
  * (add_special per the request, control texts not parsed); chat's rendered template
  * tokenized with control texts parsed and, unless add_special_tokens, BOS prepended when
  * the vocabulary adds one and the template did not (llama.cpp's server does the same).
- * A chat assistant prefill (g->prefill) is appended to the rendered text before it is
- * tokenized (as llama.cpp's server continues a final assistant message), so the ids are
- * those of a completion over the same text; *n_fill (may be NULL; 0 without a prefill) is
- * how many of the last ids are the prefill's: the ids past the longest common prefix with
- * the rendered text's own ids, at most *n - 1 (the caller passes them as a hidden asserted
- * fill). *ids is malloc'd; *n >= 1 on success (an empty prompt is a 400).
+ * A continuation of the prompt's text is tokenized together with it, so its ids are those
+ * a completion over the joined text sees (as llama.cpp's server continues a final
+ * assistant message), and *n_fill (may be NULL; 0 without one) says how many of the last
+ * ids are the continuation's:
+ *   - a chat assistant prefill (g->prefill): the ids past the longest common prefix with the
+ *     rendered text's own ids, at most *n - 1 (the caller passes them as a hidden asserted
+ *     fill; they count as prompt tokens);
+ *   - with n_fill non-NULL, a visible asserted fill of a text prompt (g->req.fill, policy
+ *     assert): its ids when the prompt's own ids are a prefix of the joined text's (so they
+ *     decode to exactly the fill after the prompt), else 0 (the fill then stays text, for
+ *     the engine to tokenize); the caller passes them as fill_ids.
+ * *ids is malloc'd; *n >= 1 on success (an empty prompt is a 400).
  */
 bool srv_prompt_ids(const srv_chat *c, const kiln_model *m, const srv_gen *g, int32_t **ids,
                     int32_t *n, int32_t *n_fill, srv_error *e);

@@ -479,19 +479,23 @@ static enum MHD_Result route_generate(srv_req *r) {
     if (!srv_gen_check_engine(g, s->has_draft, &e)) return queue_error(r, &e);
     int32_t *ids = NULL, n = 0, n_fill = 0;
     if (!srv_prompt_ids(&s->chat, s->m, g, &ids, &n, &n_fill, &e)) return queue_error(r, &e);
-    r->n_prompt = n; /* a chat assistant prefill counts as prompt tokens (fill_hidden) */
+    /* a chat assistant prefill counts as prompt tokens (fill_hidden), a visible fill's ids
+     * as completion tokens */
+    const int32_t n_visible = g->prefill ? 0 : n_fill;
+    r->n_prompt = n - n_visible;
 
     /* Budget: prompt + max_tokens - 1 positions must fit the context and the KV pool. */
     int64_t pool = (int64_t)s->kv_blocks_total * s->block_size;
     int64_t limit = pool < s->n_ctx ? pool : s->n_ctx;
     int64_t max_tokens = g->req.max_tokens;
     if (!g->max_tokens_set) {
-        max_tokens = limit - n + 1;
+        max_tokens = limit - r->n_prompt + 1;
         /* OpenAI's default of 16 generated tokens, after an asserted fill's own tokens (which
          * count towards max_tokens): the fill tokenized as the engine does, without special
          * tokens (a default only: the engine checks the real count) */
-        int64_t dflt = 16;
-        if (kind == SRV_COMPLETION && g->has_fill && g->req.fill_policy == KILN_FILL_ASSERT) {
+        int64_t dflt = 16 + n_visible;
+        if (kind == SRV_COMPLETION && g->has_fill && g->req.fill_policy == KILN_FILL_ASSERT &&
+            n_visible == 0) {
             int32_t *fids = NULL, nf = 0;
             srv_error fe = {0};
             if (srv_tokenize(s->m, g->req.fill, g->req.fill_len, false, false, &fids, &nf, &fe))
@@ -500,16 +504,17 @@ static enum MHD_Result route_generate(srv_req *r) {
         }
         if (kind == SRV_COMPLETION && max_tokens > dflt) max_tokens = dflt;
     }
-    int64_t need = (int64_t)n + (max_tokens > 0 ? max_tokens : 1) - 1;
+    const int32_t np = r->n_prompt; /* the prompt, without a visible fill */
+    int64_t need = (int64_t)np + (max_tokens > 0 ? max_tokens : 1) - 1;
     if (max_tokens < 1 || need > s->n_ctx) {
         free(ids);
         return fail(r, 400, "invalid_request_error", "context_over_budget",
-                    g->max_tokens_set && n <= s->n_ctx ? "max_tokens"
+                    g->max_tokens_set && np <= s->n_ctx ? "max_tokens"
                     : kind == SRV_CHAT                 ? "messages"
                                                        : "prompt",
                     "This model's maximum context length is %d tokens. However, you requested "
                     "%lld tokens (%d in the prompt, %lld for the completion).",
-                    s->n_ctx, (long long)(n + (max_tokens > 0 ? max_tokens : 0)), n,
+                    s->n_ctx, (long long)(np + (max_tokens > 0 ? max_tokens : 0)), np,
                     (long long)(max_tokens > 0 ? max_tokens : 0));
     }
     if (s->block_size > 0 && (need + s->block_size - 1) / s->block_size > s->kv_blocks_total) {
@@ -518,20 +523,21 @@ static enum MHD_Result route_generate(srv_req *r) {
                     "The request needs %lld KV positions (%d prompt + %lld completion tokens, "
                     "less the last generated token, which is never stored), more than the "
                     "server's whole KV cache (%lld positions).",
-                    (long long)need, n, (long long)max_tokens, (long long)pool);
+                    (long long)need, np, (long long)max_tokens, (long long)pool);
     }
     g->req.max_tokens = (int32_t)max_tokens;
     g->req.prompt_ids = ids;
     g->req.n_prompt_ids = n - n_fill;
     g->req.prompt = NULL;
     if (n_fill > 0) {
-        /* Chat assistant prefill: the message's tokens continue the prompt, asserted and not
-         * emitted, so the reply is only the continuation. */
+        /* The continuation's ids (srv_prompt_ids): a chat assistant prefill's continue the
+         * prompt, asserted and not emitted, so the reply is only the continuation; a visible
+         * fill's are asserted and emitted (they decode to exactly its content). */
         g->req.fill_ids = ids + (n - n_fill);
         g->req.n_fill_ids = n_fill;
         g->req.fill = NULL;
         g->req.fill_policy = KILN_FILL_ASSERT;
-        g->req.fill_hidden = true;
+        g->req.fill_hidden = g->prefill != NULL;
     }
 
     srv_make_id(kind == SRV_CHAT ? "chatcmpl-" : "cmpl-", r->id, sizeof r->id);

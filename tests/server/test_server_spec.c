@@ -512,11 +512,13 @@ static void test_metrics(tsrv *t) {
     json_decref(j);
 }
 
-/* A server whose draft model is the target itself: greedy drafts always agree. */
+/* A server whose draft model is the target itself (speculating by default, as kiln serve
+ * --draft-model does): the plain text, by default and on request. */
 static void test_draft_model(void) {
     kiln_engine_params ep = kiln_engine_default_params();
     ep.n_threads = 1;
     ep.draft_model = g_model;
+    ep.spec = KILN_SPEC_DRAFT; /* as kiln serve --draft-model sets it */
     tsrv t;
     tsrv_start(&t, g_model, NULL, &ep);
     int st;
