@@ -99,6 +99,38 @@ static char *read_whole_file(const char *path, size_t *len) {
     return buf;
 }
 
+/* A span (--fill, --prediction) that continues the prompt's text: tokenized together with
+ * it, its ids are those a run over the joined text sees and decode to exactly the span after
+ * the prompt (tokenized alone, an SPM vocabulary would give it a space prefix). *out gets the
+ * joined text's ids past the prompt's when those are a prefix of them; else it stays empty
+ * and the engine tokenizes the span's text. Returns 0, or KILN_EXIT_ERROR after printing. */
+static int continuation(const kiln_model *m, const char *prompt, size_t prompt_len,
+                        const kiln_ivec *ids, const char *span, size_t span_len, const char *flag,
+                        kiln_ivec *out) {
+    if (!span || span_len == 0) return 0;
+    kiln_error err = {0};
+    char *joined = malloc(prompt_len + span_len);
+    if (!joined) {
+        kiln_error_set(&err, KILN_ERR_OUT_OF_MEMORY, "out of memory (%s)", flag);
+        return cli_fail(&err);
+    }
+    memcpy(joined, prompt, prompt_len);
+    memcpy(joined + prompt_len, span, span_len);
+    kiln_ivec whole = {0};
+    kiln_status st =
+        kiln_tokenizer_encode(m->tokenizer, joined, prompt_len + span_len, true, false, &whole, &err);
+    free(joined);
+    if (st == KILN_OK && whole.n > ids->n &&
+        !memcmp(whole.data, ids->data, ids->n * sizeof *ids->data))
+        st = kiln_ivec_append(out, whole.data + ids->n, whole.n - ids->n);
+    kiln_ivec_free(&whole);
+    if (st != KILN_OK) {
+        kiln_error_prefix(&err, "%s: ", flag);
+        return cli_fail(&err);
+    }
+    return 0;
+}
+
 /* getopt_long codes of run's own long options without a short form. */
 enum {
     RUN_OPT_PREDICTION = 0x200,
@@ -301,7 +333,7 @@ int kiln_cmd_run(int argc, char **argv) {
     kiln_engine *engine = NULL;
     kiln_stream *stream = NULL;
     kiln_detok *echo = NULL;
-    kiln_ivec ids = {0}, gen = {0}, whole = {0};
+    kiln_ivec ids = {0}, gen = {0}, fill_ids = {0}, pred_ids = {0};
     text_buf text = {0};
     double t0 = cli_now_ms();
     if (kiln_model_load(model_path, &lp, &m, &err) != KILN_OK) {
@@ -321,27 +353,18 @@ int kiln_cmd_run(int argc, char **argv) {
         rc = KILN_EXIT_ERROR;
         goto done;
     }
-    if (rq.fill && rq.fill_policy == KILN_FILL_ASSERT && rq.fill_len > 0) {
-        /* The fill continues the prompt's text: tokenized together with it, its ids are
-         * those of a run over the joined text and decode to exactly the fill after the
-         * prompt (alone, an SPM vocabulary would give it a space prefix). Used when the
-         * prompt's own ids are a prefix of the joined text's; else the engine tokenizes it. */
-        char *joined = malloc(prompt_len + rq.fill_len);
-        if (!joined) goto oom;
-        memcpy(joined, prompt, prompt_len);
-        memcpy(joined + prompt_len, rq.fill, rq.fill_len);
-        kiln_status st = kiln_tokenizer_encode(m->tokenizer, joined, prompt_len + rq.fill_len,
-                                               true, false, &whole, &err);
-        free(joined);
-        if (st != KILN_OK) {
-            kiln_error_prefix(&err, "--fill: ");
-            rc = cli_fail(&err);
-            goto done;
-        }
-        if (whole.n > ids.n && !memcmp(whole.data, ids.data, ids.n * sizeof *ids.data)) {
-            rq.fill_ids = whole.data + ids.n;
-            rq.n_fill_ids = (int32_t)(whole.n - ids.n);
-        }
+    /* The fill and the prediction continue the prompt's text: tokenized with it. */
+    if ((rc = continuation(m, prompt, prompt_len, &ids, rq.fill, rq.fill_len, "--fill", &fill_ids)) ||
+        (rc = continuation(m, prompt, prompt_len, &ids, rq.prediction, rq.prediction_len,
+                           prediction_file ? "--prediction-file" : "--prediction", &pred_ids)))
+        goto done;
+    if (fill_ids.n > 0) {
+        rq.fill_ids = fill_ids.data;
+        rq.n_fill_ids = (int32_t)fill_ids.n;
+    }
+    if (pred_ids.n > 0) {
+        rq.prediction_ids = pred_ids.data;
+        rq.n_prediction_ids = (int32_t)pred_ids.n;
     }
     /* Context: --ctx, else the model's, else just what this request needs. A request that
      * would run past it is cut to end exactly at the context's last position (finish
@@ -484,7 +507,8 @@ done:
     kiln_detok_destroy(echo);
     kiln_ivec_free(&ids);
     kiln_ivec_free(&gen);
-    kiln_ivec_free(&whole);
+    kiln_ivec_free(&fill_ids);
+    kiln_ivec_free(&pred_ids);
     free(text.data);
     kiln_model_free(m);
     kiln_model_free(draft);

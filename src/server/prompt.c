@@ -132,56 +132,65 @@ static bool text_tokens(const srv_chat *c, const kiln_model *m, const srv_gen *g
     return srv_tokenize(m, text, len, g->add_special, false, ids, n, e);
 }
 
-/* A continuation of text: the ids of text + cont tokenized as one text (what a completion of
- * that text would see), and how many of them, at the end, are the continuation's: those past
- * the longest common prefix with text's own ids. With `clean` (a visible fill, whose tokens
- * must decode to exactly cont) a continuation that merges with text's last tokens is not
- * split: *ids are then text's own and *n_cont 0. Without it (a hidden prefill) a merged token
- * joins the continuation, leaving at least one id before it. */
-static bool split_tokens(const srv_chat *c, const kiln_model *m, const srv_gen *g,
-                         const char *text, size_t len, const char *cont, size_t cont_len,
-                         bool clean, int32_t **ids, int32_t *n, int32_t *n_cont, srv_error *e) {
-    int32_t *head = NULL, n_head = 0;
-    *n_cont = 0;
-    if (!text_tokens(c, m, g, text, len, &head, &n_head, e)) return false;
+/* text + cont tokenized as one text into *w (malloc'd), *n_w ids. */
+static bool joined_tokens(const srv_chat *c, const kiln_model *m, const srv_gen *g,
+                          const char *text, size_t len, const char *cont, size_t cont_len,
+                          int32_t **w, int32_t *n_w, srv_error *e) {
     srv_buf whole = {0};
     srv_buf_add(&whole, text, len);
     srv_buf_add(&whole, cont, cont_len);
-    int32_t *w = NULL, n_w = 0;
     bool ok = !whole.oom || srv_fail(e, 500, "server_error", NULL, NULL, "out of memory");
-    if (ok) ok = text_tokens(c, m, g, whole.p, whole.len, &w, &n_w, e);
+    if (ok) ok = text_tokens(c, m, g, whole.p ? whole.p : "", whole.len, w, n_w, e);
     srv_buf_free(&whole);
-    if (!ok) {
-        free(head);
-        return false;
-    }
-    int32_t common = 0;
-    while (common < n_head && common < n_w && head[common] == w[common]) common++;
-    if (clean && common < n_head) {
+    return ok;
+}
+
+static int32_t common_prefix(const int32_t *a, int32_t na, const int32_t *b, int32_t nb) {
+    int32_t k = 0;
+    while (k < na && k < nb && a[k] == b[k]) k++;
+    return k;
+}
+
+/* A span that continues the prompt's text (a fill, a prediction): the ids past the prompt's
+ * own in the joined text's, when those are a prefix of them (so the span's ids decode to
+ * exactly its text after the prompt); else *ids stays NULL (the engine tokenizes the text).
+ * An empty span is left as text too. */
+static bool span_tokens(const srv_chat *c, const kiln_model *m, const srv_gen *g,
+                        const char *text, size_t len, const int32_t *base, int32_t n_base,
+                        const char *span, size_t span_len, int32_t **ids, int32_t *n,
+                        srv_error *e) {
+    *ids = NULL;
+    *n = 0;
+    if (!span || span_len == 0) return true;
+    int32_t *w = NULL, n_w = 0;
+    if (!joined_tokens(c, m, g, text, len, span, span_len, &w, &n_w, e)) return false;
+    if (n_w > n_base && common_prefix(base, n_base, w, n_w) == n_base) {
+        memmove(w, w + n_base, (size_t)(n_w - n_base) * sizeof *w);
+        *ids = w;
+        *n = n_w - n_base;
+    } else {
         free(w);
-        *ids = head;
-        *n = n_head;
-        return true;
     }
-    if (common < 1) common = n_w < 1 ? n_w : 1;
-    free(head);
-    *ids = w;
-    *n = n_w;
-    *n_cont = n_w - common;
     return true;
 }
 
-bool srv_prompt_ids(const srv_chat *c, const kiln_model *m, const srv_gen *g, int32_t **ids,
-                    int32_t *n, int32_t *n_fill, srv_error *e) {
-    *ids = NULL;
-    *n = 0;
-    if (n_fill) *n_fill = 0;
+void srv_prompt_free(srv_prompt *p) {
+    if (!p) return;
+    free(p->ids);
+    free(p->fill_ids);
+    free(p->pred_ids);
+    memset(p, 0, sizeof *p);
+}
+
+bool srv_prompt_build(const srv_chat *c, const kiln_model *m, const srv_gen *g, bool spans,
+                      srv_prompt *p, srv_error *e) {
+    memset(p, 0, sizeof *p);
     if (g->kind == SRV_COMPLETION && g->prompt_ids) {
-        *ids = malloc((size_t)g->n_prompt_ids * sizeof **ids);
-        if (!*ids) return srv_fail(e, 500, "server_error", NULL, NULL, "out of memory");
-        memcpy(*ids, g->prompt_ids, (size_t)g->n_prompt_ids * sizeof **ids);
-        *n = g->n_prompt_ids;
-        return true;
+        p->ids = malloc((size_t)g->n_prompt_ids * sizeof *p->ids);
+        if (!p->ids) return srv_fail(e, 500, "server_error", NULL, NULL, "out of memory");
+        memcpy(p->ids, g->prompt_ids, (size_t)g->n_prompt_ids * sizeof *p->ids);
+        p->n = g->n_prompt_ids;
+        return true; /* no text: fill and prediction stay text, for the engine */
     }
     char *rendered = NULL;
     const char *text = g->prompt_text;
@@ -190,26 +199,53 @@ bool srv_prompt_ids(const srv_chat *c, const kiln_model *m, const srv_gen *g, in
         if (!srv_chat_render(c, g, &rendered, &len, e)) return false;
         text = rendered;
     }
-    /* a visible asserted fill continues the prompt's text (n_fill asked: not for /tokenize) */
-    bool visible = n_fill && g->has_fill && g->req.fill_policy == KILN_FILL_ASSERT && g->req.fill;
-    int32_t nf = 0;
-    bool ok;
-    if (g->prefill)
-        ok = split_tokens(c, m, g, text, len, json_string_value(g->prefill),
-                          json_string_length(g->prefill), false, ids, n, &nf, e);
-    else if (visible)
-        ok = split_tokens(c, m, g, text, len, g->req.fill, g->req.fill_len, true, ids, n, &nf, e);
-    else
-        ok = text_tokens(c, m, g, text, len, ids, n, e);
-    kiln_free(rendered);
-    if (!ok) return false;
-    if (n_fill) *n_fill = nf;
-    if (*n == 0) {
-        free(*ids);
-        *ids = NULL;
-        return srv_fail(e, 400, "invalid_request_error", NULL,
-                        g->kind == SRV_CHAT ? "messages" : "prompt",
-                        "the prompt is empty (no tokens)");
+    srv_buf base = {0}; /* the prompt's text: the rendering, then a prefill's content */
+    srv_buf_add(&base, text ? text : "", len);
+    bool ok = text_tokens(c, m, g, base.p, base.len, &p->ids, &p->n, e);
+    if (ok && g->prefill) {
+        /* the prefill's ids: past the longest common prefix of the rendered text's ids and the
+         * joined text's, so a token merged across the boundary belongs to the prefill; at
+         * least one prompt id stays before it */
+        int32_t *w = NULL, n_w = 0;
+        ok = joined_tokens(c, m, g, base.p, base.len, json_string_value(g->prefill),
+                           json_string_length(g->prefill), &w, &n_w, e);
+        if (ok) {
+            int32_t k = common_prefix(p->ids, p->n, w, n_w);
+            if (k < 1) k = n_w < 1 ? n_w : 1;
+            free(p->ids);
+            p->ids = w;
+            p->n = n_w;
+            p->n_prefill = n_w - k;
+            srv_buf_add(&base, json_string_value(g->prefill), json_string_length(g->prefill));
+            if (base.oom) ok = srv_fail(e, 500, "server_error", NULL, NULL, "out of memory");
+        }
     }
+    if (ok && spans && p->n > 0) {
+        if (g->has_fill)
+            ok = span_tokens(c, m, g, base.p, base.len, p->ids, p->n, g->req.fill, g->req.fill_len,
+                             &p->fill_ids, &p->n_fill, e);
+        if (ok && g->has_prediction)
+            ok = span_tokens(c, m, g, base.p, base.len, p->ids, p->n, g->req.prediction,
+                             g->req.prediction_len, &p->pred_ids, &p->n_pred, e);
+    }
+    srv_buf_free(&base);
+    kiln_free(rendered);
+    if (ok && p->n == 0)
+        ok = srv_fail(e, 400, "invalid_request_error", NULL,
+                      g->kind == SRV_CHAT ? "messages" : "prompt", "the prompt is empty (no tokens)");
+    if (!ok) srv_prompt_free(p);
+    return ok;
+}
+
+bool srv_prompt_ids(const srv_chat *c, const kiln_model *m, const srv_gen *g, int32_t **ids,
+                    int32_t *n, srv_error *e) {
+    srv_prompt p;
+    *ids = NULL;
+    *n = 0;
+    if (!srv_prompt_build(c, m, g, false, &p, e)) return false;
+    *ids = p.ids;
+    *n = p.n;
+    p.ids = NULL;
+    srv_prompt_free(&p);
     return true;
 }

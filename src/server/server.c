@@ -257,7 +257,7 @@ static enum MHD_Result route_tokenize(srv_req *r) {
     bool ok = srv_gen_parse(chat ? SRV_CHAT : SRV_COMPLETION, r->body.p, r->body.len, s->n_vocab,
                             NULL, &g, &e);
     int32_t *ids = NULL, n = 0;
-    if (ok) ok = srv_prompt_ids(&s->chat, s->m, &g, &ids, &n, NULL, &e);
+    if (ok) ok = srv_prompt_ids(&s->chat, s->m, &g, &ids, &n, &e);
     if (!ok) {
         srv_gen_free(&g);
         return queue_error(r, &e);
@@ -477,67 +477,77 @@ static enum MHD_Result route_generate(srv_req *r) {
         return queue_error(r, &e);
     srv_gen *g = &r->gen;
     if (!srv_gen_check_engine(g, s->has_draft, &e)) return queue_error(r, &e);
-    int32_t *ids = NULL, n = 0, n_fill = 0;
-    if (!srv_prompt_ids(&s->chat, s->m, g, &ids, &n, &n_fill, &e)) return queue_error(r, &e);
-    /* a chat assistant prefill counts as prompt tokens (fill_hidden), a visible fill's ids
-     * as completion tokens */
-    const int32_t n_visible = g->prefill ? 0 : n_fill;
-    r->n_prompt = n - n_visible;
+    srv_prompt pr;
+    if (!srv_prompt_build(&s->chat, s->m, g, true, &pr, &e)) return queue_error(r, &e);
+    const int32_t n = pr.n; /* a chat assistant prefill counts as prompt tokens (fill_hidden) */
+    r->n_prompt = n;
 
     /* Budget: prompt + max_tokens - 1 positions must fit the context and the KV pool. */
     int64_t pool = (int64_t)s->kv_blocks_total * s->block_size;
     int64_t limit = pool < s->n_ctx ? pool : s->n_ctx;
     int64_t max_tokens = g->req.max_tokens;
     if (!g->max_tokens_set) {
-        max_tokens = limit - r->n_prompt + 1;
+        max_tokens = limit - n + 1;
         /* OpenAI's default of 16 generated tokens, after an asserted fill's own tokens (which
-         * count towards max_tokens): the fill tokenized as the engine does, without special
-         * tokens (a default only: the engine checks the real count) */
-        int64_t dflt = 16 + n_visible;
-        if (kind == SRV_COMPLETION && g->has_fill && g->req.fill_policy == KILN_FILL_ASSERT &&
-            n_visible == 0) {
-            int32_t *fids = NULL, nf = 0;
-            srv_error fe = {0};
-            if (srv_tokenize(s->m, g->req.fill, g->req.fill_len, false, false, &fids, &nf, &fe))
-                dflt += nf;
-            free(fids);
+         * count towards max_tokens): its continuation ids, else the fill tokenized alone as
+         * the engine will (a default only: the engine checks the real count) */
+        int64_t dflt = 16;
+        if (kind == SRV_COMPLETION && g->has_fill && g->req.fill_policy == KILN_FILL_ASSERT) {
+            if (pr.fill_ids) {
+                dflt += pr.n_fill;
+            } else {
+                int32_t *fids = NULL, nf = 0;
+                srv_error fe = {0};
+                if (srv_tokenize(s->m, g->req.fill, g->req.fill_len, false, false, &fids, &nf,
+                                 &fe))
+                    dflt += nf;
+                free(fids);
+            }
         }
         if (kind == SRV_COMPLETION && max_tokens > dflt) max_tokens = dflt;
     }
-    const int32_t np = r->n_prompt; /* the prompt, without a visible fill */
-    int64_t need = (int64_t)np + (max_tokens > 0 ? max_tokens : 1) - 1;
+    int64_t need = (int64_t)n + (max_tokens > 0 ? max_tokens : 1) - 1;
     if (max_tokens < 1 || need > s->n_ctx) {
-        free(ids);
+        srv_prompt_free(&pr);
         return fail(r, 400, "invalid_request_error", "context_over_budget",
-                    g->max_tokens_set && np <= s->n_ctx ? "max_tokens"
+                    g->max_tokens_set && n <= s->n_ctx ? "max_tokens"
                     : kind == SRV_CHAT                 ? "messages"
                                                        : "prompt",
                     "This model's maximum context length is %d tokens. However, you requested "
                     "%lld tokens (%d in the prompt, %lld for the completion).",
-                    s->n_ctx, (long long)(np + (max_tokens > 0 ? max_tokens : 0)), np,
+                    s->n_ctx, (long long)(n + (max_tokens > 0 ? max_tokens : 0)), n,
                     (long long)(max_tokens > 0 ? max_tokens : 0));
     }
     if (s->block_size > 0 && (need + s->block_size - 1) / s->block_size > s->kv_blocks_total) {
-        free(ids);
+        srv_prompt_free(&pr);
         return fail(r, 400, "invalid_request_error", "context_over_budget", "max_tokens",
                     "The request needs %lld KV positions (%d prompt + %lld completion tokens, "
                     "less the last generated token, which is never stored), more than the "
                     "server's whole KV cache (%lld positions).",
-                    (long long)need, np, (long long)max_tokens, (long long)pool);
+                    (long long)need, n, (long long)max_tokens, (long long)pool);
     }
     g->req.max_tokens = (int32_t)max_tokens;
-    g->req.prompt_ids = ids;
-    g->req.n_prompt_ids = n - n_fill;
+    g->req.prompt_ids = pr.ids;
+    g->req.n_prompt_ids = n - pr.n_prefill;
     g->req.prompt = NULL;
-    if (n_fill > 0) {
-        /* The continuation's ids (srv_prompt_ids): a chat assistant prefill's continue the
-         * prompt, asserted and not emitted, so the reply is only the continuation; a visible
-         * fill's are asserted and emitted (they decode to exactly its content). */
-        g->req.fill_ids = ids + (n - n_fill);
-        g->req.n_fill_ids = n_fill;
+    if (pr.n_prefill > 0) {
+        /* Chat assistant prefill: the message's tokens continue the prompt, asserted and not
+         * emitted, so the reply is only the continuation. */
+        g->req.fill_ids = pr.ids + (n - pr.n_prefill);
+        g->req.n_fill_ids = pr.n_prefill;
         g->req.fill = NULL;
         g->req.fill_policy = KILN_FILL_ASSERT;
-        g->req.fill_hidden = g->prefill != NULL;
+        g->req.fill_hidden = true;
+    } else if (pr.fill_ids) {
+        /* the fill as the prompt's continuation (srv_prompt_build): exactly its text */
+        g->req.fill_ids = pr.fill_ids;
+        g->req.n_fill_ids = pr.n_fill;
+        g->req.fill = NULL;
+    }
+    if (pr.pred_ids) {
+        g->req.prediction_ids = pr.pred_ids;
+        g->req.n_prediction_ids = pr.n_pred;
+        g->req.prediction = NULL;
     }
 
     srv_make_id(kind == SRV_CHAT ? "chatcmpl-" : "cmpl-", r->id, sizeof r->id);
@@ -558,9 +568,10 @@ static enum MHD_Result route_generate(srv_req *r) {
 
     kiln_error err = {0};
     kiln_status st = kiln_engine_submit(s->e, &g->req, &r->stream, &err);
-    free(ids);
+    srv_prompt_free(&pr); /* the engine copied what it needs */
     g->req.prompt_ids = NULL;
     g->req.fill_ids = NULL;
+    g->req.prediction_ids = NULL;
     if (st != KILN_OK) {
         r->stream = NULL;
         if (st == KILN_ERR_QUEUE_FULL)

@@ -61,14 +61,43 @@ static char *lit(const char *s) {
     return out;
 }
 
-/* Tokens of a prediction text as the engine tokenizes it: no special tokens. */
-static int32_t n_tokens(const char *text) {
-    int32_t n = 0;
+/* Tokens of text, tokenized as kiln_model_tokenize does (into a static buffer). */
+static int32_t *tokens(const char *text, bool add_special, bool parse_special, int32_t *n) {
     static int32_t ids[8192];
     kiln_error err = {0};
-    REQUIRE(kiln_model_tokenize(g_model, text, strlen(text), false, false, ids, 8192, &n, &err) ==
-            KILN_OK);
+    REQUIRE(kiln_model_tokenize(g_model, text, strlen(text), add_special, parse_special, ids, 8192,
+                                n, &err) == KILN_OK);
+    return ids;
+}
+
+/* Tokens of a text alone, without special tokens. */
+static int32_t n_tokens(const char *text) {
+    int32_t n = 0;
+    tokens(text, false, false, &n);
     return n;
+}
+
+/* The tokens of `cont` as a continuation of a request's prompt: the joined text's tokens past
+ * the prompt's own (a completion's prompt with BOS; a chat rendered in ChatML, control texts
+ * parsed), -1 when the prompt's tokens are not a prefix of the joined text's. */
+static int32_t n_continuation(bool chat, const char *prompt, const char *cont) {
+    srv_buf a = {0}, b = {0};
+    if (chat)
+        srv_buf_addf(&a, "<|im_start|>user\n%s<|im_end|>\n<|im_start|>assistant\n", prompt);
+    else
+        srv_buf_adds(&a, prompt);
+    srv_buf_addf(&b, "%s%s", a.p, cont);
+    int32_t na = 0, nb = 0;
+    int32_t *ta = tokens(a.p, !chat, chat, &na);
+    int32_t *head = malloc((size_t)na * sizeof *head);
+    REQUIRE(head);
+    memcpy(head, ta, (size_t)na * sizeof *head);
+    int32_t *tb = tokens(b.p, !chat, chat, &nb);
+    bool prefix = nb >= na && !memcmp(head, tb, (size_t)na * sizeof *head);
+    free(head);
+    srv_buf_free(&a);
+    srv_buf_free(&b);
+    return prefix ? nb - na : -1;
 }
 
 /* The value of an unlabelled sample `name` in a /metrics body; NAN when absent. */
@@ -143,7 +172,12 @@ static void test_prediction(tsrv *t) {
         CHECK(usage_of(plain, "completion_tokens_details", "accepted_prediction_tokens") == 0);
         CHECK(usage_of(plain, "completion_tokens_details", "rejected_prediction_tokens") == 0);
         CHECK(usage_of(plain, "speculation", "drafted_tokens") == 0);
-        int32_t n_pred = n_tokens(want);
+        /* The prediction continues the prompt: its tokens are counted as such (as the output's
+         * are), so a prediction equal to the output rejects nothing when the output's tokens
+         * are its text's own tokenization (then as many as completion_tokens). */
+        int32_t n_pred = n_continuation(chat, PROMPT, want);
+        CHECKF(n_pred > 0, "the output does not continue the prompt's tokens");
+        const bool canonical = n_pred == usage_of(plain, NULL, "completion_tokens");
         char *pl = lit(want);
         for (int parts = 0; parts < 2; parts++) {
             srv_buf x = {0};
@@ -172,6 +206,10 @@ static void test_prediction(tsrv *t) {
             CHECKF(acc > 0, "accepted_prediction_tokens %lld", acc);
             CHECKF(acc + rej == n_pred, "accepted %lld + rejected %lld != %d prediction tokens",
                    acc, rej, n_pred);
+            if (canonical)
+                CHECKF(rej == 0 && acc == n_pred,
+                       "a prediction equal to the output: accepted %lld rejected %lld of %d", acc,
+                       rej, n_pred);
             CHECKF(usage_of(j, "speculation", "drafted_tokens") > 0 &&
                        usage_of(j, "speculation", "accepted_tokens") > 0 &&
                        usage_of(j, "speculation", "verify_steps") > 0,
@@ -205,7 +243,7 @@ static void test_prediction(tsrv *t) {
          * text and rejects at least what the output never reached. */
         srv_buf longer = {0};
         srv_buf_addf(&longer, "%s The end. They all lived happily.", want);
-        int32_t n_long = n_tokens(longer.p);
+        int32_t n_long = n_continuation(chat, PROMPT, longer.p);
         char *ll = lit(longer.p);
         const char *contents[] = {"\"\"", ll};
         for (int k = 0; k < 2; k++) {

@@ -309,11 +309,18 @@ describe('prefix cache', () => {
 describe('speculation and predictions', () => {
   const messages = [{ role: 'user', content: 'Tell me a story about a dog.' }];
 
-  /** Prediction tokens as the engine counts them: the text tokenized without special tokens. */
-  async function predictionTokens(text) {
-    const r = await postJson(srv.url, '/tokenize', { prompt: text, add_special_tokens: false }, KEY);
+  async function count(body) {
+    const r = await postJson(srv.url, '/tokenize', body, KEY);
     assert.equal(r.status, 200, r.text);
     return r.json.count;
+  }
+
+  /** Prediction tokens as the server counts them: a continuation of the prompt (the
+   *  conversation with the text as the assistant's message, less the conversation alone;
+   *  for completions the prompt + the text, less the prompt). */
+  async function predictionTokens(text, prompt) {
+    if (prompt !== undefined) return (await count({ prompt: prompt + text })) - (await count({ prompt }));
+    return (await count({ messages: [...messages, { role: 'assistant', content: text }] })) - (await count({ messages }));
   }
 
   test('prediction through the client: the same greedy text, usage.completion_tokens_details', async () => {
@@ -349,7 +356,9 @@ describe('speculation and predictions', () => {
       model: MODEL, prompt: 'Once upon a time', max_tokens: 24, temperature: 0, prediction: { type: 'content', content: c.choices[0].text },
     });
     assert.equal(cp.choices[0].text, c.choices[0].text);
-    assert.ok(cp.usage.completion_tokens_details.accepted_prediction_tokens > 0);
+    const cd = cp.usage.completion_tokens_details;
+    assert.ok(cd.accepted_prediction_tokens > 0);
+    assert.equal(cd.accepted_prediction_tokens + cd.rejected_prediction_tokens, await predictionTokens(c.choices[0].text, 'Once upon a time'));
   });
 
   test('speculation and fill (kiln extensions) pass through the client', async () => {
