@@ -47,6 +47,10 @@ typedef struct kiln_request_debug {
      * submit; each id must be in [0, n_vocab). */
     const int32_t *force_tokens;
     int32_t n_force_tokens;
+    /* Fault injection in the speculation transaction: > 0 makes the spec_bad_resolve-th verify
+     * step (1-based) call kiln_spec_resolve with one more accepted draft than it verified, so
+     * the transaction fails (the sequence finishes with KILN_ERR_INTERNAL). */
+    int32_t spec_bad_resolve;
 } kiln_request_debug;
 
 /** kiln_engine_submit with diagnostics (debug may be NULL). */

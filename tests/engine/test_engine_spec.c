@@ -381,6 +381,55 @@ static void check_fill_session(void) {
     et_result_free(&r0);
 }
 
+/* A failed transaction finishes the sequence with an error; its blocks go back, none of the
+ * failed step's is indexed, and the engine goes on serving the same prompt exactly. */
+static void check_failed_transaction(void) {
+    kiln_engine_params p = base_params();
+    et_job j0;
+    et_result r0;
+    make_job(&j0, 1, false, &r0);
+    run_one(&p, &j0);
+    kiln_engine *e = make_engine(&p);
+    for (int round = 0; round < 2; round++) {
+        et_job jf;
+        et_result rf;
+        spec_case c;
+        make_job(&jf, 1, false, &rf);
+        apply_variant(&jf, V_PRED_SELF, &r0, &c, 1);
+        jf.dbg.spec_bad_resolve = 2;
+        kiln_error err = {0};
+        kiln_stream *s = NULL;
+        REQUIRE(kiln_engine_submit_debug(e, &jf.req, &jf.dbg, &s, &err) == KILN_OK);
+        et_collect(s, &rf, g_nv);
+        kiln_stream_destroy(s);
+        CHECKF(rf.finish == KILN_FINISH_ERROR && rf.status == KILN_ERR_INTERNAL &&
+                   strstr(rf.message, "misuse"),
+               "failed transaction: finish %s status %d '%s'", kiln_finish_reason_name(rf.finish),
+               (int)rf.status, rf.message);
+        /* what it emitted before the failure is a prefix of the plain output */
+        CHECKF(rf.n_tokens < r0.n_tokens &&
+                   memcmp(rf.tokens, r0.tokens, (size_t)rf.n_tokens * sizeof(int32_t)) == 0,
+               "failed transaction: %d tokens emitted, not a prefix of the plain output",
+               rf.n_tokens);
+        kiln_engine_stats st;
+        kiln_engine_get_stats(e, &st);
+        CHECKF(st.kv_blocks_used == 0, "failed transaction: %d blocks still used",
+               st.kv_blocks_used);
+        et_result_free(&rf);
+        /* the same request, plain, on the same engine (its cache holds the prompt) */
+        et_job jp;
+        et_result rp;
+        make_job(&jp, 1, false, &rp);
+        REQUIRE(kiln_engine_submit_debug(e, &jp.req, &jp.dbg, &s, &err) == KILN_OK);
+        et_collect(s, &rp, g_nv);
+        kiln_stream_destroy(s);
+        compare("after a failed transaction", &r0, &rp);
+        et_result_free(&rp);
+    }
+    kiln_engine_destroy(e);
+    et_result_free(&r0);
+}
+
 int main(int argc, char **argv) {
     REQUIRE(argc >= 2);
     bool hf = argc >= 3 && !strcmp(argv[2], "hf");
@@ -473,6 +522,7 @@ int main(int argc, char **argv) {
     CHECK(drafted > 0 && accepted > 0);
     check_assert_fill();
     check_fill_session();
+    check_failed_transaction();
     kiln_model_free(dm);
     kiln_model_free(m);
     if (kiln_test_failures) {
