@@ -4,7 +4,8 @@
  *   - run and serve --help list --spec, --spec-k, --spec-ngram, --draft-model (run also
  *     --prediction, --prediction-file, --fill, --fill-policy);
  *   - bad values and conflicting flags are usage errors (exit 2) naming the flag; a draft
- *     model or prediction file that cannot be read is a runtime error (exit 1) naming it;
+ *     model or prediction file that cannot be read, or a draft model with another
+ *     vocabulary, is a runtime error (exit 1) naming it;
  *   - greedy `kiln run --spec ngram` (and random, and a prediction equal to the plain output,
  *     and a draft model that is the target itself) prints the same ids and text as plain
  *     `kiln run` (exact speculation), and --json's "speculation" object and the stats line
@@ -105,6 +106,21 @@ static void test_flag_errors(void) {
     const char *const dm[] = {"run", "-m", g_model,         "-p",    "x",
                               "-n",  "2",  "--draft-model", missing, NULL};
     expect_rc("a draft model that does not load", dm, 1, "draft model");
+    /* a draft model with another vocabulary (pycode10M: 8192 tokens) is refused at engine
+     * creation with the reason */
+    const char *other = kiln_test_shared("models/pycode10M");
+    char other_cfg[4200];
+    snprintf(other_cfg, sizeof other_cfg, "%s/config.json", other);
+    if (access(other_cfg, R_OK) == 0) {
+        const char *const dv[] = {"run", "-m", g_model,         "-p",  "x",
+                                  "-n",  "2",  "--draft-model", other, NULL};
+        expect_rc("a draft model with another vocabulary", dv, 1, "vocabular");
+        const char *const sv[] = {"serve",         "-m",  g_model, "--port", "0",
+                                  "--draft-model", other, NULL};
+        expect_rc("kiln serve with a draft model of another vocabulary", sv, 1, "vocabular");
+    } else {
+        fprintf(stderr, "note: %s is missing: the vocabulary refusal is not checked\n", other);
+    }
     const char *const pf[] = {"run", "-m", g_model, "-p", "x", "--prediction-file", missing, NULL};
     expect_rc("a prediction file that does not exist", pf, 1, "--prediction-file");
 }
