@@ -94,6 +94,11 @@ enum {
     CLI_OPT_NO_PREFIX_CACHE,
     CLI_OPT_CACHE_DIR,
     CLI_OPT_CACHE_DISK_MAX,
+    /* speculative decoding (run and serve) */
+    CLI_OPT_SPEC,
+    CLI_OPT_SPEC_K,
+    CLI_OPT_SPEC_NGRAM,
+    CLI_OPT_DRAFT_MODEL,
 };
 
 /* The struct option entries of those options, for a command's option table. */
@@ -126,6 +131,42 @@ int cli_engine_option(const char *cmd, int opt, const char *arg, kiln_engine_par
  * (--cache-disk-max without --cache-dir). Returns 0, or KILN_EXIT_USAGE after printing
  * "kiln CMD: ..." saying which options conflict. */
 int cli_engine_check(const char *cmd, const kiln_engine_params *ep);
+
+/* The struct option entries of the speculative-decoding options of run and serve. */
+#define CLI_SPEC_LONG_OPTIONS                                                                      \
+    {"spec", required_argument, 0, CLI_OPT_SPEC}, {"spec-k", required_argument, 0, CLI_OPT_SPEC_K}, \
+        {"spec-ngram", required_argument, 0, CLI_OPT_SPEC_NGRAM}, {                                \
+        "draft-model", required_argument, 0, CLI_OPT_DRAFT_MODEL                                   \
+    }
+
+/** What the speculation options gave besides engine parameters. */
+typedef struct cli_spec {
+    const char *draft_path; /* --draft-model PATH (borrowed from argv); NULL = none */
+    bool spec_set;          /* --spec was given */
+} cli_spec;
+
+/** Apply speculation option `opt` with value `arg` (issue 18, kiln_engine_params' spec
+ * fields): --spec off|ngram|draft|random (ep->spec), --spec-k N in [1, KILN_MAX_SPEC_K]
+ * (ep->spec_k), --spec-ngram MIN:MAX with 1 <= MIN <= MAX <= 64 (ep->spec_ngram_min/max),
+ * --draft-model PATH (cs->draft_path; loaded by cli_spec_load). Returns -1 when opt is not one
+ * of them, 0 when applied, KILN_EXIT_USAGE (after "kiln CMD: --NAME must be ...") for a bad
+ * value. */
+int cli_spec_option(const char *cmd, int opt, const char *arg, kiln_engine_params *ep,
+                    cli_spec *cs);
+
+/** After every option: --spec draft needs --draft-model (KILN_EXIT_USAGE naming both), and
+ * --draft-model without --spec makes draft the engine's default. Returns 0 or KILN_EXIT_USAGE. */
+int cli_spec_check(const char *cmd, kiln_engine_params *ep, const cli_spec *cs);
+
+/** Load the --draft-model (as the main model is loaded: kiln_model_load, its tokenizer found
+ * beside a llama2.c checkpoint) into *draft and point ep->draft_model at it; nothing without
+ * one (*draft NULL). The engine checks its vocabulary against the target's at creation.
+ * Prints the error ("kiln: error: draft model: ...") and returns KILN_EXIT_ERROR on failure.
+ * Free *draft with kiln_model_free after the engine is destroyed. */
+int cli_spec_load(const cli_spec *cs, kiln_engine_params *ep, kiln_model **draft);
+
+/** "off", "ngram", "draft", "random" ("default" for KILN_SPEC_DEFAULT). */
+const char *cli_spec_name(kiln_spec_source s);
 
 /** Warn on stderr (prefix "kiln CMD: warning:") when a --ctx of n_ctx positions exceeds the
  * model's training context (n_ctx_train > 0): positions past it are outside what the weights

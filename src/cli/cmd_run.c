@@ -1,7 +1,11 @@
 /* cmd_run.c - `kiln run`: generate text from a prompt through the engine, streaming it to
  * stdout (or printing one JSON object with --json). The stats line on stderr gives the
  * prompt's tokens and how many of them came from the prefix cache (with --cache-dir, from an
- * earlier run's blocks on disk), and the tok/s of the prompt and of the generation. */
+ * earlier run's blocks on disk), the tok/s of the prompt and of the generation and, when
+ * speculation, a prediction or a fill was asked for, the speculation counters of kiln_usage.
+ * Speculative decoding (--spec, --draft-model), a client prediction (--prediction, OpenAI's
+ * Predicted Outputs) and a fill (--fill) map to kiln_engine_params / kiln_request (issue 18). */
+#include <errno.h>
 #include <getopt.h>
 #include <jansson.h>
 #include <stdio.h>
@@ -44,8 +48,96 @@ static void run_usage(FILE *f) {
             "                          reads them instead of computing them\n"
             "      --cache-disk-max SIZE\n"
             "                          most bytes DIR may hold (default 16G)\n"
-            "      --json              print one JSON object instead of streaming text\n");
+            "      --json              print one JSON object instead of streaming text\n"
+            "speculative decoding (the output is the same as without, faster when drafts are\n"
+            "accepted):\n"
+            "      --spec S            draft source: off (default), ngram (prompt lookup over\n"
+            "                          the prompt and output), draft (--draft-model) or random\n"
+            "      --spec-k N          most drafts per verify step, [1, 32] (default 8)\n"
+            "      --spec-ngram MIN:MAX\n"
+            "                          n-gram sizes ngram tries, longest first (default 1:4)\n"
+            "      --draft-model PATH  a smaller model with the same vocabulary; --spec then\n"
+            "                          defaults to draft\n"
+            "      --prediction TEXT   the expected output (OpenAI's Predicted Outputs): drafted\n"
+            "                          where it agrees with the output\n"
+            "      --prediction-file PATH\n"
+            "                          the same, read from a file\n"
+            "      --fill TEXT         the output begins with TEXT\n"
+            "      --fill-policy P     assert (default: TEXT is forced) or verify (TEXT is a\n"
+            "                          prediction of the output's start: output unchanged)\n");
 }
+
+/* The whole of a file into a malloc'd NUL-terminated buffer; NULL (errno set) on failure. */
+static char *read_whole_file(const char *path, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    size_t cap = 4096, n = 0;
+    char *buf = malloc(cap);
+    while (buf) {
+        if (n + 1 >= cap) {
+            char *nb = realloc(buf, cap * 2);
+            if (!nb) {
+                free(buf);
+                buf = NULL;
+                break;
+            }
+            buf = nb;
+            cap *= 2;
+        }
+        size_t r = fread(buf + n, 1, cap - 1 - n, f);
+        if (r == 0) break;
+        n += r;
+    }
+    bool bad = ferror(f);
+    fclose(f);
+    if (!buf || bad) {
+        free(buf);
+        return NULL;
+    }
+    buf[n] = '\0';
+    *len = n;
+    return buf;
+}
+
+/* A span (--fill, --prediction) that continues the prompt's text: tokenized together with
+ * it, its ids are those a run over the joined text sees and decode to exactly the span after
+ * the prompt (tokenized alone, an SPM vocabulary would give it a space prefix). *out gets the
+ * joined text's ids past the prompt's when those are a prefix of them; else it stays empty
+ * and the engine tokenizes the span's text. Returns 0, or KILN_EXIT_ERROR after printing. */
+static int continuation(const kiln_model *m, const char *prompt, size_t prompt_len,
+                        const kiln_ivec *ids, const char *span, size_t span_len, const char *flag,
+                        kiln_ivec *out) {
+    if (!span || span_len == 0) return 0;
+    kiln_error err = {0};
+    char *joined = malloc(prompt_len + span_len);
+    if (!joined) {
+        kiln_error_set(&err, KILN_ERR_OUT_OF_MEMORY, "out of memory (%s)", flag);
+        return cli_fail(&err);
+    }
+    memcpy(joined, prompt, prompt_len);
+    memcpy(joined + prompt_len, span, span_len);
+    kiln_ivec whole = {0};
+    kiln_status st =
+        kiln_tokenizer_encode(m->tokenizer, joined, prompt_len + span_len, true, false, &whole, &err);
+    free(joined);
+    if (st == KILN_OK && whole.n > ids->n &&
+        !memcmp(whole.data, ids->data, ids->n * sizeof *ids->data))
+        st = kiln_ivec_append(out, whole.data + ids->n, whole.n - ids->n);
+    kiln_ivec_free(&whole);
+    if (st != KILN_OK) {
+        kiln_error_prefix(&err, "%s: ", flag);
+        return cli_fail(&err);
+    }
+    return 0;
+}
+
+/* getopt_long codes of run's own long options without a short form. */
+enum {
+    RUN_OPT_PREDICTION = 0x200,
+    RUN_OPT_PREDICTION_FILE,
+    RUN_OPT_FILL,
+    RUN_OPT_FILL_POLICY,
+};
 
 /* Text of the whole completion, grown as TEXT events arrive. */
 typedef struct text_buf {
@@ -81,7 +173,12 @@ int kiln_cmd_run(int argc, char **argv) {
         {"xtc-threshold", required_argument, 0, 'Y'},
         {"seed", required_argument, 0, 's'},
         {"json", no_argument, 0, 'j'},
+        {"prediction", required_argument, 0, RUN_OPT_PREDICTION},
+        {"prediction-file", required_argument, 0, RUN_OPT_PREDICTION_FILE},
+        {"fill", required_argument, 0, RUN_OPT_FILL},
+        {"fill-policy", required_argument, 0, RUN_OPT_FILL_POLICY},
         CLI_ENGINE_LONG_OPTIONS,
+        CLI_SPEC_LONG_OPTIONS,
         {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0},
     };
@@ -93,13 +190,16 @@ int kiln_cmd_run(int argc, char **argv) {
     rq.top_k = 40;
     rq.top_p = 0.95f;
     rq.min_p = 0.05f;
-    bool seed_set = false, json = false;
+    bool seed_set = false, json = false, fill_policy_set = false;
+    const char *prediction = NULL, *prediction_file = NULL;
+    cli_spec cs = {0};
     int64_t v;
     optind = 1;
     opterr = 0;
     int c;
     while ((c = getopt_long(argc, argv, ":m:p:n:t:h", opts, NULL)) != -1) {
         int er = cli_engine_option("run", c, optarg, &ep);
+        if (er < 0) er = cli_spec_option("run", c, optarg, &ep, &cs);
         if (er >= 0) {
             if (er) return er;
             continue;
@@ -107,6 +207,26 @@ int kiln_cmd_run(int argc, char **argv) {
         switch (c) {
         case 'm':
             model_path = optarg;
+            break;
+        case RUN_OPT_PREDICTION:
+            prediction = optarg;
+            break;
+        case RUN_OPT_PREDICTION_FILE:
+            prediction_file = optarg;
+            break;
+        case RUN_OPT_FILL:
+            rq.fill = optarg;
+            rq.fill_len = strlen(optarg);
+            break;
+        case RUN_OPT_FILL_POLICY:
+            if (!strcmp(optarg, "assert"))
+                rq.fill_policy = KILN_FILL_ASSERT;
+            else if (!strcmp(optarg, "verify"))
+                rq.fill_policy = KILN_FILL_VERIFY;
+            else
+                return cli_usage_error("run", "--fill-policy must be assert or verify (got '%s')",
+                                       optarg);
+            fill_policy_set = true;
             break;
         case 'T':
             lp.tokenizer_path = optarg;
@@ -171,9 +291,32 @@ int kiln_cmd_run(int argc, char **argv) {
     if (!model_path) return cli_usage_error("run", "-m MODEL is required");
     if (!prompt) return cli_usage_error("run", "-p PROMPT is required");
     if ((c = cli_engine_check("run", &ep))) return c;
+    if ((c = cli_spec_check("run", &ep, &cs))) return c;
+    if (prediction && prediction_file)
+        return cli_usage_error("run", "--prediction and --prediction-file cannot be used together");
+    if (fill_policy_set && !rq.fill)
+        return cli_usage_error("run", "--fill-policy needs --fill TEXT");
+    if (rq.fill && rq.fill_policy == KILN_FILL_VERIFY && (prediction || prediction_file))
+        return cli_usage_error("run",
+                               "--fill-policy verify makes --fill a prediction of the output's "
+                               "start: it cannot be used with --prediction or --prediction-file");
     if (!seed_set) rq.seed = cli_random_seed();
 
-    char *stdin_buf = NULL;
+    char *stdin_buf = NULL, *prediction_buf = NULL;
+    if (prediction_file) {
+        size_t len = 0;
+        prediction_buf = read_whole_file(prediction_file, &len);
+        if (!prediction_buf) {
+            fprintf(stderr, "kiln: error: --prediction-file %s: %s\n", prediction_file,
+                    strerror(errno ? errno : EIO));
+            return KILN_EXIT_ERROR;
+        }
+        rq.prediction = prediction_buf;
+        rq.prediction_len = len;
+    } else if (prediction) {
+        rq.prediction = prediction;
+        rq.prediction_len = strlen(prediction);
+    }
     size_t prompt_len = strlen(prompt);
     if (!strcmp(prompt, "-")) {
         stdin_buf = cli_read_stdin(&prompt_len);
@@ -186,17 +329,18 @@ int kiln_cmd_run(int argc, char **argv) {
 
     int rc = 0;
     kiln_error err = {0};
-    kiln_model *m = NULL;
+    kiln_model *m = NULL, *draft = NULL;
     kiln_engine *engine = NULL;
     kiln_stream *stream = NULL;
     kiln_detok *echo = NULL;
-    kiln_ivec ids = {0}, gen = {0};
+    kiln_ivec ids = {0}, gen = {0}, fill_ids = {0}, pred_ids = {0};
     text_buf text = {0};
     double t0 = cli_now_ms();
     if (kiln_model_load(model_path, &lp, &m, &err) != KILN_OK) {
         rc = cli_fail(&err);
         goto done;
     }
+    if ((rc = cli_spec_load(&cs, &ep, &draft))) goto done;
     double load_ms = cli_now_ms() - t0;
     if (kiln_tokenizer_encode(m->tokenizer, prompt, prompt_len, true, false, &ids, &err) !=
         KILN_OK) {
@@ -208,6 +352,19 @@ int kiln_cmd_run(int argc, char **argv) {
         fprintf(stderr, "kiln: error: the prompt encodes to no tokens\n");
         rc = KILN_EXIT_ERROR;
         goto done;
+    }
+    /* The fill and the prediction continue the prompt's text: tokenized with it. */
+    if ((rc = continuation(m, prompt, prompt_len, &ids, rq.fill, rq.fill_len, "--fill", &fill_ids)) ||
+        (rc = continuation(m, prompt, prompt_len, &ids, rq.prediction, rq.prediction_len,
+                           prediction_file ? "--prediction-file" : "--prediction", &pred_ids)))
+        goto done;
+    if (fill_ids.n > 0) {
+        rq.fill_ids = fill_ids.data;
+        rq.n_fill_ids = (int32_t)fill_ids.n;
+    }
+    if (pred_ids.n > 0) {
+        rq.prediction_ids = pred_ids.data;
+        rq.n_prediction_ids = (int32_t)pred_ids.n;
     }
     /* Context: --ctx, else the model's, else just what this request needs. A request that
      * would run past it is cut to end exactly at the context's last position (finish
@@ -224,8 +381,12 @@ int kiln_cmd_run(int argc, char **argv) {
     if ((int64_t)ids.n + rq.max_tokens - 1 > n_ctx)
         rq.max_tokens = (int32_t)(n_ctx - (int64_t)ids.n + 1);
     ep.n_ctx = (int32_t)n_ctx;
-    if (ep.kv_memory == 0 && ep.kv_tokens == 0)
-        ep.kv_tokens = (int32_t)ids.n + rq.max_tokens; /* one request: exactly its need */
+    if (ep.kv_memory == 0 && ep.kv_tokens == 0) {
+        /* one request: exactly its need, plus room for one verify step's drafts */
+        int64_t kv = (int64_t)ids.n + rq.max_tokens;
+        if (ep.spec > KILN_SPEC_OFF || rq.prediction) kv += KILN_MAX_SPEC_K + 1;
+        ep.kv_tokens = kv > INT32_MAX ? INT32_MAX : (int32_t)kv;
+    }
     if (kiln_engine_create(m, &ep, &engine, &err) != KILN_OK) {
         rc = cli_fail(&err);
         goto done;
@@ -258,6 +419,7 @@ int kiln_cmd_run(int argc, char **argv) {
     kiln_event ev;
     kiln_finish_reason finish = KILN_FINISH_NONE;
     int32_t cached = 0; /* prompt tokens the prefix cache supplied (RAM or --cache-dir) */
+    kiln_usage usage = {0};
     for (;;) {
         if (kiln_stream_next(stream, -1, &ev, &err) != KILN_OK) {
             rc = cli_fail(&err);
@@ -280,6 +442,7 @@ int kiln_cmd_run(int argc, char **argv) {
             if (t_first == 0) t_first = t_end = (double)ev.time_ns / 1e6;
             finish = ev.finish_reason;
             cached = ev.usage.cached_tokens;
+            usage = ev.usage;
             if (finish == KILN_FINISH_ERROR) {
                 kiln_error_set(&err, ev.status, "%s", ev.message);
                 rc = cli_fail(&err);
@@ -305,13 +468,34 @@ int kiln_cmd_run(int argc, char **argv) {
             kiln_finish_reason_name(finish), "cached_tokens", cached, "timings", "load_ms", load_ms,
             "prompt_ms", prompt_ms, "generation_ms", gen_ms, "prompt_tokens_per_s", pp_tps,
             "generation_tokens_per_s", tg_tps, "seed", (json_int_t)rq.seed);
+        /* kiln_usage's speculation counters, named as the server's usage names them */
+        if (o)
+            json_object_set_new(
+                o, "speculation",
+                json_pack("{s:s, s:i, s:i, s:i, s:i, s:i, s:i}", "source",
+                          cli_spec_name(ep.spec == KILN_SPEC_DEFAULT ? KILN_SPEC_OFF : ep.spec),
+                          "drafted_tokens", usage.spec_drafted, "accepted_tokens",
+                          usage.spec_accepted, "verify_steps", usage.spec_verify_steps,
+                          "fill_tokens", usage.fill_tokens, "accepted_prediction_tokens",
+                          usage.accepted_prediction_tokens, "rejected_prediction_tokens",
+                          usage.rejected_prediction_tokens));
         if (cli_print_json(o)) rc = KILN_EXIT_ERROR;
     }
+    char spec[256] = "";
+    if (ep.spec > KILN_SPEC_OFF || rq.prediction || rq.fill || usage.spec_drafted > 0)
+        snprintf(spec, sizeof spec,
+                 " | spec %s: drafted %d, accepted %d (%.1f%%), %d verify steps | prediction "
+                 "accepted %d, rejected %d | fill %d",
+                 cli_spec_name(ep.spec == KILN_SPEC_DEFAULT ? KILN_SPEC_OFF : ep.spec),
+                 usage.spec_drafted, usage.spec_accepted,
+                 usage.spec_drafted > 0 ? 100.0 * usage.spec_accepted / usage.spec_drafted : 0.0,
+                 usage.spec_verify_steps, usage.accepted_prediction_tokens,
+                 usage.rejected_prediction_tokens, usage.fill_tokens);
     fprintf(stderr,
             "kiln: load %.1f ms | prompt %zu tokens (%d cached), %.1f tok/s | generated %zu "
-            "tokens, %.1f tok/s | finish %s | seed %llu\n",
+            "tokens, %.1f tok/s | finish %s | seed %llu%s\n",
             load_ms, ids.n, cached, pp_tps, gen.n, tg_tps, kiln_finish_reason_name(finish),
-            (unsigned long long)rq.seed);
+            (unsigned long long)rq.seed, spec);
     if (rc == 0) rc = cli_check_stdout();
     goto done;
 oom:
@@ -323,8 +507,12 @@ done:
     kiln_detok_destroy(echo);
     kiln_ivec_free(&ids);
     kiln_ivec_free(&gen);
+    kiln_ivec_free(&fill_ids);
+    kiln_ivec_free(&pred_ids);
     free(text.data);
     kiln_model_free(m);
+    kiln_model_free(draft);
     free(stdin_buf);
+    free(prediction_buf);
     return rc;
 }

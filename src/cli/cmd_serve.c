@@ -57,7 +57,16 @@ static void serve_usage(FILE *f) {
            "      --no-prefix-cache     compute every prompt token (no prefix cache)\n"
            "      --cache-dir DIR       also write cached KV blocks to DIR (created if\n"
            "                            absent; one server per DIR): they survive a restart\n"
-           "      --cache-disk-max SIZE most bytes DIR may hold (default 16G)\n");
+           "      --cache-disk-max SIZE most bytes DIR may hold (default 16G)\n"
+           "speculative decoding (the default for requests; a request's \"speculation\"\n"
+           "overrides it, its \"prediction\" drafts in any case; outputs are unchanged):\n"
+           "      --spec S              draft source: off (default), ngram (prompt lookup),\n"
+           "                            draft (--draft-model) or random\n"
+           "      --spec-k N            most drafts per verify step, [1, 32] (default 8)\n"
+           "      --spec-ngram MIN:MAX  n-gram sizes ngram tries, longest first (default 1:4)\n"
+           "      --draft-model PATH    a smaller model with the same vocabulary (enables\n"
+           "                            \"speculation\": {\"source\": \"draft\"}); --spec then\n"
+           "                            defaults to draft\n");
 }
 
 /* Model name: the file (or directory) name without its extension. */
@@ -119,6 +128,7 @@ int kiln_cmd_serve(int argc, char **argv) {
         {"quiet", no_argument, 0, 'q'},
         {"verbose", no_argument, 0, 'v'},
         CLI_ENGINE_LONG_OPTIONS,
+        CLI_SPEC_LONG_OPTIONS,
         {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0},
     };
@@ -126,6 +136,7 @@ int kiln_cmd_serve(int argc, char **argv) {
     kiln_model_params lp = {0};
     kiln_engine_params ep = kiln_engine_default_params();
     kiln_server_params sp = {.host = "127.0.0.1", .port = 8080};
+    cli_spec cs = {0};
     double grace_s = 5;
     int64_t v;
     float f;
@@ -143,6 +154,7 @@ int kiln_cmd_serve(int argc, char **argv) {
     } while (0)
     while ((c = getopt_long(argc, argv, ":m:t:qvh", opts, NULL)) != -1) {
         int er = cli_engine_option("serve", c, optarg, &ep);
+        if (er < 0) er = cli_spec_option("serve", c, optarg, &ep, &cs);
         if (er >= 0) {
             if (er) return er;
             continue;
@@ -200,6 +212,7 @@ int kiln_cmd_serve(int argc, char **argv) {
     if (optind < argc) return cli_usage_error("serve", "unexpected argument '%s'", argv[optind]);
     if (!model_path) return cli_usage_error("serve", "-m MODEL is required");
     if ((c = cli_engine_check("serve", &ep))) return c;
+    if ((c = cli_spec_check("serve", &ep, &cs))) return c;
     char name_buf[256];
     if (!model_name) {
         default_name(model_path, name_buf, sizeof name_buf);
@@ -226,7 +239,7 @@ int kiln_cmd_serve(int argc, char **argv) {
     int rc = 0;
     kiln_error err = {0};
     kiln_server *srv = NULL;
-    kiln_model *m = NULL;
+    kiln_model *m = NULL, *draft = NULL;
     kiln_engine *e = NULL;
     if (kiln_server_start(&sp, &srv, &err) != KILN_OK) {
         rc = cli_fail(&err);
@@ -240,8 +253,12 @@ int kiln_cmd_serve(int argc, char **argv) {
             kiln_server_port(srv), model_path);
     fflush(stderr);
     double t0 = cli_now_ms();
-    if (kiln_model_load(model_path, &lp, &m, &err) != KILN_OK ||
-        kiln_engine_create(m, &ep, &e, &err) != KILN_OK) {
+    if (kiln_model_load(model_path, &lp, &m, &err) != KILN_OK) {
+        rc = cli_fail(&err);
+        goto done;
+    }
+    if ((rc = cli_spec_load(&cs, &ep, &draft))) goto done;
+    if (kiln_engine_create(m, &ep, &e, &err) != KILN_OK) {
         rc = cli_fail(&err);
         goto done;
     }
@@ -262,13 +279,21 @@ int kiln_cmd_serve(int argc, char **argv) {
                  (double)(ep.cache_disk_max > 0 ? ep.cache_disk_max : (int64_t)16 << 30) / 1e6);
     else
         snprintf(cache, sizeof cache, "prefix cache in RAM");
+    char spec[1200] = "";
+    if (ep.spec > KILN_SPEC_OFF)
+        snprintf(spec, sizeof spec, ", speculation %s%s%.1000s", cli_spec_name(ep.spec),
+                 cs.draft_path ? " with draft model " : "", cs.draft_path ? cs.draft_path : "");
+    else if (cs.draft_path)
+        snprintf(spec, sizeof spec, ", draft model %.1000s (speculation off by default)",
+                 cs.draft_path);
     fprintf(stderr,
             "kiln serve: ready in %.0f ms: model '%s', %d-token context, KV pool %d blocks of %d, "
-            "%s, max body %zu bytes%s\n",
+            "%s%s, max body %zu bytes%s\n",
             cli_now_ms() - t0, model_name,
             ep.n_ctx > 0 ? ep.n_ctx
                          : (kiln_model_n_ctx_train(m) > 0 ? kiln_model_n_ctx_train(m) : 4096),
-            st.kv_blocks_total, st.block_size, cache, sp.max_body ? sp.max_body : (size_t)8 << 20,
+            st.kv_blocks_total, st.block_size, cache, spec,
+            sp.max_body ? sp.max_body : (size_t)8 << 20,
             sp.api_key ? ", API key required" : "");
     fflush(stderr);
 
@@ -284,6 +309,7 @@ done:
         kiln_server_destroy(srv);
     }
     kiln_engine_destroy(e);
+    kiln_model_free(draft);
     kiln_model_free(m);
     if (rc == 0) fprintf(stderr, "kiln serve: stopped\n");
     return rc;

@@ -13,6 +13,7 @@
 #include <time.h>
 
 #include "cli/cli.h"
+#include "util/error.h"
 
 int cli_fail(const kiln_error *err) {
     fprintf(stderr, "kiln: error: %s\n",
@@ -304,6 +305,87 @@ int cli_engine_check(const char *cmd, const kiln_engine_params *ep) {
                                     "cannot be used with --no-prefix-cache");
     if (ep->cache_disk_max > 0 && !dir)
         return cli_usage_error(cmd, "--cache-disk-max limits the disk tier: it needs --cache-dir");
+    return 0;
+}
+
+const char *cli_spec_name(kiln_spec_source s) {
+    switch (s) {
+    case KILN_SPEC_OFF:
+        return "off";
+    case KILN_SPEC_NGRAM:
+        return "ngram";
+    case KILN_SPEC_DRAFT:
+        return "draft";
+    case KILN_SPEC_RANDOM:
+        return "random";
+    default:
+        return "default";
+    }
+}
+
+int cli_spec_option(const char *cmd, int opt, const char *arg, kiln_engine_params *ep,
+                    cli_spec *cs) {
+    int64_t v;
+    switch (opt) {
+    case CLI_OPT_SPEC: {
+        static const kiln_spec_source srcs[] = {KILN_SPEC_OFF, KILN_SPEC_NGRAM, KILN_SPEC_DRAFT,
+                                                KILN_SPEC_RANDOM};
+        for (size_t i = 0; i < sizeof srcs / sizeof srcs[0]; i++)
+            if (!strcmp(arg, cli_spec_name(srcs[i]))) {
+                ep->spec = srcs[i];
+                cs->spec_set = true;
+                return 0;
+            }
+        return cli_usage_error(cmd, "--spec must be off, ngram, draft or random (got '%s')", arg);
+    }
+    case CLI_OPT_SPEC_K:
+        if (!cli_parse_i64(arg, 1, KILN_MAX_SPEC_K, &v))
+            return cli_usage_error(cmd, "--spec-k must be an integer in [1, %d] (got '%s')",
+                                   KILN_MAX_SPEC_K, arg);
+        ep->spec_k = (int32_t)v;
+        return 0;
+    case CLI_OPT_SPEC_NGRAM: {
+        const char *colon = strchr(arg, ':');
+        char lo[32] = "";
+        int64_t a = 0, b = 0;
+        if (colon && (size_t)(colon - arg) < sizeof lo)
+            snprintf(lo, sizeof lo, "%.*s", (int)(colon - arg), arg);
+        if (!colon || !cli_parse_i64(lo, 1, 64, &a) || !cli_parse_i64(colon + 1, 1, 64, &b) ||
+            a > b)
+            return cli_usage_error(cmd,
+                                   "--spec-ngram must be MIN:MAX, n-gram sizes with 1 <= MIN <= "
+                                   "MAX <= 64, e.g. 1:4 (got '%s')",
+                                   arg);
+        ep->spec_ngram_min = (int32_t)a;
+        ep->spec_ngram_max = (int32_t)b;
+        return 0;
+    }
+    case CLI_OPT_DRAFT_MODEL:
+        if (!arg || !arg[0]) return cli_usage_error(cmd, "--draft-model needs a model path");
+        cs->draft_path = arg;
+        return 0;
+    default:
+        return -1;
+    }
+}
+
+int cli_spec_check(const char *cmd, kiln_engine_params *ep, const cli_spec *cs) {
+    if (ep->spec == KILN_SPEC_DRAFT && !cs->draft_path)
+        return cli_usage_error(cmd, "--spec draft needs --draft-model PATH (the draft model)");
+    if (cs->draft_path && !cs->spec_set) ep->spec = KILN_SPEC_DRAFT;
+    return 0;
+}
+
+int cli_spec_load(const cli_spec *cs, kiln_engine_params *ep, kiln_model **draft) {
+    *draft = NULL;
+    if (!cs->draft_path) return 0;
+    kiln_error err = {0};
+    kiln_model_params lp = {0};
+    if (kiln_model_load(cs->draft_path, &lp, draft, &err) != KILN_OK) {
+        kiln_error_prefix(&err, "draft model: ");
+        return cli_fail(&err);
+    }
+    ep->draft_model = *draft;
     return 0;
 }
 

@@ -193,7 +193,26 @@ void srv_metrics_render(srv_metrics *m, const kiln_engine_stats *st, srv_buf *o)
         {"kiln_disk_cache_files", G, "Block files the disk tier's directory holds.",
          st->disk_files},
         {"kiln_disk_cache_bytes", G, "Bytes the disk tier's block files hold.", st->disk_bytes},
+        {"kiln_spec_verify_steps_total", C,
+         "Sequence-steps that verified at least one drafted token (speculative decoding).",
+         st->spec_verify_steps},
+        {"kiln_spec_drafted_tokens_total", C,
+         "Drafted tokens fed for verification (n-gram, draft model, random, client "
+         "predictions, verify-policy fills).",
+         st->spec_drafted},
+        {"kiln_spec_accepted_tokens_total", C, "Drafted tokens accepted by verification.",
+         st->spec_accepted},
+        {"kiln_fill_tokens_total", C, "Asserted fill tokens appended without sampling.",
+         st->fill_tokens},
     };
     for (size_t i = 0; i < sizeof eng / sizeof eng[0]; i++)
         render_one(o, eng[i].name, eng[i].type, eng[i].help, eng[i].v);
+    /* accepted / drafted since the engine started (0 before any draft) */
+    double ratio =
+        st->spec_drafted > 0 ? (double)st->spec_accepted / (double)st->spec_drafted : 0.0;
+    srv_buf_addf(o,
+                 "# HELP kiln_spec_acceptance_ratio Drafted tokens accepted, as a fraction of "
+                 "those drafted since the engine started (0 when none was drafted).\n"
+                 "# TYPE kiln_spec_acceptance_ratio gauge\nkiln_spec_acceptance_ratio %.9g\n",
+                 ratio);
 }

@@ -61,8 +61,11 @@ void srv_metrics_itl(srv_metrics *m, double s);
 /**
  * Render everything, with the engine's gauges and counters from st (NULL while the model
  * loads: those are then 0): running/waiting sequences, KV blocks (used, total, cached),
- * steps, and the prefix cache's (kiln_prefix_cache_*), preemption and disk tier's
- * (kiln_disk_cache_*) counters of kiln_engine_stats. Appends to out.
+ * steps, the prefix cache's (kiln_prefix_cache_*), preemption and disk tier's
+ * (kiln_disk_cache_*) counters of kiln_engine_stats, and speculation's: verify steps,
+ * drafted and accepted tokens, asserted fill tokens (kiln_spec_*_total, kiln_fill_tokens_total)
+ * and the gauge kiln_spec_acceptance_ratio = accepted / drafted (0 when none was drafted).
+ * Appends to out.
  */
 void srv_metrics_render(srv_metrics *m, const kiln_engine_stats *st, srv_buf *out);
 

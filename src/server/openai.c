@@ -435,6 +435,208 @@ static bool parse_sampling(const json_t *root, int32_t n_vocab, const kiln_gener
     return true;
 }
 
+/* ------------------------------------------------------------------------------------ */
+/* Speculation, prediction and fill (issue 18).                                          */
+
+/* A value for an error message: a string's text (cut), else its JSON type. */
+static const char *got_value(const json_t *v, char *buf, size_t cap) {
+    if (json_is_string(v))
+        snprintf(buf, cap, "\"%.64s\"", json_string_value(v));
+    else
+        snprintf(buf, cap, "%s", v ? json_type_name(v) : "nothing");
+    return buf;
+}
+
+/* OpenAI's Predicted Outputs: "prediction": {"type": "content", "content": string | [{"type":
+ * "text", "text": string}, ...]}. Text parts are concatenated as they are (they are pieces of
+ * one expected output, not separate messages). Maps to req.prediction/prediction_len. */
+static bool parse_prediction(const json_t *root, srv_gen *g, srv_error *e) {
+    json_t *p = field(root, "prediction");
+    if (!p) return true;
+    char got[96];
+    if (!json_is_object(p))
+        return BAD(e, "prediction",
+                   "prediction must be an object {\"type\": \"content\", \"content\": ...} "
+                   "(got %s)",
+                   json_type_name(p));
+    json_t *type = json_object_get(p, "type");
+    if (!json_is_string(type) || strcmp(json_string_value(type), "content") != 0)
+        return BAD(e, "prediction.type", "prediction.type must be \"content\" (got %s)",
+                   got_value(type, got, sizeof got));
+    json_t *c = json_object_get(p, "content");
+    if (json_is_string(c)) {
+        g->req.prediction = json_string_value(c);
+        g->req.prediction_len = json_string_length(c);
+    } else if (json_is_array(c)) {
+        srv_buf *b = &g->prediction_buf;
+        srv_buf_add(b, "", 0);
+        for (size_t k = 0; k < json_array_size(c); k++) {
+            json_t *part = json_array_get(c, k);
+            json_t *pt = json_is_object(part) ? json_object_get(part, "type") : NULL;
+            json_t *text = json_is_object(part) ? json_object_get(part, "text") : NULL;
+            char param[48];
+            snprintf(param, sizeof param, "prediction.content[%zu]", k);
+            if (!json_is_string(pt) || strcmp(json_string_value(pt), "text") != 0)
+                return BAD(e, param, "%s must be a text part {\"type\": \"text\", \"text\": ...}",
+                           param);
+            if (!json_is_string(text))
+                return BAD(e, param, "%s.text must be a string (got %s)", param,
+                           got_value(text, got, sizeof got));
+            srv_buf_add(b, json_string_value(text), json_string_length(text));
+        }
+        if (b->oom) return srv_fail(e, 500, "server_error", NULL, NULL, "out of memory");
+        g->req.prediction = b->p;
+        g->req.prediction_len = b->len;
+    } else {
+        return BAD(e, "prediction.content",
+                   "prediction.content must be a string or an array of text parts (got %s)",
+                   c ? json_type_name(c) : "nothing");
+    }
+    g->has_prediction = true;
+    return true;
+}
+
+/* kiln's "fill": {"content": string, "policy": "assert" | "verify"}: the output begins with
+ * content, forced (assert, the default) or verified as a prediction of the output's start. */
+static bool parse_fill(const json_t *root, srv_gen *g, srv_error *e) {
+    json_t *f = field(root, "fill");
+    if (!f) return true;
+    char got[96];
+    if (!json_is_object(f))
+        return BAD(e, "fill",
+                   "fill must be an object {\"content\": string, \"policy\": \"assert\" | "
+                   "\"verify\"} (got %s)",
+                   json_type_name(f));
+    json_t *c = json_object_get(f, "content");
+    if (!json_is_string(c))
+        return BAD(e, "fill.content", "fill.content must be a string (got %s)",
+                   c ? json_type_name(c) : "nothing");
+    json_t *pol = field(f, "policy");
+    g->req.fill_policy = KILN_FILL_ASSERT;
+    if (pol) {
+        const char *s = json_is_string(pol) ? json_string_value(pol) : NULL;
+        if (s && !strcmp(s, "assert"))
+            g->req.fill_policy = KILN_FILL_ASSERT;
+        else if (s && !strcmp(s, "verify"))
+            g->req.fill_policy = KILN_FILL_VERIFY;
+        else
+            return BAD(e, "fill.policy", "fill.policy must be \"assert\" or \"verify\" (got %s)",
+                       got_value(pol, got, sizeof got));
+    }
+    g->req.fill = json_string_value(c);
+    g->req.fill_len = json_string_length(c);
+    g->has_fill = true;
+    return true;
+}
+
+/* kiln's "speculation": false (off for this request), true (the server's default), or
+ * {"source": "default"|"off"|"ngram"|"draft"|"random", "k": 1..32, "accept":
+ * "exact"|"rejection"}, each optional. Maps to req.spec, spec_k, spec_accept. */
+static bool parse_speculation(const json_t *root, srv_gen *g, srv_error *e) {
+    json_t *s = field(root, "speculation");
+    if (!s) return true;
+    char got[96];
+    if (json_is_boolean(s)) {
+        if (!json_is_true(s)) g->req.spec = KILN_SPEC_OFF;
+        return true;
+    }
+    if (!json_is_object(s))
+        return BAD(e, "speculation",
+                   "speculation must be false or an object {\"source\", \"k\", \"accept\"} (got "
+                   "%s)",
+                   json_type_name(s));
+    static const struct {
+        const char *name;
+        kiln_spec_source v;
+    } sources[] = {{"default", KILN_SPEC_DEFAULT}, {"off", KILN_SPEC_OFF},
+                   {"ngram", KILN_SPEC_NGRAM},     {"draft", KILN_SPEC_DRAFT},
+                   {"random", KILN_SPEC_RANDOM}};
+    json_t *src = field(s, "source");
+    if (src) {
+        size_t i = 0, n = sizeof sources / sizeof sources[0];
+        while (i < n && !(json_is_string(src) && !strcmp(json_string_value(src), sources[i].name)))
+            i++;
+        if (i == n)
+            return BAD(e, "speculation.source",
+                       "speculation.source must be \"default\", \"off\", \"ngram\", \"draft\" or "
+                       "\"random\" (got %s)",
+                       got_value(src, got, sizeof got));
+        g->req.spec = sources[i].v;
+    }
+    json_t *k = field(s, "k");
+    if (k) {
+        if (!json_is_integer(k) || json_integer_value(k) < 1 ||
+            json_integer_value(k) > KILN_MAX_SPEC_K) {
+            if (json_is_integer(k))
+                snprintf(got, sizeof got, "%lld", (long long)json_integer_value(k));
+            else
+                got_value(k, got, sizeof got);
+            return BAD(e, "speculation.k", "speculation.k must be an integer in [1, %d] (got %s)",
+                       KILN_MAX_SPEC_K, got);
+        }
+        g->req.spec_k = (int32_t)json_integer_value(k);
+    }
+    json_t *acc = field(s, "accept");
+    if (acc) {
+        const char *a = json_is_string(acc) ? json_string_value(acc) : NULL;
+        if (a && !strcmp(a, "exact"))
+            g->req.spec_accept = KILN_SPEC_ACCEPT_EXACT;
+        else if (a && !strcmp(a, "rejection"))
+            g->req.spec_accept = KILN_SPEC_ACCEPT_REJECTION;
+        else
+            return BAD(e, "speculation.accept",
+                       "speculation.accept must be \"exact\" or \"rejection\" (got %s)",
+                       got_value(acc, got, sizeof got));
+    }
+    return true;
+}
+
+/* Chat assistant prefill (see srv_gen.prefill): the last message, when it is the assistant's
+ * with string or text-part content and no tool_calls, is taken out of g->messages. */
+static bool take_prefill(const json_t *root, bool agp_given, srv_gen *g, srv_error *e) {
+    json_t *ms = field(root, "messages");
+    size_t n = json_array_size(g->messages);
+    if (n == 0 || (agp_given && !g->add_generation_prompt)) return true;
+    json_t *orig = json_array_get(ms, json_array_size(ms) - 1);
+    json_t *role = json_object_get(orig, "role");
+    json_t *c = json_object_get(orig, "content");
+    json_t *calls = json_object_get(orig, "tool_calls");
+    if (!json_is_string(role) || strcmp(json_string_value(role), "assistant") != 0) return true;
+    if (!(json_is_string(c) || json_is_array(c)) || (calls && !json_is_null(calls))) return true;
+    json_t *norm = json_object_get(json_array_get(g->messages, n - 1), "content");
+    if (!json_is_string(norm)) return true;
+    if (g->has_fill)
+        return BAD(e, "fill",
+                   "fill cannot be combined with a final assistant message: that message is "
+                   "already continued (put the text in the message, or drop it)");
+    g->prefill = json_incref(norm);
+    if (json_array_remove(g->messages, n - 1) != 0) {
+        json_decref(g->prefill);
+        g->prefill = NULL;
+        return srv_fail(e, 500, "server_error", NULL, NULL, "out of memory");
+    }
+    g->add_generation_prompt = true;
+    return true;
+}
+
+static bool parse_spec_fields(const json_t *root, srv_gen *g, srv_error *e) {
+    if (!parse_speculation(root, g, e) || !parse_prediction(root, g, e) ||
+        !parse_fill(root, g, e))
+        return false;
+    if (g->has_fill && g->req.fill_policy == KILN_FILL_VERIFY && g->has_prediction)
+        return BAD(e, "fill",
+                   "a fill with policy \"verify\" is a prediction of the output's start: it "
+                   "cannot be combined with prediction");
+    return true;
+}
+
+bool srv_gen_check_engine(const srv_gen *g, bool has_draft, srv_error *e) {
+    if (g->req.spec == KILN_SPEC_DRAFT && !has_draft)
+        return BAD(e, "speculation.source",
+                   "speculation.source \"draft\" needs a server started with --draft-model");
+    return true;
+}
+
 static bool parse_output(const json_t *root, srv_gen *g, srv_error *e) {
     bool given, b;
     int64_t i;
@@ -502,7 +704,7 @@ bool srv_gen_parse(srv_kind kind, const char *body, size_t len, int32_t n_vocab,
         return BAD(e, NULL, "the request body must be a JSON object (got %s)",
                    json_type_name(g->root));
     const json_t *root = g->root;
-    bool given, b;
+    bool given, b, agp_given = false;
     if (kind == SRV_COMPLETION) {
         if (!parse_prompt(root, n_vocab, g, e)) return false;
         g->add_special = true;
@@ -521,20 +723,24 @@ bool srv_gen_parse(srv_kind kind, const char *body, size_t len, int32_t n_vocab,
                        json_type_name(kw));
         g->template_kwargs = kw;
         g->add_generation_prompt = true;
-        if (!get_bool(root, "add_generation_prompt", &b, &given, e)) return false;
-        if (given) g->add_generation_prompt = b;
+        if (!get_bool(root, "add_generation_prompt", &b, &agp_given, e)) return false;
+        if (agp_given) g->add_generation_prompt = b;
     }
     if (!get_bool(root, "add_special_tokens", &b, &given, e)) return false;
     if (given) g->add_special = b;
     if (!parse_sampling(root, n_vocab, gd, g, e)) return false;
     if (!parse_output(root, g, e)) return false;
+    if (!parse_spec_fields(root, g, e)) return false;
+    if (kind == SRV_CHAT && !take_prefill(root, agp_given, g, e)) return false;
     return true;
 }
 
 void srv_gen_free(srv_gen *g) {
     if (!g) return;
     json_decref(g->messages);
+    json_decref(g->prefill);
     json_decref(g->root);
+    srv_buf_free(&g->prediction_buf);
     free(g->prompt_ids);
     free(g->bias_ids);
     free(g->bias_values);
@@ -563,11 +769,19 @@ static json_t *lp_json(float lp) {
 /* OpenAI's usage object: prompt_tokens counts every prompt token, the cached ones
  * included; prompt_tokens_details.cached_tokens says how many of them came from the prefix
  * cache (the engine's kiln_usage.cached_tokens). */
+/* completion_tokens_details holds OpenAI's Predicted Outputs counts (a prediction token is
+ * accepted when an output token was aligned to it, rejected otherwise: kiln_usage); kiln's
+ * "speculation" the engine's draft, verify and fill counters for this request. */
 static json_t *usage_json(const kiln_usage *u) {
-    return json_pack("{s:i, s:i, s:i, s:{s:i}}", "prompt_tokens", u->prompt_tokens,
-                     "completion_tokens", u->completion_tokens, "total_tokens",
-                     u->prompt_tokens + u->completion_tokens, "prompt_tokens_details",
-                     "cached_tokens", u->cached_tokens > 0 ? u->cached_tokens : 0);
+    return json_pack(
+        "{s:i, s:i, s:i, s:{s:i}, s:{s:i, s:i}, s:{s:i, s:i, s:i, s:i}}", "prompt_tokens",
+        u->prompt_tokens, "completion_tokens", u->completion_tokens, "total_tokens",
+        u->prompt_tokens + u->completion_tokens, "prompt_tokens_details", "cached_tokens",
+        u->cached_tokens > 0 ? u->cached_tokens : 0, "completion_tokens_details",
+        "accepted_prediction_tokens", u->accepted_prediction_tokens, "rejected_prediction_tokens",
+        u->rejected_prediction_tokens, "speculation", "drafted_tokens", u->spec_drafted,
+        "accepted_tokens", u->spec_accepted, "verify_steps", u->spec_verify_steps, "fill_tokens",
+        u->fill_tokens);
 }
 
 /* The piece of a token: string (repaired) and, optionally, its bytes. */

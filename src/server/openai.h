@@ -4,9 +4,11 @@
  * (whole responses, SSE chunks, errors) built from engine events.
  *
  * Semantics follow the OpenAI API reference ("Completions", "Chat Completions", "Streaming",
- * "Error codes"), with vLLM's extensions of the same endpoints (top_k, min_p,
- * repetition_penalty, ignore_eos, stop_token_ids, add_special_tokens, add_generation_prompt,
- * chat_template_kwargs). Unknown fields are ignored. Nothing here does I/O.
+ * "Error codes", "Predicted Outputs"), with vLLM's extensions of the same endpoints (top_k,
+ * min_p, repetition_penalty, ignore_eos, stop_token_ids, add_special_tokens,
+ * add_generation_prompt, chat_template_kwargs) and kiln's own (speculation, fill; a chat
+ * whose last message is the assistant's is continued from it, as Anthropic's Messages API
+ * and llama.cpp's server do). Unknown fields are ignored. Nothing here does I/O.
  */
 #ifndef KILN_SERVER_OPENAI_H
 #define KILN_SERVER_OPENAI_H
@@ -58,6 +60,11 @@ typedef struct srv_gen {
     json_t *tools;
     json_t *template_kwargs;
     bool add_generation_prompt;
+    /* Chat assistant prefill: the last message was the assistant's (string or text parts, no
+     * tool_calls) and add_generation_prompt was not set false: it is removed from messages
+     * (which are then rendered with add_generation_prompt true) and its content, this string
+     * (owned reference), continues the prompt as a hidden asserted fill (srv_prompt_ids). */
+    json_t *prefill;
 
     /* Generation settings; prompt fields are filled by the caller before submitting. */
     kiln_request req;
@@ -66,6 +73,11 @@ typedef struct srv_gen {
     int32_t stop_ids[64];
     int32_t *bias_ids;
     float *bias_values;
+    /* Speculation and fill (kiln_request's spec, spec_k, spec_accept, prediction, fill):
+     * req.prediction points into root or into prediction_buf (text parts concatenated),
+     * req.fill into root. */
+    bool has_prediction, has_fill;
+    srv_buf prediction_buf;
 
     /* Output options. */
     bool stream;
@@ -78,13 +90,25 @@ typedef struct srv_gen {
  * Parse and validate a request body. n_vocab bounds token ids (prompt arrays, logit_bias,
  * stop_token_ids); gen (may be NULL) gives the model's sampling defaults, applied to fields
  * the request omits (generation_config.json semantics: do_sample false = greedy).
- * A request without `seed` gets a random one. On failure fills e (400; param names the
- * field) and leaves g empty. g must be freed with srv_gen_free either way.
+ * A request without `seed` gets a random one. Speculation and fill: `prediction` (OpenAI),
+ * `speculation` and `fill` (kiln) as kiln_request's fields; a 400 names the field for a
+ * wrong type or an unknown value (prediction.type, prediction.content[i], fill.content,
+ * fill.policy, speculation.source, speculation.k outside [1, 32], speculation.accept), for
+ * a verify-policy fill together with a prediction, and for a fill together with a chat
+ * assistant prefill (srv_gen.prefill). On failure fills e (400; param names the field) and
+ * leaves g empty. g must be freed with srv_gen_free either way.
  */
 bool srv_gen_parse(srv_kind kind, const char *body, size_t len, int32_t n_vocab,
                    const kiln_generation_defaults *gen, srv_gen *g, srv_error *e);
 
 void srv_gen_free(srv_gen *g);
+
+/**
+ * The checks of a parsed request that depend on the engine: speculation.source "draft" needs
+ * an engine with a draft model (has_draft: kiln_engine_params.draft_model of the engine). On
+ * failure fills e (400 naming the field).
+ */
+bool srv_gen_check_engine(const srv_gen *g, bool has_draft, srv_error *e);
 
 /** One generated token with its logprobs, as the engine reported it. */
 typedef struct srv_tok {
@@ -113,9 +137,13 @@ const char *srv_finish_reason(kiln_finish_reason r);
 /**
  * A whole (non-streamed) response: text_completion or chat.completion with one choice,
  * logprobs (when asked) for toks[0..n_toks) and usage {prompt_tokens, completion_tokens,
- * total_tokens, prompt_tokens_details: {cached_tokens}} (OpenAI's shape; cached_tokens is
+ * total_tokens, prompt_tokens_details: {cached_tokens}, completion_tokens_details:
+ * {accepted_prediction_tokens, rejected_prediction_tokens}} (OpenAI's shape; cached_tokens is
  * usage->cached_tokens, the prompt tokens whose KV came from the prefix cache, counted in
- * prompt_tokens too). Returns a malloc'd JSON string, NULL on allocation failure.
+ * prompt_tokens too; the prediction counts are kiln_usage's, by OpenAI's definition) plus
+ * kiln's "speculation": {drafted_tokens, accepted_tokens, verify_steps, fill_tokens}
+ * (kiln_usage's spec_drafted, spec_accepted, spec_verify_steps, fill_tokens). Returns a
+ * malloc'd JSON string, NULL on allocation failure.
  */
 char *srv_response_json(const srv_resp_info *ri, const char *text, size_t text_len,
                         const srv_tok *toks, int32_t n_toks, kiln_finish_reason finish,
@@ -130,7 +158,8 @@ char *srv_response_json(const srv_resp_info *ri, const char *text, size_t text_l
  *   srv_sse_finish: the last choice chunk: empty delta/text and finish_reason, carrying the
  *                   logprobs of tokens whose text was never sent (held back, then dropped);
  *   srv_sse_usage:  when include_usage: "choices": [] and usage, in srv_response_json's
- *                   shape (prompt_tokens_details.cached_tokens included);
+ *                   shape (prompt_tokens_details, completion_tokens_details and speculation
+ *                   included);
  *   srv_sse_done:   "data: [DONE]\n\n".
  * With include_usage every choice chunk carries "usage": null, as OpenAI sends it.
  * Return false on allocation failure.

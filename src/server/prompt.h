@@ -41,13 +41,41 @@ bool srv_chat_render(const srv_chat *c, const srv_gen *g, char **out, size_t *ou
 bool srv_tokenize(const kiln_model *m, const char *text, size_t len, bool add_special,
                   bool parse_special, int32_t **ids, int32_t *n, srv_error *e);
 
+/** A generation's prompt and the spans that continue it, as token ids. */
+typedef struct srv_prompt {
+    int32_t *ids;      /* malloc'd: the prompt, ending with a chat assistant prefill's ids */
+    int32_t n;         /* >= 1 */
+    int32_t n_prefill; /* of n, the prefill's (the last ones); 0 without one */
+    /* g->req.fill / g->req.prediction as continuations of the prompt's text (malloc'd), or
+     * NULL: left as text, for the engine to tokenize (a token-id prompt, an empty span, or a
+     * span whose first token merges with the prompt's last) */
+    int32_t *fill_ids, n_fill;
+    int32_t *pred_ids, n_pred;
+} srv_prompt;
+
 /**
- * The prompt ids of a request: completions' ids as given or its text tokenized
- * (add_special per the request, control texts not parsed); chat's rendered template
- * tokenized with control texts parsed and, unless add_special_tokens, BOS prepended when
- * the vocabulary adds one and the template did not (llama.cpp's server does the same).
- * *ids is malloc'd; *n >= 1 on success (an empty prompt is a 400).
+ * The prompt of a request: completions' ids as given or its text tokenized (add_special per
+ * the request, control texts not parsed); chat's rendered template tokenized with control
+ * texts parsed and, unless add_special_tokens, BOS prepended when the vocabulary adds one
+ * and the template did not (llama.cpp's server does the same).
+ * Continuations of the prompt's text are tokenized together with it (as llama.cpp's server
+ * continues a final assistant message), so their ids are those a completion of the joined
+ * text sees, and decode to exactly their text after the prompt (tokenized alone, a span of
+ * an SPM vocabulary gets a space prefix):
+ *   - a chat assistant prefill (g->prefill) ends p->ids: its p->n_prefill ids are those past
+ *     the longest common prefix of the rendered text's ids and the joined text's, leaving at
+ *     least one id before them (the caller passes them as a hidden asserted fill; they count
+ *     as prompt tokens);
+ *   - with `spans`, the fill's and the prediction's content (after the prefill, if any): the
+ *     ids past the prompt's own when those are a prefix of the joined text's, else NULL.
+ * On failure (a 400 for an empty prompt or a template error, 500 out of memory) p is empty.
+ * Free with srv_prompt_free.
  */
+bool srv_prompt_build(const srv_chat *c, const kiln_model *m, const srv_gen *g, bool spans,
+                      srv_prompt *p, srv_error *e);
+void srv_prompt_free(srv_prompt *p);
+
+/** srv_prompt_build's p->ids alone (a prefill included), into *ids (malloc'd), *n >= 1. */
 bool srv_prompt_ids(const srv_chat *c, const kiln_model *m, const srv_gen *g, int32_t **ids,
                     int32_t *n, srv_error *e);
 

@@ -69,6 +69,7 @@ struct kiln_server {
     kiln_engine *e;
     int32_t n_ctx, n_vocab;
     int32_t kv_blocks_total, block_size;
+    bool has_draft; /* the engine has a draft model (speculation.source "draft") */
     srv_chat chat;
     kiln_generation_defaults gen; /* the model's generation_config.json */
 
@@ -475,8 +476,10 @@ static enum MHD_Result route_generate(srv_req *r) {
     if (!srv_gen_parse(kind, r->body.p, r->body.len, s->n_vocab, &s->gen, &r->gen, &e))
         return queue_error(r, &e);
     srv_gen *g = &r->gen;
-    int32_t *ids = NULL, n = 0;
-    if (!srv_prompt_ids(&s->chat, s->m, g, &ids, &n, &e)) return queue_error(r, &e);
+    if (!srv_gen_check_engine(g, s->has_draft, &e)) return queue_error(r, &e);
+    srv_prompt pr;
+    if (!srv_prompt_build(&s->chat, s->m, g, true, &pr, &e)) return queue_error(r, &e);
+    const int32_t n = pr.n; /* a chat assistant prefill counts as prompt tokens (fill_hidden) */
     r->n_prompt = n;
 
     /* Budget: prompt + max_tokens - 1 positions must fit the context and the KV pool. */
@@ -485,11 +488,27 @@ static enum MHD_Result route_generate(srv_req *r) {
     int64_t max_tokens = g->req.max_tokens;
     if (!g->max_tokens_set) {
         max_tokens = limit - n + 1;
-        if (kind == SRV_COMPLETION && max_tokens > 16) max_tokens = 16; /* OpenAI's default */
+        /* OpenAI's default of 16 generated tokens, after an asserted fill's own tokens (which
+         * count towards max_tokens): its continuation ids, else the fill tokenized alone as
+         * the engine will (a default only: the engine checks the real count) */
+        int64_t dflt = 16;
+        if (kind == SRV_COMPLETION && g->has_fill && g->req.fill_policy == KILN_FILL_ASSERT) {
+            if (pr.fill_ids) {
+                dflt += pr.n_fill;
+            } else {
+                int32_t *fids = NULL, nf = 0;
+                srv_error fe = {0};
+                if (srv_tokenize(s->m, g->req.fill, g->req.fill_len, false, false, &fids, &nf,
+                                 &fe))
+                    dflt += nf;
+                free(fids);
+            }
+        }
+        if (kind == SRV_COMPLETION && max_tokens > dflt) max_tokens = dflt;
     }
     int64_t need = (int64_t)n + (max_tokens > 0 ? max_tokens : 1) - 1;
     if (max_tokens < 1 || need > s->n_ctx) {
-        free(ids);
+        srv_prompt_free(&pr);
         return fail(r, 400, "invalid_request_error", "context_over_budget",
                     g->max_tokens_set && n <= s->n_ctx ? "max_tokens"
                     : kind == SRV_CHAT                 ? "messages"
@@ -500,7 +519,7 @@ static enum MHD_Result route_generate(srv_req *r) {
                     (long long)(max_tokens > 0 ? max_tokens : 0));
     }
     if (s->block_size > 0 && (need + s->block_size - 1) / s->block_size > s->kv_blocks_total) {
-        free(ids);
+        srv_prompt_free(&pr);
         return fail(r, 400, "invalid_request_error", "context_over_budget", "max_tokens",
                     "The request needs %lld KV positions (%d prompt + %lld completion tokens, "
                     "less the last generated token, which is never stored), more than the "
@@ -508,9 +527,28 @@ static enum MHD_Result route_generate(srv_req *r) {
                     (long long)need, n, (long long)max_tokens, (long long)pool);
     }
     g->req.max_tokens = (int32_t)max_tokens;
-    g->req.prompt_ids = ids;
-    g->req.n_prompt_ids = n;
+    g->req.prompt_ids = pr.ids;
+    g->req.n_prompt_ids = n - pr.n_prefill;
     g->req.prompt = NULL;
+    if (pr.n_prefill > 0) {
+        /* Chat assistant prefill: the message's tokens continue the prompt, asserted and not
+         * emitted, so the reply is only the continuation. */
+        g->req.fill_ids = pr.ids + (n - pr.n_prefill);
+        g->req.n_fill_ids = pr.n_prefill;
+        g->req.fill = NULL;
+        g->req.fill_policy = KILN_FILL_ASSERT;
+        g->req.fill_hidden = true;
+    } else if (pr.fill_ids) {
+        /* the fill as the prompt's continuation (srv_prompt_build): exactly its text */
+        g->req.fill_ids = pr.fill_ids;
+        g->req.n_fill_ids = pr.n_fill;
+        g->req.fill = NULL;
+    }
+    if (pr.pred_ids) {
+        g->req.prediction_ids = pr.pred_ids;
+        g->req.n_prediction_ids = pr.n_pred;
+        g->req.prediction = NULL;
+    }
 
     srv_make_id(kind == SRV_CHAT ? "chatcmpl-" : "cmpl-", r->id, sizeof r->id);
     r->ri = (srv_resp_info){.kind = kind,
@@ -530,8 +568,10 @@ static enum MHD_Result route_generate(srv_req *r) {
 
     kiln_error err = {0};
     kiln_status st = kiln_engine_submit(s->e, &g->req, &r->stream, &err);
-    free(ids);
+    srv_prompt_free(&pr); /* the engine copied what it needs */
     g->req.prompt_ids = NULL;
+    g->req.fill_ids = NULL;
+    g->req.prediction_ids = NULL;
     if (st != KILN_OK) {
         r->stream = NULL;
         if (st == KILN_ERR_QUEUE_FULL)
@@ -770,17 +810,20 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
                               : r->finish == KILN_FINISH_CANCELLED && !gone
                                   ? "abort"
                                   : kiln_finish_reason_name(r->finish);
-            char ttft[32];
+            char ttft[32], spec[96] = "";
             if (r->n_tokens > 0)
                 snprintf(ttft, sizeof ttft, "%.1f", r->t_first - r->t_start);
             else
                 snprintf(ttft, sizeof ttft, "-");
+            if (r->finished && (r->usage.spec_drafted > 0 || r->usage.fill_tokens > 0))
+                snprintf(spec, sizeof spec, " spec_accepted=%d/%d fill=%d",
+                         r->usage.spec_accepted, r->usage.spec_drafted, r->usage.fill_tokens);
             srv_log(s,
                     "%s %s %s %d prompt=%d cached=%d completion=%d ttft_ms=%s total_ms=%.1f "
-                    "finish=%s%s",
+                    "finish=%s%s%s",
                     r->id, r->method, r->path, status, r->n_prompt,
                     r->finished ? r->usage.cached_tokens : 0,
-                    r->finished ? r->usage.completion_tokens : r->n_tokens, ttft, total, fin,
+                    r->finished ? r->usage.completion_tokens : r->n_tokens, ttft, total, fin, spec,
                     gone ? " (client disconnected)" : "");
         } else {
             char id[48];
@@ -928,6 +971,9 @@ kiln_status kiln_server_set_ready(kiln_server *s, const kiln_model *model, kiln_
     kiln_engine_get_stats(engine, &es);
     s->kv_blocks_total = es.kv_blocks_total;
     s->block_size = es.block_size;
+    kiln_engine_params ep;
+    kiln_engine_get_params(engine, &ep);
+    s->has_draft = ep.draft_model != NULL;
     atomic_store(&s->state, STATE_READY);
     return KILN_OK;
 }

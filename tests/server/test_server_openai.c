@@ -478,6 +478,279 @@ static void test_templates(void) {
                 true, "get_weather");
 }
 
+/* Speculation, prediction and fill (issue 18): what each field maps to in kiln_request, and a
+ * 400 naming the field for every wrong type or value (OpenAI's Predicted Outputs shape for
+ * prediction; kiln's speculation and fill extensions). */
+static void test_spec_fields(void) {
+    const srv_kind C = SRV_COMPLETION, H = SRV_CHAT;
+    srv_gen g;
+    srv_error e;
+    /* Nothing given: the engine's defaults. */
+    REQUIRE(parse(C, "{\"prompt\":\"a\"}", &g, &e));
+    CHECK(g.req.spec == KILN_SPEC_DEFAULT && g.req.spec_k == 0 &&
+          g.req.spec_accept == KILN_SPEC_ACCEPT_EXACT);
+    CHECK(!g.has_prediction && !g.req.prediction && !g.has_fill && !g.req.fill);
+    srv_gen_free(&g);
+    /* prediction as a string and as text parts (concatenated as they are). */
+    REQUIRE(parse(C,
+                  "{\"prompt\":\"a\",\"prediction\":{\"type\":\"content\",\"content\":\"x = "
+                  "1\\ny = 2\"}}",
+                  &g, &e));
+    CHECK(g.has_prediction && g.req.prediction && g.req.prediction_len == 11 &&
+          !memcmp(g.req.prediction, "x = 1\ny = 2", 11));
+    srv_gen_free(&g);
+    REQUIRE(parse(H,
+                  "{\"messages\":[{\"role\":\"user\",\"content\":\"u\"}],\"prediction\":{\"type\":"
+                  "\"content\",\"content\":[{\"type\":\"text\",\"text\":\"ab\"},{\"type\":\"text\","
+                  "\"text\":\"c\"}]}}",
+                  &g, &e));
+    CHECK(g.has_prediction && g.req.prediction_len == 3 && !memcmp(g.req.prediction, "abc", 3));
+    srv_gen_free(&g);
+    REQUIRE(parse(C, "{\"prompt\":\"a\",\"prediction\":{\"type\":\"content\",\"content\":[]}}", &g,
+                  &e));
+    CHECK(g.has_prediction && g.req.prediction && g.req.prediction_len == 0);
+    srv_gen_free(&g);
+    /* fill: policy assert by default, verify on request. */
+    REQUIRE(parse(C, "{\"prompt\":\"a\",\"fill\":{\"content\":\"The end\"}}", &g, &e));
+    CHECK(g.has_fill && g.req.fill && g.req.fill_len == 7 && !memcmp(g.req.fill, "The end", 7) &&
+          g.req.fill_policy == KILN_FILL_ASSERT && !g.req.fill_hidden);
+    srv_gen_free(&g);
+    REQUIRE(parse(H,
+                  "{\"messages\":[{\"role\":\"user\",\"content\":\"u\"}],\"fill\":{\"content\":"
+                  "\"ok\",\"policy\":\"verify\"}}",
+                  &g, &e));
+    CHECK(g.has_fill && g.req.fill_policy == KILN_FILL_VERIFY && g.req.fill_len == 2);
+    CHECK(!g.prefill && json_array_size(g.messages) == 1);
+    srv_gen_free(&g);
+    /* An assert fill may come with a prediction. */
+    REQUIRE(parse(C,
+                  "{\"prompt\":\"a\",\"fill\":{\"content\":\"b\",\"policy\":\"assert\"},"
+                  "\"prediction\":{\"type\":\"content\",\"content\":\"bc\"}}",
+                  &g, &e));
+    CHECK(g.has_fill && g.has_prediction);
+    srv_gen_free(&g);
+    /* speculation: false, true, and each field. */
+    REQUIRE(parse(C, "{\"prompt\":\"a\",\"speculation\":false}", &g, &e));
+    CHECK(g.req.spec == KILN_SPEC_OFF);
+    srv_gen_free(&g);
+    REQUIRE(parse(C, "{\"prompt\":\"a\",\"speculation\":true}", &g, &e));
+    CHECK(g.req.spec == KILN_SPEC_DEFAULT);
+    srv_gen_free(&g);
+    static const struct {
+        const char *name;
+        kiln_spec_source v;
+    } src[] = {{"default", KILN_SPEC_DEFAULT}, {"off", KILN_SPEC_OFF}, {"ngram", KILN_SPEC_NGRAM},
+               {"draft", KILN_SPEC_DRAFT},     {"random", KILN_SPEC_RANDOM}};
+    for (size_t i = 0; i < sizeof src / sizeof src[0]; i++) {
+        char body[160];
+        snprintf(body, sizeof body,
+                 "{\"prompt\":\"a\",\"speculation\":{\"source\":\"%s\",\"k\":%zu,\"accept\":"
+                 "\"%s\"}}",
+                 src[i].name, 1 + i * 7, i % 2 ? "rejection" : "exact");
+        REQUIRE(parse(C, body, &g, &e));
+        CHECKF(g.req.spec == src[i].v && g.req.spec_k == (int32_t)(1 + i * 7) &&
+                   g.req.spec_accept ==
+                       (i % 2 ? KILN_SPEC_ACCEPT_REJECTION : KILN_SPEC_ACCEPT_EXACT),
+               "%s", body);
+        srv_gen_free(&g);
+    }
+    REQUIRE(parse(C, "{\"prompt\":\"a\",\"speculation\":{\"k\":32}}", &g, &e));
+    CHECK(g.req.spec == KILN_SPEC_DEFAULT && g.req.spec_k == 32);
+    /* "draft" depends on the engine. */
+    CHECK(srv_gen_check_engine(&g, false, &e));
+    srv_gen_free(&g);
+    REQUIRE(parse(C, "{\"prompt\":\"a\",\"speculation\":{\"source\":\"draft\"}}", &g, &e));
+    CHECK(srv_gen_check_engine(&g, true, &e));
+    memset(&e, 0, sizeof e);
+    CHECK(!srv_gen_check_engine(&g, false, &e));
+    CHECK(e.http_status == 400 && !strcmp(e.param, "speculation.source") &&
+          strstr(e.message, "--draft-model"));
+    srv_gen_free(&g);
+
+    /* The 400s, each naming its field. */
+    expect_400(C, "{\"prompt\":\"a\",\"prediction\":\"text\"}", "prediction");
+    expect_400(C, "{\"prompt\":\"a\",\"prediction\":{\"content\":\"x\"}}", "prediction.type");
+    expect_400(C, "{\"prompt\":\"a\",\"prediction\":{\"type\":\"text\",\"content\":\"x\"}}",
+               "prediction.type");
+    expect_400(C, "{\"prompt\":\"a\",\"prediction\":{\"type\":\"content\"}}", "prediction.content");
+    expect_400(C, "{\"prompt\":\"a\",\"prediction\":{\"type\":\"content\",\"content\":5}}",
+               "prediction.content");
+    expect_400(C,
+               "{\"prompt\":\"a\",\"prediction\":{\"type\":\"content\",\"content\":[{\"type\":"
+               "\"text\",\"text\":\"a\"},{\"type\":\"text\"}]}}",
+               "prediction.content[1]");
+    expect_400(C,
+               "{\"prompt\":\"a\",\"prediction\":{\"type\":\"content\",\"content\":[{\"type\":"
+               "\"image_url\",\"text\":\"a\"}]}}",
+               "prediction.content[0]");
+    expect_400(C, "{\"prompt\":\"a\",\"prediction\":{\"type\":\"content\",\"content\":[\"a\"]}}",
+               "prediction.content[0]");
+    expect_400(C, "{\"prompt\":\"a\",\"fill\":\"x\"}", "fill");
+    expect_400(C, "{\"prompt\":\"a\",\"fill\":{}}", "fill.content");
+    expect_400(C, "{\"prompt\":\"a\",\"fill\":{\"content\":[\"x\"]}}", "fill.content");
+    expect_400(C, "{\"prompt\":\"a\",\"fill\":{\"content\":\"x\",\"policy\":\"force\"}}",
+               "fill.policy");
+    expect_400(C, "{\"prompt\":\"a\",\"fill\":{\"content\":\"x\",\"policy\":1}}", "fill.policy");
+    expect_400(C,
+               "{\"prompt\":\"a\",\"fill\":{\"content\":\"x\",\"policy\":\"verify\"},"
+               "\"prediction\":{\"type\":\"content\",\"content\":\"xy\"}}",
+               "fill");
+    expect_400(C, "{\"prompt\":\"a\",\"speculation\":\"ngram\"}", "speculation");
+    expect_400(C, "{\"prompt\":\"a\",\"speculation\":3}", "speculation");
+    expect_400(C, "{\"prompt\":\"a\",\"speculation\":{\"source\":\"eagle\"}}",
+               "speculation.source");
+    expect_400(C, "{\"prompt\":\"a\",\"speculation\":{\"source\":2}}", "speculation.source");
+    expect_400(C, "{\"prompt\":\"a\",\"speculation\":{\"k\":0}}", "speculation.k");
+    expect_400(C, "{\"prompt\":\"a\",\"speculation\":{\"k\":33}}", "speculation.k");
+    expect_400(C, "{\"prompt\":\"a\",\"speculation\":{\"k\":2.5}}", "speculation.k");
+    expect_400(C, "{\"prompt\":\"a\",\"speculation\":{\"k\":\"4\"}}", "speculation.k");
+    expect_400(C, "{\"prompt\":\"a\",\"speculation\":{\"accept\":\"greedy\"}}",
+               "speculation.accept");
+    expect_400(H,
+               "{\"messages\":[{\"role\":\"user\",\"content\":\"u\"}],\"speculation\":{\"k\":"
+               "-1}}",
+               "speculation.k");
+    expect_400(H,
+               "{\"messages\":[{\"role\":\"user\",\"content\":\"u\"}],\"prediction\":{\"type\":"
+               "\"content\",\"content\":null}}",
+               "prediction.content");
+    /* The messages quote the field and the rule. */
+    const struct {
+        const char *body, *want;
+    } msgs[] = {
+        {"{\"prompt\":\"a\",\"prediction\":{\"type\":\"x\",\"content\":\"y\"}}",
+         "prediction.type must be \"content\""},
+        {"{\"prompt\":\"a\",\"speculation\":{\"k\":99}}",
+         "speculation.k must be an integer in [1, 32]"},
+        {"{\"prompt\":\"a\",\"fill\":{\"content\":\"x\",\"policy\":\"nope\"}}",
+         "fill.policy must be \"assert\" or \"verify\""},
+    };
+    for (size_t i = 0; i < sizeof msgs / sizeof msgs[0]; i++) {
+        CHECK(!parse(C, msgs[i].body, &g, &e));
+        CHECKF(strstr(e.message, msgs[i].want), "message '%s' lacks '%s'", e.message,
+               msgs[i].want);
+        srv_gen_free(&g);
+    }
+}
+
+/* Chat assistant prefill: a final assistant message (string or text parts, no tool_calls) is
+ * taken out of the rendered messages, the prompt ends with the generation prompt, and its
+ * content becomes srv_gen.prefill; add_generation_prompt false keeps the old rendering. */
+static void test_prefill_parse(void) {
+    srv_gen g;
+    srv_error e;
+    REQUIRE(parse(SRV_CHAT,
+                  "{\"messages\":[{\"role\":\"user\",\"content\":\"u\"},{\"role\":\"assistant\","
+                  "\"content\":\"Once upon\"}]}",
+                  &g, &e));
+    CHECK(json_array_size(g.messages) == 1 && g.add_generation_prompt);
+    CHECK(json_is_string(g.prefill) && !strcmp(json_string_value(g.prefill), "Once upon"));
+    srv_gen_free(&g);
+    REQUIRE(parse(SRV_CHAT,
+                  "{\"messages\":[{\"role\":\"user\",\"content\":\"u\"},{\"role\":\"assistant\","
+                  "\"content\":[{\"type\":\"text\",\"text\":\"a\"},{\"type\":\"text\",\"text\":"
+                  "\"b\"}]}]}",
+                  &g, &e));
+    CHECK(json_array_size(g.messages) == 1 && json_is_string(g.prefill) &&
+          !strcmp(json_string_value(g.prefill), "a\nb"));
+    srv_gen_free(&g);
+    /* Not a prefill: an assistant message before the last, a tool call, a null content,
+     * add_generation_prompt false. */
+    const char *not_prefill[] = {
+        "{\"messages\":[{\"role\":\"assistant\",\"content\":\"a\"},{\"role\":\"user\","
+        "\"content\":\"u\"}]}",
+        "{\"messages\":[{\"role\":\"user\",\"content\":\"u\"},{\"role\":\"assistant\","
+        "\"content\":\"\",\"tool_calls\":[{\"id\":\"1\"}]}]}",
+        "{\"messages\":[{\"role\":\"user\",\"content\":\"u\"},{\"role\":\"assistant\","
+        "\"content\":null}]}",
+        "{\"messages\":[{\"role\":\"user\",\"content\":\"u\"},{\"role\":\"assistant\","
+        "\"content\":\"a\"}],\"add_generation_prompt\":false}",
+    };
+    for (size_t i = 0; i < sizeof not_prefill / sizeof not_prefill[0]; i++) {
+        REQUIRE(parse(SRV_CHAT, not_prefill[i], &g, &e));
+        CHECKF(!g.prefill && json_array_size(g.messages) == 2, "%s", not_prefill[i]);
+        srv_gen_free(&g);
+    }
+    /* A fill cannot also continue an assistant message. */
+    expect_400(SRV_CHAT,
+               "{\"messages\":[{\"role\":\"user\",\"content\":\"u\"},{\"role\":\"assistant\","
+               "\"content\":\"a\"}],\"fill\":{\"content\":\"b\"}}",
+               "fill");
+
+    /* Rendered through ChatML: the prefix ends with the generation prompt, without the
+     * assistant message (template.h's ChatML: "<|im_start|>assistant\n"). */
+    kiln_chat_template_params tp = {.eos_token = "</s>"};
+    srv_chat c;
+    REQUIRE(srv_chat_init(&c, NULL, &tp, NULL) == KILN_OK);
+    REQUIRE(parse(SRV_CHAT,
+                  "{\"messages\":[{\"role\":\"user\",\"content\":\"U\"},{\"role\":\"assistant\","
+                  "\"content\":\"A\"}]}",
+                  &g, &e));
+    char *out = NULL;
+    size_t len = 0;
+    REQUIRE(srv_chat_render(&c, &g, &out, &len, &e));
+    CHECKF(!strcmp(out, "<|im_start|>user\nU<|im_end|>\n<|im_start|>assistant\n"), "rendered '%s'",
+           out);
+    kiln_free(out);
+    srv_gen_free(&g);
+    srv_chat_free(&c);
+}
+
+/* usage: OpenAI's completion_tokens_details (always present) and kiln's speculation object,
+ * whole and in the include_usage chunk. */
+static void check_spec_usage(json_t *u, const kiln_usage *want) {
+    json_t *d = json_object_get(u, "completion_tokens_details");
+    CHECKF(json_is_object(d), "usage.completion_tokens_details missing");
+    CHECK(json_integer_value(json_object_get(d, "accepted_prediction_tokens")) ==
+              want->accepted_prediction_tokens &&
+          json_is_integer(json_object_get(d, "accepted_prediction_tokens")));
+    CHECK(json_integer_value(json_object_get(d, "rejected_prediction_tokens")) ==
+              want->rejected_prediction_tokens &&
+          json_is_integer(json_object_get(d, "rejected_prediction_tokens")));
+    json_t *s = json_object_get(u, "speculation");
+    CHECKF(json_is_object(s), "usage.speculation missing");
+    CHECK(json_integer_value(json_object_get(s, "drafted_tokens")) == want->spec_drafted);
+    CHECK(json_integer_value(json_object_get(s, "accepted_tokens")) == want->spec_accepted);
+    CHECK(json_integer_value(json_object_get(s, "verify_steps")) == want->spec_verify_steps);
+    CHECK(json_integer_value(json_object_get(s, "fill_tokens")) == want->fill_tokens);
+}
+
+static void test_spec_usage(void) {
+    kiln_usage u = {.prompt_tokens = 9,
+                    .completion_tokens = 20,
+                    .spec_drafted = 17,
+                    .spec_accepted = 11,
+                    .spec_verify_steps = 5,
+                    .fill_tokens = 3,
+                    .accepted_prediction_tokens = 12,
+                    .rejected_prediction_tokens = 4};
+    kiln_usage zero = {.prompt_tokens = 1, .completion_tokens = 1};
+    for (int k = 0; k < 2; k++) {
+        srv_resp_info ri = {.kind = k ? SRV_CHAT : SRV_COMPLETION,
+                            .id = "x-1",
+                            .created = 1,
+                            .model = "m",
+                            .include_usage = true};
+        for (int z = 0; z < 2; z++) {
+            const kiln_usage *w = z ? &zero : &u;
+            char *s = srv_response_json(&ri, "t", 1, NULL, 0, KILN_FINISH_STOP, w, NULL);
+            REQUIRE(s);
+            json_t *j = load(s);
+            check_usage(json_object_get(j, "usage"), w->prompt_tokens, 0, w->completion_tokens);
+            check_spec_usage(json_object_get(j, "usage"), w);
+            json_decref(j);
+            free(s);
+            srv_buf b = {0};
+            REQUIRE(srv_sse_usage(&ri, w, &b));
+            REQUIRE(b.p && !strncmp(b.p, "data: ", 6));
+            j = load(b.p + 6);
+            check_spec_usage(json_object_get(j, "usage"), w);
+            json_decref(j);
+            srv_buf_free(&b);
+        }
+    }
+}
+
 int main(void) {
     test_completion_fields();
     test_defaults();
@@ -488,5 +761,8 @@ int main(void) {
     test_sse();
     test_utf8();
     test_templates();
+    test_spec_fields();
+    test_prefill_parse();
+    test_spec_usage();
     return kiln_test_finish("test_server_openai");
 }

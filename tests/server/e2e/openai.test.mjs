@@ -306,6 +306,94 @@ describe('prefix cache', () => {
   });
 });
 
+describe('speculation and predictions', () => {
+  const messages = [{ role: 'user', content: 'Tell me a story about a dog.' }];
+
+  async function count(body) {
+    const r = await postJson(srv.url, '/tokenize', body, KEY);
+    assert.equal(r.status, 200, r.text);
+    return r.json.count;
+  }
+
+  /** Prediction tokens as the server counts them: a continuation of the prompt (the
+   *  conversation with the text as the assistant's message, less the conversation alone;
+   *  for completions the prompt + the text, less the prompt). */
+  async function predictionTokens(text, prompt) {
+    if (prompt !== undefined) return (await count({ prompt: prompt + text })) - (await count({ prompt }));
+    return (await count({ messages: [...messages, { role: 'assistant', content: text }] })) - (await count({ messages }));
+  }
+
+  test('prediction through the client: the same greedy text, usage.completion_tokens_details', async () => {
+    const req = { model: MODEL, messages, max_tokens: 40, temperature: 0 };
+    const plain = await client.chat.completions.create(req);
+    const text = plain.choices[0].message.content;
+    assert.ok(text.length > 20);
+    assert.deepEqual(plain.usage.completion_tokens_details, { accepted_prediction_tokens: 0, rejected_prediction_tokens: 0 });
+    const n = await predictionTokens(text);
+    const r = await client.chat.completions.create({ ...req, prediction: { type: 'content', content: text } });
+    assert.equal(r.choices[0].message.content, text);
+    const d = r.usage.completion_tokens_details;
+    assert.ok(d.accepted_prediction_tokens > 0, JSON.stringify(r.usage));
+    assert.equal(d.accepted_prediction_tokens + d.rejected_prediction_tokens, n);
+    assert.ok(r.usage.speculation.drafted_tokens > 0 && r.usage.speculation.verify_steps > 0);
+    assert.equal(r.usage.completion_tokens, plain.usage.completion_tokens);
+    // Text parts and a stream with include_usage give the same.
+    const half = Math.floor(text.length / 2);
+    const s = await collect(
+      await client.chat.completions.create({
+        ...req,
+        prediction: { type: 'content', content: [{ type: 'text', text: text.slice(0, half) }, { type: 'text', text: text.slice(half) }] },
+        stream: true,
+        stream_options: { include_usage: true },
+      }),
+      'chat',
+    );
+    assert.equal(s.text, text);
+    assert.equal(s.usage.completion_tokens_details.accepted_prediction_tokens + s.usage.completion_tokens_details.rejected_prediction_tokens, n);
+    // Completions take it too.
+    const c = await client.completions.create({ model: MODEL, prompt: 'Once upon a time', max_tokens: 24, temperature: 0 });
+    const cp = await client.completions.create({
+      model: MODEL, prompt: 'Once upon a time', max_tokens: 24, temperature: 0, prediction: { type: 'content', content: c.choices[0].text },
+    });
+    assert.equal(cp.choices[0].text, c.choices[0].text);
+    const cd = cp.usage.completion_tokens_details;
+    assert.ok(cd.accepted_prediction_tokens > 0);
+    assert.equal(cd.accepted_prediction_tokens + cd.rejected_prediction_tokens, await predictionTokens(c.choices[0].text, 'Once upon a time'));
+  });
+
+  test('speculation and fill (kiln extensions) pass through the client', async () => {
+    const req = { model: MODEL, messages, max_tokens: 32, temperature: 0 };
+    const plain = await client.chat.completions.create(req);
+    const ngram = await client.chat.completions.create({ ...req, speculation: { source: 'ngram', k: 4 } });
+    assert.equal(ngram.choices[0].message.content, plain.choices[0].message.content);
+    const off = await client.chat.completions.create({ ...req, speculation: false });
+    assert.equal(off.choices[0].message.content, plain.choices[0].message.content);
+    assert.equal(off.usage.speculation.drafted_tokens, 0);
+    const fill = ' The dog was happy';
+    const f = await client.chat.completions.create({ ...req, fill: { content: fill } });
+    assert.ok(f.choices[0].message.content.startsWith(fill), f.choices[0].message.content);
+    assert.ok(f.usage.speculation.fill_tokens > 0);
+    const m = await metrics(srv.url);
+    for (const k of ['kiln_spec_verify_steps_total', 'kiln_spec_drafted_tokens_total', 'kiln_spec_accepted_tokens_total', 'kiln_fill_tokens_total', 'kiln_spec_acceptance_ratio'])
+      assert.equal(typeof m[k], 'number', k);
+    assert.ok(m.kiln_spec_drafted_tokens_total > 0 && m.kiln_fill_tokens_total > 0);
+  });
+
+  test('400s name the field', async () => {
+    const isErr400 = (param) => (e) => {
+      assert.ok(e instanceof OpenAI.APIError, String(e));
+      assert.equal(e.status, 400, e.message);
+      assert.equal(e.param, param);
+      return true;
+    };
+    const base = { model: MODEL, messages, max_tokens: 4 };
+    await assert.rejects(client.chat.completions.create({ ...base, prediction: { type: 'text', content: 'x' } }), isErr400('prediction.type'));
+    await assert.rejects(client.chat.completions.create({ ...base, speculation: { k: 33 } }), isErr400('speculation.k'));
+    await assert.rejects(client.chat.completions.create({ ...base, speculation: { source: 'draft' } }), isErr400('speculation.source'));
+    await assert.rejects(client.chat.completions.create({ ...base, fill: { content: 'x', policy: 'maybe' } }), isErr400('fill.policy'));
+  });
+});
+
 describe('errors', () => {
   const isErr = (status, { code, param } = {}) => (e) => {
     assert.ok(e instanceof OpenAI.APIError, String(e));
