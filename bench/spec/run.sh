@@ -9,7 +9,7 @@
 # in one process (3 requests of 128 greedy tokens, 128-token synthetic prompts unless said):
 #   1. prediction:self (the prediction is the request's own plain output) >= 3x plain decode;
 #   2. prediction:edit=10 (10% of that output's tokens replaced) >= 1.8x;
-#   3. random drafts cost <= 10% (ratio >= 0.9: adaptive k backs off);
+#   3. random drafts cost <= 10% (ratio >= 0.9: adaptive k backs off; 5 requests);
 #   4. n-gram on a "repeat this document with small changes" prompt >= 2x
 #      (bench/spec/repeat_document.txt; a random-weight model does not follow it: reported as
 #      measured);
@@ -19,7 +19,8 @@
 #      its Q4_0 GGUF copy's acceptance as a draft; no goal.
 # 1 and 2 are also run at --spec-k 32 (default 8). The verify-scaling tables (forward cost of
 # M tokens against 1, Q4_0 and F16) say what a verify of k + 1 tokens costs on this CPU, which
-# bounds the speedups: prediction:self at k drafts gives about (k + 1) / ratio(k + 1).
+# caps the speedups: prediction:self at k drafts gives about (k + 1) / ratio(k + 1); the
+# report prints such estimates beside the goals.
 # Every speculative output must equal its plain output token for token; a MISMATCH fails.
 # usage: bench/spec/run.sh [BUILD_DIR] [WORK_DIR]   (about 10 minutes on 2 cores)
 set -euo pipefail
@@ -54,7 +55,7 @@ b() { # b NAME ARGS...: one kiln bench --spec run into $work/NAME.json (rc in NA
 }
 b self -m "$q4" "${common[@]}" --spec prediction:self
 b edit10 -m "$q4" "${common[@]}" --spec prediction:edit=10
-b random -m "$q4" "${common[@]}" --spec random
+b random -m "$q4" "${common[@]}" --spec random --requests 5 # borderline: more pairs
 b ngram -m "$q4" "${common[@]}" --spec ngram --prompt-file "$here/repeat_document.txt"
 b self_k32 -m "$q4" "${common[@]}" --spec prediction:self --spec-k 32
 b edit10_k32 -m "$q4" "${common[@]}" --spec prediction:edit=10 --spec-k 32
@@ -151,7 +152,8 @@ print(f"draft vs target, teacher-forced over {T} positions: argmax agreement {10
       f" | F16 top-1 - top-2 logit gap median {statistics.median(gaps):.4f}"
       f" | |F16 - Q4_0| at the F16 top-1 median {statistics.median(diffs):.4f}")
 
-# What the verify costs allow (k drafts; verify ratio r(M) from the tables at M = k + 1):
+# What the verify costs allow, roughly (a fixed k; the engine adapts k, so these are estimates,
+# not bounds; verify ratio r(M) from the tables at M = k + 1):
 #   prediction with a fraction p of tokens edited at random: a step emits on average
 #   (1 - (1 - p)^(k + 1)) / p tokens (accept until the first edit, which the sampled token
 #   corrects) for the cost r(k + 1); a draft model accepted with probability a per token:
@@ -177,12 +179,12 @@ def cap(k):  # (k + 1) / verify cost ratio at M = k + 1, interpolated from the t
     return m / r if r > 0 else 0
 print()
 goal("prediction:self, spec-k 8", runs["self"]["ratio"], 3.0,
-     f" | verify-scaling bound (k+1)/ratio(k+1) at k 8: {cap(8):.2f}x" if sq4 else "")
+     f" | verify-cost estimate (k+1)/ratio(k+1) at k 8: {cap(8):.2f}x" if sq4 else "")
 goal("prediction:self, spec-k 32", runs["self_k32"]["ratio"], 3.0,
-     f" | bound at k 32: {cap(32):.2f}x" if sq4 else "")
+     f" | estimate at k 32: {cap(32):.2f}x" if sq4 else "")
 eb = best(sq4, lambda k: (1 - 0.9 ** (k + 1)) / 0.1) if sq4 else (0, 0)
 goal("prediction:edit=10, spec-k 8", runs["edit10"]["ratio"], 1.8,
-     f" | verify-scaling bound at the best k ({eb[1]}): {eb[0]:.2f}x" if sq4 else "")
+     f" | verify-cost estimate at the best fixed k ({eb[1]}): {eb[0]:.2f}x" if sq4 else "")
 goal("prediction:edit=10, spec-k 32", runs["edit10_k32"]["ratio"], 1.8)
 goal("random drafts (cost <= 10%)", runs["random"]["ratio"], 0.9)
 ng = runs["ngram"]["spec"]
@@ -195,7 +197,7 @@ if sq4 and sf16:
     d = sq4[1]["verify_forward_ms"] / sf16[1]["verify_forward_ms"]  # a Q4_0 draft step / an F16 step
     for a in (agree / T, 0.8, 0.9):
         sp, k = best(sf16, lambda k: (1 - a ** (k + 1)) / (1 - a), lambda k: k * d)
-        extra += f" | bound at acceptance {a:.2f}: {sp:.2f}x (k {k})"
+        extra += f" | estimate at acceptance {a:.2f}: {sp:.2f}x (best k {k})"
     extra += f" [draft step = {d:.2f} target steps]"
 goal("F16 target + its Q4_0 copy as draft", runs["draft"]["ratio"], 1.5, extra)
 pj = os.path.join(work, "pycode.json")
