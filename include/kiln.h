@@ -515,14 +515,16 @@ typedef struct kiln_request {
     /* Client prediction (OpenAI `prediction`, the verify policy): drafts are taken from this
      * text where it agrees with the output; after a rejection it is re-aligned to the output
      * (kiln_usage gives the rule). Token ids when prediction_ids is non-NULL, else UTF-8
-     * text, tokenized without special tokens. Its tokens must fit the context: prompt +
-     * prediction <= n_ctx. */
+     * text, tokenized as the continuation of a text prompt (the two together, the prompt's
+     * tokens dropped; alone, without special tokens, after a prompt given as ids or when a
+     * token spans the seam). Its tokens must fit the context: prompt + prediction <= n_ctx. */
     const int32_t *prediction_ids;
     int32_t n_prediction_ids;
     const char *prediction;
     size_t prediction_len; /* bytes; 0 = strlen(prediction) */
     /* Fill (a kiln extension): the output begins with this content, asserted (forced, it
-     * counts as completion tokens) or verified (a prediction of the output's start). */
+     * counts as completion tokens) or verified (a prediction of the output's start). Text is
+     * tokenized as the prediction's is. */
     const int32_t *fill_ids;
     int32_t n_fill_ids;
     const char *fill;
