@@ -64,7 +64,7 @@ kiln_status kiln_generate(const kiln_model *m, kiln_backend *be, const int32_t *
     kiln_backend *own = NULL;
     kiln_runner *runner = NULL;
     if (!be) {
-        const kiln_backend_params bp = {.kind = KILN_BACKEND_CPU, .n_threads = 1};
+        const kiln_backend_params bp = kiln_model_backend_params(m, 1);
         if ((st = kiln_backend_create(&bp, &own, err))) return st;
         be = own;
     }
