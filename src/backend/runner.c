@@ -261,9 +261,17 @@ kiln_status kiln_model_forward_batch(const kiln_model *m, kiln_kv_pool *pool, ki
 
 kiln_status kiln_kv_seq_create(const kiln_model *m, int32_t n_ctx, kiln_dtype dtype,
                                kiln_kv_seq **out, kiln_error *err) {
+    return kiln_kv_seq_create_on(m, NULL, n_ctx, dtype, out, err);
+}
+
+kiln_status kiln_kv_seq_create_on(const kiln_model *m, kiln_backend *be, int32_t n_ctx,
+                                  kiln_dtype dtype, kiln_kv_seq **out, kiln_error *err) {
     *out = NULL;
     if (n_ctx < 1)
         return kiln_error_set(err, KILN_ERR_INVALID_ARGUMENT, "n_ctx must be >= 1 (got %d)", n_ctx);
+    if (be && !be->ops->host_memory && m->state_floats > 0)
+        return kiln_error_set(err, KILN_ERR_UNSUPPORTED,
+                              "the %s backend does not keep recurrent state yet", be->ops->name);
     kiln_kv_seq *kv = calloc(1, sizeof *kv);
     if (!kv) return kiln_error_set(err, KILN_ERR_OUT_OF_MEMORY, "out of memory");
     kv->n_ctx = n_ctx;
@@ -273,6 +281,7 @@ kiln_status kiln_kv_seq_create(const kiln_model *m, int32_t n_ctx, kiln_dtype dt
         .block_size = KILN_KV_DEFAULT_BLOCK_SIZE,
         .n_blocks = kiln_kv_blocks_for_tokens(n_ctx, KILN_KV_DEFAULT_BLOCK_SIZE),
         .dtype = dtype,
+        .backend = be,
     };
     kiln_status st = kiln_kv_pool_create(&pp, &kv->pool, err);
     if (st == KILN_OK) st = kiln_block_table_reserve(&kv->table, kv->pool, n_ctx, err);

@@ -73,8 +73,8 @@ kiln_status kiln_generate(const kiln_model *m, kiln_backend *be, const int32_t *
         kiln_backend_destroy(own);
         return kiln_error_set(err, KILN_ERR_OUT_OF_MEMORY, "out of memory");
     }
-    if ((st = kiln_kv_seq_create(m, (int32_t)n_ctx, p->kv_type ? p->kv_type : KILN_DTYPE_F32, &kv,
-                                 err)))
+    if ((st = kiln_kv_seq_create_on(m, be->ops->host_memory ? NULL : be, (int32_t)n_ctx,
+                                    p->kv_type ? p->kv_type : KILN_DTYPE_F32, &kv, err)))
         goto done;
     if ((st = kiln_sampler_scratch_create(m->cfg.n_vocab, &scratch, err))) goto done;
     if ((st = kiln_runner_create(m, be, kv->pool, n_prompt, (int32_t)n_ctx, &runner, err)))
