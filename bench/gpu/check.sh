@@ -30,11 +30,18 @@ if command -v compute-sanitizer >/dev/null 2>&1; then
   echo "memcheck rc=$? ($(grep -c "Invalid\|ERROR SUMMARY" "$out/memcheck.txt") lines of errors/summary)"
   grep -E "ERROR SUMMARY|Invalid" "$out/memcheck.txt" | head -5
 fi
+# the kiln binary links libmicrohttpd (and through it gnutls): on a machine missing one of
+# those, env KILN_RUN_LIBS names a folder of them, used for these runs only
+run_env=()
+if ldd build-gpu/kiln | grep -q "not found"; then
+  echo "kiln binary: missing $(ldd build-gpu/kiln | grep "not found" | awk '{print $1}' | tr '\n' ' ')"
+  [ -n "${KILN_RUN_LIBS:-}" ] && run_env=(env "LD_LIBRARY_PATH=$KILN_RUN_LIBS:${LD_LIBRARY_PATH:-}")
+fi
 m="$shared/models/pycode10M"
 p="def fibonacci(n):"
 for dev in cuda cpu; do
   for rep in 1 2; do
-    ./build-gpu/kiln run -m "$m" -p "$p" -n 256 --temp 0 --device "$dev" --no-prefix-cache \
+    "${run_env[@]}" ./build-gpu/kiln run -m "$m" -p "$p" -n 256 --temp 0 --device "$dev" --no-prefix-cache \
       >"$out/run-$dev.txt" 2>"$out/run-$dev.err"
     echo "kiln run pycode10M --device $dev (#$rep): $(tail -1 "$out/run-$dev.err")"
   done
