@@ -15,7 +15,7 @@ t0=$(date +%s)
 cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DKILN_CUDA=ON -DKILN_SHARED_DIR="$shared" \
   >"$out/configure.txt" 2>&1 || { tail -30 "$out/configure.txt"; exit 1; }
 cmake --build build-gpu -j"$(nproc)" --target kiln test_cuda_ops test_cuda_logits \
-  test_engine_invariance_stories260K test_llama2c_greedy >"$out/build.txt" 2>&1 ||
+  test_engine_invariance_stories260K test_engine_prefix_cache_stories260K-f32 test_llama2c_greedy >"$out/build.txt" 2>&1 ||
   { grep -E "error|Error" "$out/build.txt" | head -40; exit 1; }
 echo "build: $(( $(date +%s) - t0 )) s"
 (cd build-gpu && ctest -L cuda -V --timeout 300 >"$out/ctest.txt" 2>&1)
@@ -45,6 +45,11 @@ for dev in cuda cpu; do
       >"$out/run-$dev.txt" 2>"$out/run-$dev.err"
     echo "kiln run pycode10M --device $dev (#$rep): $(tail -1 "$out/run-$dev.err")"
   done
+done
+for dev in cuda cpu; do
+  echo "kiln bench pycode10M --device $dev (128 prompt + 64 generated tokens per request):"
+  "${run_env[@]}" ./build-gpu/kiln bench -m "$m" --device "$dev" --concurrency 1,16,64 \
+    --prompt-tokens 128 --gen-tokens 64 --no-prefix-cache 2>&1 | tail -5
 done
 cmp -s "$out/run-cuda.txt" "$out/run-cpu.txt" && echo "greedy text: cuda == cpu" ||
   echo "greedy text: cuda != cpu"

@@ -94,7 +94,7 @@ enum {
     CLI_OPT_NO_PREFIX_CACHE,
     CLI_OPT_CACHE_DIR,
     CLI_OPT_CACHE_DISK_MAX,
-    CLI_OPT_DEVICE, /* --device (run): where the model's weights go, kiln_model_params.device */
+    CLI_OPT_DEVICE, /* --device (run, bench): where the model's weights go (model params) */
 };
 
 /* The struct option entries of those options, for a command's option table. */

@@ -289,16 +289,22 @@ static void cuda_matmul(kiln_backend *be, const kiln_mm *outs, int n_outs, const
                         int32_t n_tok) {
     cuda_backend *c = cu_be(be);
     cu_enter(c);
-    for (int i = 0; i < n_outs; i++) {
-        const kiln_mat *w = outs[i].w;
-        if (w->layout != KILN_MAT_ROWS) {
-            fprintf(stderr, "kiln: cuda backend: matrix '%s' is in a CPU layout (%d)\n",
-                    w->name ? w->name : "?", (int)w->layout);
-            abort();
+    enum { GROUP = 8 };
+    for (int i0 = 0; i0 < n_outs; i0 += GROUP) {
+        cu_mm_out o[GROUP];
+        const int n = n_outs - i0 < GROUP ? n_outs - i0 : GROUP;
+        for (int i = 0; i < n; i++) {
+            const kiln_mat *w = outs[i0 + i].w;
+            if (w->layout != KILN_MAT_ROWS) {
+                fprintf(stderr, "kiln: cuda backend: matrix '%s' is in a CPU layout (%d)\n",
+                        w->name ? w->name : "?", (int)w->layout);
+                abort();
+            }
+            o[i] = (cu_mm_out){outs[i0 + i].y, w->data, elem_of(c, w->dtype, "a matrix"),
+                               w->n_out};
         }
         cu_check(c, "matmul",
-                 kiln_cu_matmul(c->stream, outs[i].y, w->data, elem_of(c, w->dtype, "a matrix"),
-                                w->n_out, w->n_in, x, n_tok));
+                 kiln_cu_matmul_multi(c->stream, o, n, outs[i0].w->n_in, x, n_tok));
     }
 }
 

@@ -57,16 +57,25 @@ cudaError_t kiln_cu_embed(cudaStream_t s, float *x, const void *tok, cu_elem tok
                           const void *pos, cu_elem pos_elem, int64_t d, float scale,
                           const cu_step *st);
 
+/** One weight of kiln_cu_matmul_multi: w row-major [n_out, n_in] of w_elem, y [n_tok, n_out]. */
+typedef struct cu_mm_out {
+    float *y;
+    const void *w;
+    cu_elem w_elem;
+    int64_t n_out;
+} cu_mm_out;
+
 /**
- * y[t, o] = sum_k w[o, k] x[t, k] for t < n_tok, o < n_out (w row-major [n_out, n_in] of
- * w_elem, x [n_tok, n_in], y [n_tok, n_out]). One warp per output o and up to 8 rows t: lane l
- * sums its k (k = 4l + 128j .. +3 when n_in % 4 == 0 and w, x are 16-byte aligned, else
- * k = l + 32j) with one fmaf chain from +0 in ascending k, then the 32 lane sums are added by
- * the xor-butterfly (offsets 16, 8, 4, 2, 1). Each y[t, o] is that fixed function of row t of
- * x and row o of w, whatever n_tok or the tiling of rows.
+ * y_i[t, o] = sum_k w_i[o, k] x[t, k] for each of the n weights, t < n_tok, o < n_out (x
+ * [n_tok, n_in]); consecutive weights of one dtype and load path share a launch (4 at most).
+ * One warp per output o and up to 8 rows t: lane l sums its k (k = 4l + 128j .. +3 when
+ * n_in % 4 == 0 and w, x are 16-byte aligned, else k = l + 32j) with one fmaf chain from +0 in
+ * ascending k, then the 32 lane sums are added by the xor-butterfly (offsets 16, 8, 4, 2, 1).
+ * Each y[t, o] is that fixed function of row t of x and row o of w, whatever n_tok, the tiling
+ * of rows or the other weights of the call.
  */
-cudaError_t kiln_cu_matmul(cudaStream_t s, float *y, const void *w, cu_elem w_elem, int64_t n_out,
-                           int64_t n_in, const float *x, int32_t n_tok);
+cudaError_t kiln_cu_matmul_multi(cudaStream_t s, const cu_mm_out *outs, int n, int64_t n_in,
+                                 const float *x, int32_t n_tok);
 
 /** Row norms of n_rows rows of d (kind 0 RMSNorm, 1 LayerNorm; w may be NULL for RMSNorm:
  *  w = 1; b NULL: no bias); out may be x. One block of 256 threads per row: thread t sums
