@@ -13,10 +13,11 @@
  * Batch invariance (DESIGN.md principle 3) is every backend's contract: each output element
  * is reduced in an order that depends only on its own row (token, head, sequence), never on
  * n_tokens, on the other sequences of the step or on the thread count. The CPU backend's
- * kernels document their orders in backend/cpu/cpu.h and backend/cpu/ops.h.
+ * kernels document their orders in backend/cpu/cpu.h and backend/cpu/ops.h, the CUDA
+ * backend's in backend/cuda/cuda_kernels.h.
  *
  * Layering: this header is the interface (below the KV pool, which allocates through it, and
- * below src/model, which calls it); backends (backend/cpu, later backend/cuda) implement it;
+ * below src/model, which calls it); backends (backend/cpu, backend/cuda) implement it;
  * the runner (backend/runner.h) drives the model over it for one kiln_batch.
  */
 #ifndef KILN_BACKEND_BACKEND_H
