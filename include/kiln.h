@@ -76,10 +76,27 @@ KILN_API const char *kiln_status_name(kiln_status status);
  *  any number of engines and threads may share it. */
 typedef struct kiln_model kiln_model;
 
+/** Where a model's weights live, and so where every engine over the model computes. */
+typedef enum kiln_device_kind {
+    KILN_DEVICE_CPU = 0,  /* host memory and the CPU kernels (the default) */
+    KILN_DEVICE_CUDA = 1, /* an NVIDIA GPU's memory and the CUDA kernels (a build with CUDA:
+                             CMake -DKILN_CUDA=ON|AUTO where nvcc is found) */
+} kiln_device_kind;
+
 typedef struct kiln_model_params {
     const char *tokenizer_path; /* llama2.c tokenizer.bin; NULL = look beside the model */
     bool require_tokenizer;     /* fail when no tokenizer can be found (text prompts need one) */
+    kiln_device_kind device;    /* default KILN_DEVICE_CPU. KILN_DEVICE_CUDA copies every
+                                   weight to the GPU at load (f32, f16 and bf16 weights;
+                                   dense architectures without experts or recurrent layers);
+                                   engines created over the model then run there, with their
+                                   KV cache in the GPU's memory */
+    int32_t device_index;       /* CUDA: the GPU, in [0, kiln_device_count(KILN_DEVICE_CUDA)) */
 } kiln_model_params;
+
+/** Devices of a kind this build and machine can run on: 1 for the CPU; for CUDA the GPUs the
+ *  driver reports, 0 when there is no driver or GPU or kiln was built without CUDA. */
+KILN_API int32_t kiln_device_count(kiln_device_kind kind);
 
 /**
  * Load a model from a GGUF file, a llama2.c checkpoint or a Hugging Face directory.
@@ -87,9 +104,11 @@ typedef struct kiln_model_params {
  * *out is set only on success; free it with kiln_model_free after every engine using it is
  * destroyed and its streams are read (kiln_stream_next decodes text with the model's
  * tokenizer; kiln_stream_destroy does not need the model).
- * Errors: KILN_ERR_INVALID_ARGUMENT (NULL path/out), KILN_ERR_IO, KILN_ERR_FORMAT,
- * KILN_ERR_UNSUPPORTED, KILN_ERR_NOT_FOUND (tokenizer required but missing),
- * KILN_ERR_OUT_OF_MEMORY; every message names the file.
+ * Errors: KILN_ERR_INVALID_ARGUMENT (NULL path/out, a device kind or index out of range),
+ * KILN_ERR_IO, KILN_ERR_FORMAT, KILN_ERR_UNSUPPORTED (also: CUDA in a build without it, a
+ * weight dtype or architecture the CUDA backend does not run yet), KILN_ERR_NOT_FOUND
+ * (tokenizer required but missing), KILN_ERR_OUT_OF_MEMORY (also: the weights do not fit in
+ * the GPU's free memory; the message gives both sizes); every message names the file.
  */
 KILN_API kiln_status kiln_model_load(const char *path, const kiln_model_params *params,
                                      kiln_model **out, kiln_error *err);
@@ -515,14 +534,16 @@ typedef struct kiln_request {
     /* Client prediction (OpenAI `prediction`, the verify policy): drafts are taken from this
      * text where it agrees with the output; after a rejection it is re-aligned to the output
      * (kiln_usage gives the rule). Token ids when prediction_ids is non-NULL, else UTF-8
-     * text, tokenized without special tokens. Its tokens must fit the context: prompt +
-     * prediction <= n_ctx. */
+     * text, tokenized as the continuation of a text prompt (the two together, the prompt's
+     * tokens dropped; alone, without special tokens, after a prompt given as ids or when a
+     * token spans the seam). Its tokens must fit the context: prompt + prediction <= n_ctx. */
     const int32_t *prediction_ids;
     int32_t n_prediction_ids;
     const char *prediction;
     size_t prediction_len; /* bytes; 0 = strlen(prediction) */
     /* Fill (a kiln extension): the output begins with this content, asserted (forced, it
-     * counts as completion tokens) or verified (a prediction of the output's start). */
+     * counts as completion tokens) or verified (a prediction of the output's start). Text is
+     * tokenized as the prediction's is. */
     const int32_t *fill_ids;
     int32_t n_fill_ids;
     const char *fill;

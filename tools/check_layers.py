@@ -70,7 +70,7 @@ ONLY = {
 # Headers outside src/ that every file may include (paths relative to SOURCE_DIR).
 ANYWHERE = ["include/kiln.h"]
 
-SOURCE_EXT = (".c", ".h", ".inc")
+SOURCE_EXT = (".c", ".h", ".inc", ".cu", ".cuh")
 
 # ---- files and layers ---------------------------------------------------------------------
 

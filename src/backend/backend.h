@@ -13,10 +13,11 @@
  * Batch invariance (DESIGN.md principle 3) is every backend's contract: each output element
  * is reduced in an order that depends only on its own row (token, head, sequence), never on
  * n_tokens, on the other sequences of the step or on the thread count. The CPU backend's
- * kernels document their orders in backend/cpu/cpu.h and backend/cpu/ops.h.
+ * kernels document their orders in backend/cpu/cpu.h and backend/cpu/ops.h, the CUDA
+ * backend's in backend/cuda/cuda_kernels.h.
  *
  * Layering: this header is the interface (below the KV pool, which allocates through it, and
- * below src/model, which calls it); backends (backend/cpu, later backend/cuda) implement it;
+ * below src/model, which calls it); backends (backend/cpu, backend/cuda) implement it;
  * the runner (backend/runner.h) drives the model over it for one kiln_batch.
  */
 #ifndef KILN_BACKEND_BACKEND_H
@@ -107,14 +108,31 @@ typedef struct kiln_gdn_params {
     int64_t state_off;    /* this layer's offset in a sequence's rec_state (floats) */
 } kiln_gdn_params;
 
+/** Which backend kiln_backend_create makes (the kind field of its operations table). */
+typedef enum kiln_backend_kind {
+    KILN_BACKEND_CPU = 0,
+    KILN_BACKEND_CUDA = 1, /* NVIDIA GPUs (backend/cuda; built when CMake finds nvcc) */
+} kiln_backend_kind;
+
+/** An f32 vector the forward pass reads (a norm weight, a bias, a RoPE table): the address of
+ *  the model's pointer to it, and its length in floats (place_device). */
+typedef struct kiln_vec_ref {
+    const float **p;
+    int64_t n;
+} kiln_vec_ref;
+
 typedef struct kiln_backend kiln_backend;
 
 /**
  * The operations. Shapes are in elements; "rows" are flat batch tokens unless said
  * otherwise. None fails: a backend checks what can fail in step_begin / arena_reserve.
+ * A backend may leave the expert (moe_*) and delta-net (gdn_*) entries NULL when it has no
+ * such kernels: the runner then refuses models that need them (KILN_ERR_UNSUPPORTED) when it
+ * is created, before any step.
  */
 typedef struct kiln_backend_ops {
-    const char *name; /* "cpu" */
+    const char *name; /* "cpu", "cuda" */
+    kiln_backend_kind kind;
     bool host_memory; /* backend memory is host memory: host pointers may be passed to the
                          operations directly (the runner then skips the logits download) */
 
@@ -126,6 +144,21 @@ typedef struct kiln_backend_ops {
     void (*place_weights)(kiln_mat *const *mats, size_t n_mats,
                           const kiln_mapped_file *const *maps, size_t n_maps,
                           kiln_placement_alloc_fn alloc, void *owner);
+    /** Placement of a backend whose memory is not host memory (NULL for the CPU, which uses
+     *  place_weights): copy everything the forward pass reads into the memory of device
+     *  `device` and point the model's handles at the copies: the matrices mats[0 .. n_mats)
+     *  (matmul weights and the embedding tables read by row; NULL entries and entries without
+     *  data are skipped; entries sharing host data, such as a tied output head, share one
+     *  copy) and the f32 vectors vecs[0 .. n_vecs) (entries whose pointer is NULL skipped).
+     *  On success *handle owns the copies (release_weights frees them); on failure nothing
+     *  has changed. Errors: KILN_ERR_INVALID_ARGUMENT (no such device), KILN_ERR_UNSUPPORTED
+     *  (a matrix dtype or layout the backend cannot multiply, named), KILN_ERR_OUT_OF_MEMORY
+     *  (the message gives the bytes needed and free). */
+    kiln_status (*place_device)(int32_t device, kiln_mat *const *mats, size_t n_mats,
+                                const kiln_vec_ref *vecs, size_t n_vecs, void **handle,
+                                kiln_error *err);
+    /** Free what place_device made (NULL is a no-op); the model's handles then dangle. */
+    void (*release_weights)(void *handle);
 
     /* ---- context ---- */
     void (*destroy)(kiln_backend *be);
@@ -247,26 +280,29 @@ typedef struct kiln_backend_ops {
 /** Every backend context starts with this (implementations embed it first). */
 struct kiln_backend {
     const kiln_backend_ops *ops;
+    int32_t device; /* the device ordinal of a device backend (0 on the CPU) */
 };
-
-/** Which backend kiln_backend_create makes. */
-typedef enum kiln_backend_kind {
-    KILN_BACKEND_CPU = 0,
-} kiln_backend_kind;
 
 typedef struct kiln_backend_params {
     kiln_backend_kind kind;
     int32_t n_threads; /* CPU: compute threads including the caller, >= 1 (1: no pool) */
+    int32_t device;    /* CUDA: the GPU ordinal, [0, kiln_backend_device_count(kind)) */
 } kiln_backend_params;
 
 /**
  * Create a backend context (backend/registry.c). Errors: KILN_ERR_INVALID_ARGUMENT (kind
- * unknown, n_threads out of [1, 512]), KILN_ERR_OUT_OF_MEMORY, KILN_ERR_INTERNAL (threads).
+ * unknown, n_threads out of [1, 512], no such device), KILN_ERR_UNSUPPORTED (CUDA in a build
+ * without it), KILN_ERR_OUT_OF_MEMORY, KILN_ERR_INTERNAL (threads, a CUDA stream).
  */
 kiln_status kiln_backend_create(const kiln_backend_params *p, kiln_backend **out, kiln_error *err);
 
-/** The operations table of a kind (backend/registry.c), or NULL for an unknown kind. */
+/** The operations table of a kind (backend/registry.c), or NULL for an unknown kind or one
+ *  this build does not include (CUDA without nvcc). */
 const kiln_backend_ops *kiln_backend_ops_of(kiln_backend_kind kind);
+
+/** Devices of a kind this build and machine can run on: 1 for the CPU; for CUDA the GPUs the
+ *  driver reports (0 without a driver or a GPU, or in a build without CUDA). */
+int32_t kiln_backend_device_count(kiln_backend_kind kind);
 
 /** Destroy a context and everything it owns. NULL is a no-op. */
 void kiln_backend_destroy(kiln_backend *be);

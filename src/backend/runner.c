@@ -34,6 +34,50 @@ static kiln_status reserve(kiln_runner *r, int32_t max_tokens, int32_t max_keys,
     return KILN_OK;
 }
 
+/* A device backend computes only over weights placed on its own device and a pool in its
+ * memory; a host backend over weights and a pool in host memory. Operations the model needs
+ * and the backend lacks (NULL entries: experts, the delta net) are refused here. */
+static kiln_status check_placement(const kiln_model *m, const kiln_backend *be,
+                                   const kiln_kv_pool *pool, kiln_error *err) {
+    const kiln_backend_ops *op = be->ops;
+    const kiln_backend *pb = kiln_kv_pool_backend(pool);
+    if (!op->host_memory) {
+        if (m->placed != op || m->device != be->device)
+            return kiln_error_set(err, KILN_ERR_INVALID_ARGUMENT,
+                                  "forward: the %s backend on device %d needs the model's weights "
+                                  "placed there (load it for that device); they are in %s memory",
+                                  op->name, be->device,
+                                  m->placed && !m->placed->host_memory ? m->placed->name : "host");
+        if (pb != be)
+            return kiln_error_set(err, KILN_ERR_INVALID_ARGUMENT,
+                                  "forward: the KV pool must be allocated through the %s backend "
+                                  "context that runs the model (kiln_kv_pool_params.backend)",
+                                  op->name);
+    } else {
+        if (m->placed && !m->placed->host_memory)
+            return kiln_error_set(err, KILN_ERR_INVALID_ARGUMENT,
+                                  "forward: the model's weights are in %s device %d's memory; the "
+                                  "%s backend cannot read them",
+                                  m->placed->name, m->device, op->name);
+        if (pb && !pb->ops->host_memory)
+            return kiln_error_set(err, KILN_ERR_INVALID_ARGUMENT,
+                                  "forward: the KV pool is in %s device memory; the %s backend "
+                                  "cannot read it",
+                                  pb->ops->name, op->name);
+    }
+    if (kiln_config_has_moe(&m->cfg) &&
+        (!op->moe_route || !op->moe_gather || !op->moe_scatter || !op->moe_shared))
+        return kiln_error_set(err, KILN_ERR_UNSUPPORTED,
+                              "forward: the %s backend has no mixture-of-experts kernels yet",
+                              op->name);
+    if (kiln_config_has_mixer(&m->cfg, KILN_MIXER_GATED_DELTA_NET) &&
+        (!op->gdn_conv || !op->gdn_rule))
+        return kiln_error_set(err, KILN_ERR_UNSUPPORTED,
+                              "forward: the %s backend has no gated-delta-net kernels yet",
+                              op->name);
+    return KILN_OK;
+}
+
 kiln_status kiln_runner_create(const kiln_model *m, kiln_backend *be, kiln_kv_pool *pool,
                                int32_t max_tokens, int32_t max_keys, kiln_runner **out,
                                kiln_error *err) {
@@ -46,12 +90,14 @@ kiln_status kiln_runner_create(const kiln_model *m, kiln_backend *be, kiln_kv_po
         kiln_kv_pool_kv_dim(pool) != (int64_t)c->n_head_kv * c->head_dim)
         return kiln_error_set(err, KILN_ERR_INVALID_ARGUMENT,
                               "forward: the KV pool's geometry does not match the model");
+    kiln_status st = check_placement(m, be, pool, err);
+    if (st) return st;
     kiln_runner *r = calloc(1, sizeof *r);
     if (!r) return kiln_error_set(err, KILN_ERR_OUT_OF_MEMORY, "runner: out of memory");
     r->m = m;
     r->be = be;
     r->pool = pool;
-    kiln_status st = reserve(r, max_tokens, max_keys > 0 ? max_keys : 1, err);
+    st = reserve(r, max_tokens, max_keys > 0 ? max_keys : 1, err);
     if (st) {
         kiln_runner_destroy(r);
         return st;
@@ -199,7 +245,7 @@ kiln_status kiln_model_forward_batch(const kiln_model *m, kiln_kv_pool *pool, ki
     kiln_backend *own = NULL;
     kiln_status st = KILN_OK;
     if (!be) {
-        const kiln_backend_params bp = {.kind = KILN_BACKEND_CPU, .n_threads = 1};
+        const kiln_backend_params bp = kiln_model_backend_params(m, 1);
         if ((st = kiln_backend_create(&bp, &own, err))) return st;
         be = own;
     }
@@ -215,9 +261,17 @@ kiln_status kiln_model_forward_batch(const kiln_model *m, kiln_kv_pool *pool, ki
 
 kiln_status kiln_kv_seq_create(const kiln_model *m, int32_t n_ctx, kiln_dtype dtype,
                                kiln_kv_seq **out, kiln_error *err) {
+    return kiln_kv_seq_create_on(m, NULL, n_ctx, dtype, out, err);
+}
+
+kiln_status kiln_kv_seq_create_on(const kiln_model *m, kiln_backend *be, int32_t n_ctx,
+                                  kiln_dtype dtype, kiln_kv_seq **out, kiln_error *err) {
     *out = NULL;
     if (n_ctx < 1)
         return kiln_error_set(err, KILN_ERR_INVALID_ARGUMENT, "n_ctx must be >= 1 (got %d)", n_ctx);
+    if (be && !be->ops->host_memory && m->state_floats > 0)
+        return kiln_error_set(err, KILN_ERR_UNSUPPORTED,
+                              "the %s backend does not keep recurrent state yet", be->ops->name);
     kiln_kv_seq *kv = calloc(1, sizeof *kv);
     if (!kv) return kiln_error_set(err, KILN_ERR_OUT_OF_MEMORY, "out of memory");
     kv->n_ctx = n_ctx;
@@ -227,6 +281,7 @@ kiln_status kiln_kv_seq_create(const kiln_model *m, int32_t n_ctx, kiln_dtype dt
         .block_size = KILN_KV_DEFAULT_BLOCK_SIZE,
         .n_blocks = kiln_kv_blocks_for_tokens(n_ctx, KILN_KV_DEFAULT_BLOCK_SIZE),
         .dtype = dtype,
+        .backend = be,
     };
     kiln_status st = kiln_kv_pool_create(&pp, &kv->pool, err);
     if (st == KILN_OK) st = kiln_block_table_reserve(&kv->table, kv->pool, n_ctx, err);

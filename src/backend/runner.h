@@ -86,6 +86,13 @@ typedef struct kiln_kv_seq {
  */
 kiln_status kiln_kv_seq_create(const kiln_model *m, int32_t n_ctx, kiln_dtype dtype,
                                kiln_kv_seq **out, kiln_error *err);
+
+/** kiln_kv_seq_create with the pool's storage allocated through backend context be (borrowed,
+ *  it must outlive the cache; NULL: host memory): the cache a runner on a device backend
+ *  needs. Errors: as kiln_kv_seq_create; KILN_ERR_UNSUPPORTED for a model with recurrent
+ *  state on a backend without host memory (its state is not kept on a device yet). */
+kiln_status kiln_kv_seq_create_on(const kiln_model *m, kiln_backend *be, int32_t n_ctx,
+                                  kiln_dtype dtype, kiln_kv_seq **out, kiln_error *err);
 void kiln_kv_seq_destroy(kiln_kv_seq *kv);
 
 /**

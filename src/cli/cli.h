@@ -99,6 +99,7 @@ enum {
     CLI_OPT_SPEC_K,
     CLI_OPT_SPEC_NGRAM,
     CLI_OPT_DRAFT_MODEL,
+    CLI_OPT_DEVICE, /* --device (run, bench): where the model's weights go (model params) */
 };
 
 /* The struct option entries of those options, for a command's option table. */
@@ -175,6 +176,11 @@ void cli_warn_ctx(const char *cmd, const kiln_model *m, int64_t n_ctx);
 
 /** "f32" -> KILN_DTYPE_F32, "f16" -> KILN_DTYPE_F16; false for anything else. */
 bool cli_parse_kv_type(const char *s, kiln_dtype *out);
+
+/** Parse a --device value into mp: "cpu", "cuda" (GPU 0) or "cuda:N" (N a decimal integer in
+ *  [0, 1023]). False for anything else; whether the device exists is kiln_model_load's
+ *  check. */
+bool cli_parse_device(const char *s, kiln_model_params *mp);
 
 /** Weight type names f32 f16 bf16 q8_0 q4_0 q4_k q6_k (case-insensitive) -> dtype; false for
  *  anything else. (cmd_quantize.c) */

@@ -64,6 +64,7 @@ static void bench_usage(FILE *f) {
         "                          most bytes DIR may hold (default 16G)\n"
         "      --seed S            seed of the synthetic prompts (default 1)\n"
         "      --json              print one JSON object instead of a table\n"
+        "      --device D          cpu (default), cuda or cuda:N (as for kiln run)\n"
         "\n"
         "shared prefix (what the prefix cache buys; replaces --concurrency, --prompt-tokens):\n"
         "      --shared-prefix N   every prompt starts with the same N synthetic tokens; runs\n"
@@ -201,6 +202,7 @@ int kiln_cmd_bench(int argc, char **argv) {
         CLI_ENGINE_LONG_OPTIONS,
         {"seed", required_argument, 0, 's'},
         {"json", no_argument, 0, 'j'},
+        {"device", required_argument, 0, CLI_OPT_DEVICE},
         {"shared-prefix", required_argument, 0, 'S'},
         {"suffix-tokens", required_argument, 0, 'u'},
         {"clients", required_argument, 0, 'C'},
@@ -286,6 +288,11 @@ int kiln_cmd_bench(int argc, char **argv) {
             break;
         case 'j':
             json = true;
+            break;
+        case CLI_OPT_DEVICE:
+            if (!cli_parse_device(optarg, &lp))
+                return cli_usage_error("bench", "--device must be cpu, cuda or cuda:N (got '%s')",
+                                       optarg);
             break;
         case 'S':
             if (!cli_parse_i64(optarg, 1, 1 << 20, &v))

@@ -32,6 +32,8 @@ static void run_usage(FILE *f) {
             "                          0 = off (default)\n"
             "      --xtc-threshold T   XTC probability threshold, [0, 1] (default 0.1)\n"
             "      --seed S            random seed (default: random, printed)\n"
+            "      --device D          cpu (default), cuda or cuda:N: where the weights, the\n"
+            "                          KV cache and the computation live\n"
             "  -t, --threads N         threads (default: physical cores; 1 below ~4M weights)\n"
             "      --ctx N             context length (default: the model's)\n"
             "      --kv-type T         KV cache storage, f32 (default), f16 or bf16\n"
@@ -177,6 +179,7 @@ int kiln_cmd_run(int argc, char **argv) {
         {"prediction-file", required_argument, 0, RUN_OPT_PREDICTION_FILE},
         {"fill", required_argument, 0, RUN_OPT_FILL},
         {"fill-policy", required_argument, 0, RUN_OPT_FILL_POLICY},
+        {"device", required_argument, 0, CLI_OPT_DEVICE},
         CLI_ENGINE_LONG_OPTIONS,
         CLI_SPEC_LONG_OPTIONS,
         {"help", no_argument, 0, 'h'},
@@ -279,6 +282,11 @@ int kiln_cmd_run(int argc, char **argv) {
             break;
         case 'j':
             json = true;
+            break;
+        case CLI_OPT_DEVICE:
+            if (!cli_parse_device(optarg, &lp))
+                return cli_usage_error("run", "--device must be cpu, cuda or cuda:N (got '%s')",
+                                       optarg);
             break;
         case 'h':
             run_usage(stdout);

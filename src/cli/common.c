@@ -178,6 +178,24 @@ bool cli_parse_kv_type(const char *s, kiln_dtype *out) {
     return true;
 }
 
+bool cli_parse_device(const char *s, kiln_model_params *mp) {
+    if (!strcmp(s, "cpu")) {
+        mp->device = KILN_DEVICE_CPU;
+        mp->device_index = 0;
+        return true;
+    }
+    if (strncmp(s, "cuda", 4) != 0) return false;
+    int64_t n = 0;
+    if (s[4] == ':') {
+        if (!cli_parse_i64(s + 5, 0, 1023, &n)) return false;
+    } else if (s[4] != '\0') {
+        return false;
+    }
+    mp->device = KILN_DEVICE_CUDA;
+    mp->device_index = (int32_t)n;
+    return true;
+}
+
 uint64_t cli_random_seed(void) {
     uint64_t seed = 0;
     if (getrandom(&seed, sizeof seed, 0) != (ssize_t)sizeof seed) {

@@ -19,8 +19,32 @@ kiln_status kiln_model_load(const char *path, const kiln_model_params *params, k
     if (params) {
         lp.tokenizer_path = params->tokenizer_path;
         lp.require_tokenizer = params->require_tokenizer;
+        if (params->device == KILN_DEVICE_CUDA) {
+            lp.backend = kiln_backend_ops_of(KILN_BACKEND_CUDA);
+            if (!lp.backend)
+                return kiln_error_set(err, KILN_ERR_UNSUPPORTED,
+                                      "%s: device cuda: this kiln was built without CUDA "
+                                      "(configure with -DKILN_CUDA=ON where nvcc is installed)",
+                                      path);
+            const int32_t n = kiln_backend_device_count(KILN_BACKEND_CUDA);
+            if (params->device_index < 0 || params->device_index >= n)
+                return kiln_error_set(err, KILN_ERR_INVALID_ARGUMENT,
+                                      "%s: device cuda:%d: %s", path, params->device_index,
+                                      n == 0 ? "no CUDA GPU is available (no driver or no device)"
+                                             : "no such GPU");
+            lp.device = params->device_index;
+        } else if (params->device != KILN_DEVICE_CPU) {
+            return kiln_error_set(err, KILN_ERR_INVALID_ARGUMENT, "%s: unknown device kind %d",
+                                  path, (int)params->device);
+        }
     }
     return kiln_model_open(path, &lp, out, err);
+}
+
+int32_t kiln_device_count(kiln_device_kind kind) {
+    if (kind == KILN_DEVICE_CPU) return 1;
+    if (kind == KILN_DEVICE_CUDA) return kiln_backend_device_count(KILN_BACKEND_CUDA);
+    return 0;
 }
 
 void kiln_model_free(kiln_model *model) {

@@ -179,7 +179,8 @@ kiln_status kiln_engine_create_debug(const kiln_model *m, const kiln_engine_para
         .n_blocks = n_blocks,
         .dtype = kv_page_format(p.kv_type),
     };
-    const kiln_backend_params bp = {.kind = KILN_BACKEND_CPU, .n_threads = p.n_threads};
+    /* the engine computes where the model's weights are (kiln_model_params.device) */
+    const kiln_backend_params bp = kiln_model_backend_params(m, p.n_threads);
     if ((st = kiln_backend_create(&bp, &e->be, err))) goto fail;
     pp.backend = e->be;
     if ((st = kiln_kv_pool_create(&pp, &e->pool, err))) goto fail;

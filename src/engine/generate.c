@@ -57,7 +57,7 @@ kiln_status kiln_generate(const kiln_model *m, kiln_backend *be, const int32_t *
     kiln_backend *own = NULL;
     kiln_runner *runner = NULL;
     if (!be) {
-        const kiln_backend_params bp = {.kind = KILN_BACKEND_CPU, .n_threads = 1};
+        const kiln_backend_params bp = kiln_model_backend_params(m, 1);
         if ((st = kiln_backend_create(&bp, &own, err))) return st;
         be = own;
     }
@@ -66,8 +66,8 @@ kiln_status kiln_generate(const kiln_model *m, kiln_backend *be, const int32_t *
         kiln_backend_destroy(own);
         return kiln_error_set(err, KILN_ERR_OUT_OF_MEMORY, "out of memory");
     }
-    if ((st = kiln_kv_seq_create(m, (int32_t)n_ctx, p->kv_type ? p->kv_type : KILN_DTYPE_F32, &kv,
-                                 err)))
+    if ((st = kiln_kv_seq_create_on(m, be->ops->host_memory ? NULL : be, (int32_t)n_ctx,
+                                    p->kv_type ? p->kv_type : KILN_DTYPE_F32, &kv, err)))
         goto done;
     if ((st = kiln_sampler_scratch_create(m->cfg.n_vocab, &scratch, err))) goto done;
     if ((st = kiln_runner_create(m, be, kv->pool, n_prompt, (int32_t)n_ctx, &runner, err)))

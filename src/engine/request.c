@@ -120,10 +120,17 @@ static kiln_status validate_spec(const kiln_model *m, const kiln_request *q, kil
     return KILN_OK;
 }
 
-/* Tokenize (or copy) a span into out: text without special tokens, as the client wrote it. */
-static kiln_status copy_span(const kiln_model *m, const char *field, const int32_t *ids,
-                             int32_t n_ids, const char *text, size_t len, kiln_ivec *out,
-                             kiln_error *err) {
+/*
+ * Tokenize (or copy) a span into out. A text span continues the text before it: with a text
+ * prompt, the prompt and the span are tokenized together and the span gets the tokens after
+ * the prompt's own (so an SPM vocabulary adds no second leading space and a prediction of the
+ * output tokenizes as the output does); when the prompt's tokens are not a prefix of that
+ * (a token spans the seam), or the prompt was given as ids, the span is tokenized alone
+ * without special tokens.
+ */
+static kiln_status copy_span(const kiln_model *m, const kiln_request *q, const kiln_ivec *prompt,
+                             const char *field, const int32_t *ids, int32_t n_ids,
+                             const char *text, size_t len, kiln_ivec *out, kiln_error *err) {
     kiln_status st;
     if (ids) {
         if (n_ids > 0 && (st = kiln_ivec_append(out, ids, (size_t)n_ids)))
@@ -133,6 +140,28 @@ static kiln_status copy_span(const kiln_model *m, const char *field, const int32
     if (!text) return KILN_OK;
     if (!len) len = strlen(text);
     if (!len) return KILN_OK;
+    if (!q->prompt_ids) {
+        size_t plen = q->prompt_len ? q->prompt_len : strlen(q->prompt);
+        char *joined = malloc(plen + len);
+        if (!joined) return kiln_error_set(err, KILN_ERR_OUT_OF_MEMORY, "out of memory (%s)", field);
+        memcpy(joined, q->prompt, plen);
+        memcpy(joined + plen, text, len);
+        kiln_ivec all = {0};
+        st = kiln_tokenizer_encode(m->tokenizer, joined, plen + len, q->add_special,
+                                   q->parse_special, &all, err);
+        free(joined);
+        bool prefix = !st && all.n > prompt->n &&
+                      memcmp(all.data, prompt->data, prompt->n * sizeof *all.data) == 0;
+        if (prefix) st = kiln_ivec_append(out, all.data + prompt->n, all.n - prompt->n);
+        kiln_ivec_free(&all);
+        if (st) {
+            char pre[64];
+            snprintf(pre, sizeof pre, "%s: ", field);
+            kiln_error_prefix(err, pre);
+            return st;
+        }
+        if (prefix) return KILN_OK;
+    }
     if ((st = kiln_tokenizer_encode(m->tokenizer, text, len, false, false, out, err))) {
         char pre[64];
         snprintf(pre, sizeof pre, "%s: ", field);
@@ -278,10 +307,11 @@ kiln_status kiln_req_create(const kiln_model *m, const kiln_request *q,
     r->spec_accept = q->spec_accept;
     {
         kiln_ivec fill = {0};
-        if ((st = copy_span(m, "prediction", q->prediction_ids, q->n_prediction_ids,
-                            q->prediction, q->prediction_len, &r->prediction, err)) ||
-            (st = copy_span(m, "fill", q->fill_ids, q->n_fill_ids, q->fill, q->fill_len, &fill,
-                            err))) {
+        if ((st = copy_span(m, q, &r->prompt, "prediction", q->prediction_ids,
+                            q->n_prediction_ids, q->prediction, q->prediction_len,
+                            &r->prediction, err)) ||
+            (st = copy_span(m, q, &r->prompt, "fill", q->fill_ids, q->n_fill_ids, q->fill,
+                            q->fill_len, &fill, err))) {
             kiln_ivec_free(&fill);
             goto fail;
         }

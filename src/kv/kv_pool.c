@@ -414,6 +414,10 @@ int32_t kiln_kv_pool_n_blocks(const kiln_kv_pool *pool) {
     return pool ? pool->n_blocks : 0;
 }
 
+kiln_backend *kiln_kv_pool_backend(const kiln_kv_pool *pool) {
+    return pool ? pool->be : NULL;
+}
+
 static void *region(unsigned char *base, const kiln_kv_pool *pool, int32_t layer, int32_t block) {
     if (layer < 0 || layer >= pool->n_layer || block < 0 || block >= pool->n_blocks) return NULL;
     size_t idx = (size_t)layer * (size_t)pool->n_blocks + (size_t)block;

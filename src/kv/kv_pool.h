@@ -158,6 +158,9 @@ int32_t kiln_kv_pool_n_layer(const kiln_kv_pool *pool);
 kiln_dtype kiln_kv_pool_dtype(const kiln_kv_pool *pool);
 /** Total blocks in the pool (0 for NULL). */
 int32_t kiln_kv_pool_n_blocks(const kiln_kv_pool *pool);
+/** The backend context the storage was allocated through (kiln_kv_pool_params.backend,
+ *  borrowed), or NULL for host memory (or a NULL pool). */
+kiln_backend *kiln_kv_pool_backend(const kiln_kv_pool *pool);
 
 /** Base of K (or V) rows of `block` in `layer`: block_size rows of kv_dim elements of the
  *  block's format (kv/kv_format.h: float, or uint16_t f16/bf16), KILN_KV_ALIGNMENT-aligned,

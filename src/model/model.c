@@ -222,6 +222,77 @@ static void place_weights(kiln_model *m, const kiln_model_load_params *p) {
     free(maps);
 }
 
+/* Place every weight the forward pass reads on the device of a backend without host memory
+ * (its place_device, backend.h): the matrices (with the embedding tables, read by row, and the
+ * output head, tied or not) and the f32 vectors with their lengths from the config. Models
+ * needing operations the backend leaves out (experts, the delta net) are refused first. */
+static kiln_status place_device(kiln_model *m, const kiln_model_load_params *p, kiln_error *err) {
+    const kiln_backend_ops *be = p->backend;
+    const kiln_model_config *c = &m->cfg;
+    if (kiln_config_has_moe(c) && !be->moe_route)
+        return kiln_error_set(err, KILN_ERR_UNSUPPORTED,
+                              "%s: the %s backend has no mixture-of-experts kernels yet", m->path,
+                              be->name);
+    if (kiln_config_has_mixer(c, KILN_MIXER_GATED_DELTA_NET) && !be->gdn_rule)
+        return kiln_error_set(err, KILN_ERR_UNSUPPORTED,
+                              "%s: the %s backend has no gated-delta-net kernels yet", m->path,
+                              be->name);
+    const int64_t d = c->n_embd, hd = c->head_dim, q_dim = (int64_t)c->n_head * hd,
+                  kv_dim = (int64_t)c->n_head_kv * hd, q_rows = c->attn_out_gate ? 2 * q_dim : q_dim;
+    const int64_t key_dim = (int64_t)c->ssm_n_k_heads * c->ssm_k_head_dim,
+                  value_dim = (int64_t)c->ssm_n_v_heads * c->ssm_v_head_dim;
+    const size_t n_mats_max = 4 + (size_t)c->n_layer * (15 + 3 * (size_t)(c->n_expert > 0 ? c->n_expert : 0));
+    const size_t n_vecs_max = 2 + (size_t)c->n_layer * 22;
+    kiln_mat **mats = malloc(n_mats_max * sizeof *mats);
+    kiln_vec_ref *vecs = malloc(n_vecs_max * sizeof *vecs);
+    if (!mats || !vecs) {
+        free(mats);
+        free(vecs);
+        return kiln_model_oom(m, err);
+    }
+    size_t k = 0, nv = 0;
+    mats[k++] = &m->tok_embd;
+    if (c->learned_pos) mats[k++] = &m->pos_embd;
+    mats[k++] = &m->output; /* the tied head shares tok_embd's copy */
+    vecs[nv++] = (kiln_vec_ref){&m->output_norm, d};
+    vecs[nv++] = (kiln_vec_ref){&m->output_norm_b, d};
+    for (int32_t l = 0; l < c->n_layer; l++) {
+        kiln_layer_weights *L = &m->layers[l];
+        kiln_mat *lm[] = {&L->wq,          &L->wk,        &L->wv,         &L->wo,
+                          &L->w_gate,      &L->w_up,      &L->w_down,     &L->w_router,
+                          &L->shexp_gate,  &L->shexp_up,  &L->shexp_down, &L->shexp_router,
+                          &L->ssm_in_qkvz, &L->ssm_in_ba, &L->ssm_out};
+        for (size_t i = 0; i < sizeof lm / sizeof lm[0]; i++) mats[k++] = lm[i];
+        kiln_mat *experts[] = {L->exp_gate, L->exp_up, L->exp_down};
+        for (int i = 0; i < 3; i++)
+            for (int32_t e = 0; experts[i] && e < c->n_expert; e++) mats[k++] = &experts[i][e];
+        const kiln_vec_ref lv[] = {
+            {&L->attn_norm, d},      {&L->attn_norm_b, d},      {&L->ffn_norm, d},
+            {&L->ffn_norm_b, d},     {&L->post_attn_norm, d},   {&L->post_ffn_norm, d},
+            {&L->bq, q_rows},        {&L->bk, kv_dim},          {&L->bv, kv_dim},
+            {&L->bo, d},             {&L->q_norm, hd},          {&L->k_norm, hd},
+            {&L->b_up, c->n_ff},     {&L->b_down, d},           {&L->inv_freq, c->rope_dim / 2},
+            {&L->ssm_conv, (2 * key_dim + value_dim) * c->ssm_conv_kernel},
+            {&L->ssm_a_log, c->ssm_n_v_heads},                  {&L->ssm_dt_bias, c->ssm_n_v_heads},
+            {&L->ssm_norm, c->ssm_v_head_dim},
+        };
+        for (size_t i = 0; i < sizeof lv / sizeof lv[0]; i++)
+            if (*lv[i].p && lv[i].n > 0) vecs[nv++] = lv[i];
+    }
+    void *handle = NULL;
+    kiln_status st = be->place_device(p->device, mats, k, vecs, nv, &handle, err);
+    free(mats);
+    free(vecs);
+    if (st) {
+        kiln_error_prefix(err, "%s: ", m->path);
+        return st;
+    }
+    m->placement = handle;
+    m->device = p->device;
+    m->placed = be;
+    return KILN_OK;
+}
+
 kiln_status kiln_model_load_file(const char *path, const kiln_model_load_params *params,
                                  kiln_model **out, kiln_error *err) {
     *out = NULL;
@@ -288,13 +359,24 @@ kiln_status kiln_model_load_file(const char *path, const kiln_model_load_params 
         kiln_model_close(m);
         return st;
     }
-    place_weights(m, params); /* last: a load that fails never pays for the copies */
+    /* last: a load that fails never pays for the copies */
+    if (params && params->backend && !params->backend->host_memory && !params->keep_file_layout) {
+        if ((st = place_device(m, params, err))) {
+            kiln_model_close(m);
+            return st;
+        }
+    } else {
+        place_weights(m, params);
+        if (params && params->backend && !params->keep_file_layout) m->placed = params->backend;
+    }
     *out = m;
     return KILN_OK;
 }
 
 void kiln_model_close(kiln_model *m) {
     if (!m) return;
+    if (m->placement && m->placed && m->placed->release_weights)
+        m->placed->release_weights(m->placement);
     kiln_tokenizer_destroy(m->tokenizer);
     kiln_gguf_close(m->gguf);
     kiln_llama2c_close(m->llama2c);

@@ -70,15 +70,23 @@ typedef struct kiln_model {
     void *gguf, *llama2c, *safetensors;
     void **owned;
     int32_t n_owned;
+    /* where the weights were placed (kiln_model_load_params.backend; NULL: nowhere, they stay
+     * as the file has them, host memory) and, for a device backend, on which device and the
+     * backend's handle of the device copies (released by kiln_model_close) */
+    const kiln_backend_ops *placed;
+    int32_t device;
+    void *placement;
 } kiln_model;
 
 typedef struct kiln_model_load_params {
     const char *tokenizer_path; /* llama2.c tokenizer.bin; NULL = look beside the model */
     bool require_tokenizer;     /* fail when no tokenizer can be found */
     bool keep_file_layout;      /* weights stay mapped as in the file (no forward pass) */
-    /* the backend the weights are placed for (its place_weights, backend.h); NULL: none, the
-     * weights stay as the file has them. kiln_model_open (backend/loader.h) fills in the CPU's */
+    /* the backend the weights are placed for (its place_weights, or place_device for a
+     * backend without host memory: backend.h); NULL: none, the weights stay as the file has
+     * them. kiln_model_open (backend/loader.h) fills in the CPU's */
     const kiln_backend_ops *backend;
+    int32_t device; /* a device backend's device ordinal (place_device) */
 } kiln_model_load_params;
 
 /**
@@ -88,19 +96,36 @@ typedef struct kiln_model_load_params {
  * matrices are copied in the row layout; and, last, the matrices the forward pass multiplies
  * by are placed for params->backend (its place_weights; the CPU backend's moves them into
  * owned huge-page memory, F16 packed: backend/cpu/cpu_backend.h), unless params or
- * params->backend is NULL or params->keep_file_layout. Most callers want kiln_model_open
- * (backend/loader.h), which places for the CPU backend.
+ * params->backend is NULL or params->keep_file_layout. A backend without host memory (CUDA)
+ * gets every weight the forward pass reads, vectors and embedding tables included, through
+ * its place_device on params->device; the model's pointers then address device memory (never
+ * dereferenced on the host) until kiln_model_close releases it. Most callers want
+ * kiln_model_open (backend/loader.h), which places for the CPU backend.
  * For llama2.c checkpoints the tokenizer is params->tokenizer_path, else tokenizer.bin in the
  * model's directory, else the single tok*.bin there.
  * Errors: KILN_ERR_IO, KILN_ERR_FORMAT (missing tensor, wrong shape: named), KILN_ERR_UNSUPPORTED
- * (architecture, dtype, option), KILN_ERR_NOT_FOUND (tokenizer required but missing),
- * KILN_ERR_OUT_OF_MEMORY. Every message names the file.
+ * (architecture, dtype, option; a weight dtype the device backend cannot multiply),
+ * KILN_ERR_NOT_FOUND (tokenizer required but missing), KILN_ERR_INVALID_ARGUMENT (no such
+ * device), KILN_ERR_OUT_OF_MEMORY (also: the weights do not fit on the device). Every message
+ * names the file.
  */
 kiln_status kiln_model_load_file(const char *path, const kiln_model_load_params *params,
                                  kiln_model **out, kiln_error *err);
 
-/** Free the model and its sources. NULL is a no-op. */
+/** Free the model and its sources (and its device copies). NULL is a no-op. */
 void kiln_model_close(kiln_model *m);
+
+/** The backend context parameters m's weights need: the kind and device they were placed for
+ *  (the CPU when they were placed nowhere or for the CPU), with n_threads for the CPU. */
+static inline kiln_backend_params kiln_model_backend_params(const kiln_model *m,
+                                                            int32_t n_threads) {
+    kiln_backend_params p = {KILN_BACKEND_CPU, n_threads, 0};
+    if (m->placed && !m->placed->host_memory) {
+        p.kind = m->placed->kind;
+        p.device = m->device;
+    }
+    return p;
+}
 
 /**
  * Floats of per-sequence recurrent state the model needs (kiln_batch_seq.rec_state): for

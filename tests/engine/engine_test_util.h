@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "device_test.h"
 #include "engine/engine_debug.h"
 #include "kiln.h"
 #include "model/model.h"
@@ -285,13 +286,15 @@ static inline void et_prompt(int32_t *ids, int32_t n, uint64_t seed, int32_t n_v
     }
 }
 
-/* Load a model under ../shared (skip when absent); require_tokenizer as named. */
+/* Load a model under ../shared (skip when absent); require_tokenizer as named; on the device
+ * env KILN_TEST_DEVICE names (device_test.h: the CPU by default). */
 static inline kiln_model *et_load_opt(const char *rel, bool require_tokenizer) {
     const char *path = kiln_test_shared(rel);
     kiln_test_require_file(path);
     kiln_model *m = NULL;
     kiln_error err = {0};
     kiln_model_params mp = {.require_tokenizer = require_tokenizer};
+    kiln_test_device(&mp);
     if (kiln_model_load(path, &mp, &m, &err) != KILN_OK) {
         fprintf(stderr, "load %s: %s\n", path, err.message);
         exit(1);

@@ -69,6 +69,8 @@ static void make_job(et_job *j, int k, bool sampled, et_result *res) {
         j->req.temperature = 0.0f;
     }
     j->dbg.capture_logits = true;
+    j->req.logprobs = true;
+    j->req.top_logprobs = 3;
     j->cancel_step = -1;
     j->res = res;
 }
@@ -90,6 +92,16 @@ static void compare_rows(const char *what, const et_result *ref, const et_result
         }
     CHECKF(same_tok, "%s: tokens differ from plain decoding (%d vs %d tokens, first at %d)",
            what, got->n_tokens - from, ref->n_tokens, first);
+    /* logprobs come from the rows that decided the tokens: the same bits */
+    bool same_lp = same_tok;
+    for (int32_t i = 0; same_lp && i < ref->n_tokens; i++) {
+        same_lp = memcmp(&got->logprob[i + from], &ref->logprob[i], sizeof(float)) == 0;
+        if (same_lp && i + from < 64 && i < 64)
+            same_lp = got->n_top[i + from] == ref->n_top[i] &&
+                      memcmp(got->top[i + from], ref->top[i],
+                             (size_t)ref->n_top[i] * sizeof ref->top[i][0]) == 0;
+    }
+    CHECKF(same_lp, "%s: logprobs differ from plain decoding", what);
     bool same_rows = got->n_logit_rows - row_from == ref->n_logit_rows && ref->n_logit_rows > 0;
     int32_t first_diff = -1;
     for (int32_t r = 0; same_rows && r < ref->n_logit_rows; r++)

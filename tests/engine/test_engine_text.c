@@ -435,6 +435,61 @@ static void test_stop_across_boundary(void) {
     et_result_free(&base);
 }
 
+/* A text fill or prediction continues a text prompt: on this SPM vocabulary, tokenized alone
+ * " there" would get a second leading space; the output text must begin with exactly the
+ * fill, and a prediction equal to the plain output's text (which here retokenizes to the same
+ * tokens, checked) is all accepted. */
+static void test_fill_text(void) {
+    const char *prompt = "Lily and Tom went to the park";
+    kiln_request r = kiln_request_defaults();
+    r.prompt = prompt;
+    r.max_tokens = 12;
+    r.temperature = 0.0f;
+    r.fill = " there";
+    et_result res;
+    run_one(&r, NULL, &res);
+    CHECKF(res.text_len >= 6 && strncmp(res.text, " there", 6) == 0 && res.text[6] != ' ',
+           "fill: the text begins '%.12s', not ' there' once", res.text);
+    CHECKF(res.usage.fill_tokens >= 1, "fill: %d fill tokens", res.usage.fill_tokens);
+    /* plain output, then the same request predicted by that text */
+    kiln_request q = kiln_request_defaults();
+    q.prompt = prompt;
+    q.max_tokens = 12;
+    q.temperature = 0.0f;
+    et_result plain;
+    run_one(&q, NULL, &plain);
+    int32_t joined[64];
+    int32_t n_joined = 0, n_prompt = 0;
+    static char buf[ET_MAX_TEXT + 64];
+    snprintf(buf, sizeof buf, "%s%s", prompt, plain.text);
+    kiln_error err = {0};
+    REQUIRE(kiln_model_tokenize(g_m, buf, strlen(buf), true, false, joined, 64, &n_joined, &err) ==
+            KILN_OK);
+    int32_t pids[32];
+    REQUIRE(kiln_model_tokenize(g_m, prompt, strlen(prompt), true, false, pids, 32, &n_prompt,
+                                &err) == KILN_OK);
+    bool roundtrip = n_joined - n_prompt == plain.n_tokens &&
+                     memcmp(joined + n_prompt, plain.tokens, (size_t)plain.n_tokens * 4) == 0;
+    q.prediction = plain.text;
+    et_result pred;
+    run_one(&q, NULL, &pred);
+    CHECKF(pred.n_tokens == plain.n_tokens &&
+               memcmp(pred.tokens, plain.tokens, (size_t)plain.n_tokens * 4) == 0,
+           "prediction: output differs from plain");
+    if (roundtrip)
+        CHECKF(pred.usage.rejected_prediction_tokens == 0 &&
+                   pred.usage.accepted_prediction_tokens == plain.n_tokens,
+               "prediction of the plain text: accepted %d rejected %d of %d",
+               pred.usage.accepted_prediction_tokens, pred.usage.rejected_prediction_tokens,
+               plain.n_tokens);
+    else
+        printf("note: the plain output's text does not retokenize to its tokens; the "
+               "accounting check is skipped\n");
+    et_result_free(&res);
+    et_result_free(&plain);
+    et_result_free(&pred);
+}
+
 int main(void) {
     g_m = et_load("models/stories260K/stories260K-f32.gguf");
     g_nv = kiln_model_n_vocab(g_m);
@@ -447,6 +502,7 @@ int main(void) {
     test_stop_tokens();
     test_logprobs();
     test_stop_across_boundary();
+    test_fill_text();
     kiln_model_free(g_m);
     return kiln_test_finish("test_engine_text");
 }

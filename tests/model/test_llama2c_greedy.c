@@ -3,9 +3,12 @@
  * of ../shared/golden/llama2c-greedy.json: prompt_ids and generated_ids, from the llama2.c
  * checkpoint; and for stories260K and llama2xs also from their f32 GGUF files (EOS is id 2
  * there, BOS is not a stop token, so only the first len(generated_ids) tokens are compared).
+ * With env KILN_TEST_DEVICE=cuda (tests/cuda) the models run on the GPU (kiln_generate makes
+ * its context and KV cache there).
  */
 #include <jansson.h>
 
+#include "device_test.h"
 #include "engine/generate.h"
 #include "backend/loader.h"
 #include "model/model.h"
@@ -24,8 +27,9 @@ static const model_files MODELS[] = {
 static void run_case(const char *path, const char *prompt, json_t *want_prompt, json_t *want_gen) {
     kiln_error err = {0};
     kiln_model *m = NULL;
-    kiln_model_load_params lp = {.require_tokenizer = true};
-    if (kiln_model_open(path, &lp, &m, &err) != KILN_OK) {
+    kiln_model_params mp = {.require_tokenizer = true};
+    kiln_test_device(&mp); /* env KILN_TEST_DEVICE: the GPU run of tests/cuda */
+    if (kiln_model_load(path, &mp, &m, &err) != KILN_OK) {
         fprintf(stderr, "%s: %s\n", path, err.message);
         kiln_test_failures++;
         return;

@@ -246,9 +246,24 @@ static void fuzz_pipelined(void) {
     srv_buf_free(&got);
 }
 
-/* A JSON value of a random type. */
+/* A JSON value of a random type; cases 9-14 are near-valid objects of the speculation and
+ * fill fields (issue 18), so their parsers see both shapes and garbage inside a shape. */
 static void rand_value(srv_buf *b) {
-    switch (rnd(9)) {
+    static const char *const spec_objs[] = {
+        "{\"type\":\"content\",\"content\":\"Once upon a time\"}",
+        "{\"type\":\"content\",\"content\":[{\"type\":\"text\",\"text\":\"a\"},"
+        "{\"type\":\"text\"}]}",
+        "{\"content\":\" there\",\"policy\":\"verify\"}",
+        "{\"content\":7,\"policy\":\"assert\"}",
+        "{\"source\":\"ngram\",\"k\":33,\"accept\":\"rejection\"}",
+        "{\"source\":\"random\",\"k\":2}",
+    };
+    unsigned c = rnd(15);
+    if (c >= 9) {
+        srv_buf_adds(b, spec_objs[c - 9]);
+        return;
+    }
+    switch (c) {
     case 0:
         srv_buf_adds(b, "null");
         break;
@@ -305,6 +320,9 @@ static void fuzz_json(int iters) {
         "tools",
         "chat_template_kwargs",
         "add_generation_prompt",
+        "prediction",
+        "fill",
+        "speculation",
     };
     int ok = 0, bad = 0;
     for (int i = 0; i < iters; i++) {

@@ -292,6 +292,7 @@ static void cpu_numerics(const kiln_backend *be, char *buf, size_t n) {
 const kiln_backend_ops kiln_cpu_backend_ops = {
     .numerics = cpu_numerics,
     .name = "cpu",
+    .kind = KILN_BACKEND_CPU,
     .host_memory = true,
     .place_weights = kiln_cpu_place_weights,
     .destroy = cpu_destroy,
