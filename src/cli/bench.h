@@ -1,7 +1,9 @@
 /*
- * bench.h - what the two modes of `kiln bench` share: cmd_bench.c (concurrency levels over
- * independent synthetic prompts) and bench_prefix.c (--shared-prefix: prompts that share a
- * prefix, with the prefix cache off, on, and across an engine restart over --cache-dir).
+ * bench.h - what the modes of `kiln bench` share: cmd_bench.c (concurrency levels over
+ * independent synthetic prompts), bench_prefix.c (--shared-prefix: prompts that share a
+ * prefix, with the prefix cache off, on, and across an engine restart over --cache-dir) and
+ * bench_spec.c (--spec MODE: speculative decoding against plain decoding in the same run, and
+ * --verify-scaling: what a forward of M tokens costs against one of 1).
  */
 #ifndef KILN_CLI_BENCH_H
 #define KILN_CLI_BENCH_H
@@ -21,13 +23,17 @@ typedef struct bench_req {
     int32_t n_tokens;      /* TOKEN events */
     int32_t cached_tokens; /* the FINISH usage's cached_tokens (prefix cache) */
     int32_t prompt_tokens; /* the FINISH usage's prompt_tokens */
+    kiln_usage usage;      /* the FINISH usage, whole */
+    int32_t *ids;          /* optional (caller's buffer of ids_cap): the TOKEN events' ids */
+    int32_t ids_cap;
     kiln_finish_reason finish;
     kiln_error err; /* finish KILN_FINISH_ERROR: why */
 } bench_req;
 
-/** Read r->stream to its FINISH event, filling r's times, counts and finish (a failed
- *  kiln_stream_next or an error finish sets finish KILN_FINISH_ERROR and r->err). Does not
- *  destroy the stream. Usable as a pthread start routine (arg: a bench_req). */
+/** Read r->stream to its FINISH event, filling r's times, counts, usage and finish (a failed
+ *  kiln_stream_next or an error finish sets finish KILN_FINISH_ERROR and r->err), and the
+ *  first ids_cap token ids into r->ids when it is set. Does not destroy the stream. Usable as
+ *  a pthread start routine (arg: a bench_req). */
 void *bench_consume(void *arg);
 
 /** Token ids for synthetic prompts: every id of the vocabulary that is not end-of-generation,
@@ -75,5 +81,56 @@ typedef struct bench_prefix_opts {
  */
 int bench_prefix_run(const char *model_path, const kiln_model_params *lp,
                      const kiln_engine_params *ep, const bench_prefix_opts *o);
+
+/** What `kiln bench --spec MODE` measures (bench_spec.c). */
+typedef enum bench_spec_mode {
+    BENCH_SPEC_NONE = 0,  /* no --spec (--verify-scaling alone) */
+    BENCH_SPEC_NGRAM,     /* prompt lookup (KILN_SPEC_NGRAM) */
+    BENCH_SPEC_RANDOM,    /* uniformly random drafts (KILN_SPEC_RANDOM) */
+    BENCH_SPEC_DRAFT,     /* a draft model (KILN_SPEC_DRAFT, engine draft_model) */
+    BENCH_SPEC_PRED_SELF, /* prediction_ids = the request's own plain greedy output */
+    BENCH_SPEC_PRED_EDIT, /* that output with edit_pct % of its tokens replaced */
+} bench_spec_mode;
+
+#define BENCH_SPEC_MAX_LEVELS 16
+
+/** The options of `kiln bench --spec MODE` and `--verify-scaling` (defaults in cmd_bench.c's
+ *  usage). */
+typedef struct bench_spec_opts {
+    bench_spec_mode mode;
+    const char *mode_arg;   /* MODE as given (reports) */
+    const char *draft_path; /* BENCH_SPEC_DRAFT: the draft model (borrowed from argv) */
+    float edit_pct;         /* BENCH_SPEC_PRED_EDIT: percent of tokens replaced, [0, 100] */
+    bool verify_scaling;    /* also (or only, with mode NONE) the forward-cost table */
+    int32_t levels[BENCH_SPEC_MAX_LEVELS]; /* concurrency levels */
+    int32_t n_levels;
+    int32_t requests;      /* requests per phase per level (at least the level's concurrency) */
+    int32_t prompt_tokens; /* 0: 128 synthetic, or the whole --prompt-file */
+    int32_t gen_tokens;
+    const char *prompt_file; /* text, tokenized: the prompts (NULL: synthetic) */
+    int32_t spec_k;          /* 0: the engine's default */
+    uint64_t seed;           /* synthetic prompts, edits */
+    bool json;
+} bench_spec_opts;
+
+/**
+ * Parse --spec's MODE into o->mode (and draft_path, edit_pct): "ngram", "random",
+ * "draft:PATH" (PATH must be a readable file or directory), "prediction:self",
+ * "prediction:edit=P" (P a number in [0, 100]). Returns 0, or KILN_EXIT_USAGE after printing
+ * "kiln bench: --spec ..." naming what is wrong.
+ */
+int bench_spec_parse_mode(const char *arg, bench_spec_opts *o);
+
+/**
+ * Run `kiln bench --spec` / `--verify-scaling` on the model at model_path (loaded with *lp)
+ * and print the table (or one JSON object) to stdout. ep holds the user's engine options;
+ * the engine is created from a copy with the prefix cache off (both phases compute their
+ * prompt) and, for draft:PATH, the draft model. Returns 0; KILN_EXIT_ERROR after printing
+ * "kiln: error: ..." (a model, prompt file or engine that does not load, a failed request)
+ * or, after the full report, "MISMATCH" lines when a speculative output differs from its
+ * plain one; KILN_EXIT_USAGE when a --prompt-file holds fewer tokens than --prompt-tokens.
+ */
+int bench_spec_run(const char *model_path, const kiln_model_params *lp,
+                   const kiln_engine_params *ep, const bench_spec_opts *o);
 
 #endif

@@ -17,6 +17,7 @@ void *bench_consume(void *arg) {
         }
         double now = (double)ev.time_ns / 1e6; /* engine-side time: same clock as cli_now_ms */
         if (ev.type == KILN_EVENT_TOKEN) {
+            if (r->ids && r->n_tokens < r->ids_cap) r->ids[r->n_tokens] = ev.token;
             if (r->n_tokens == 0) r->t_first = now;
             r->t_last = now;
             r->n_tokens++;
@@ -25,6 +26,7 @@ void *bench_consume(void *arg) {
             r->finish = ev.finish_reason;
             r->cached_tokens = ev.usage.cached_tokens;
             r->prompt_tokens = ev.usage.prompt_tokens;
+            r->usage = ev.usage;
             if (ev.finish_reason == KILN_FINISH_ERROR)
                 kiln_error_set(&r->err, ev.status, "%s", ev.message);
             break;

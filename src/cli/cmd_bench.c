@@ -18,7 +18,8 @@
  *                          steadier than wall time on a shared machine
  * A short warm-up request runs first. The engine is created once, with a pool sized for
  * the largest level (unless --kv-memory/--kv-tokens say otherwise).
- * --shared-prefix N runs the prefix-cache benchmark instead (bench_prefix.c).
+ * --shared-prefix N runs the prefix-cache benchmark instead (bench_prefix.c), --spec MODE
+ * and --verify-scaling the speculative-decoding one (bench_spec.c).
  */
 #include <getopt.h>
 #include <jansson.h>
@@ -75,7 +76,25 @@ static void bench_usage(FILE *f) {
         "                          (default 16)\n"
         "      --clients C         client threads submitting to the one engine (default 4)\n"
         "      --requests R        measured requests per phase (default 16)\n"
-        "                          (--gen-tokens defaults to 16 here)\n");
+        "                          (--gen-tokens defaults to 16 here)\n"
+        "\n"
+        "speculative decoding (plain and speculative phases interleaved in one run, greedy,\n"
+        "prefix cache off; reports decode tok/s, acceptance and whether outputs match):\n"
+        "      --spec MODE         ngram (prompt lookup), random (random drafts), draft:PATH (a\n"
+        "                          draft model), prediction:self (the prediction is the\n"
+        "                          request's own plain output) or prediction:edit=P (that\n"
+        "                          output with P%% of its tokens replaced, from --seed)\n"
+        "      --spec-k N          most drafts per verify step, [1, 32] (default 8)\n"
+        "      --spec-ngram MIN:MAX\n"
+        "                          n-gram sizes of ngram (default 1:4)\n"
+        "      --requests R        requests per phase per level (default 3; at least the\n"
+        "                          level's concurrency)\n"
+        "      --concurrency LIST  requests submitted together (default 1)\n"
+        "      --prompt-file FILE  prompts from FILE's text, tokenized: --prompt-tokens N from\n"
+        "                          successive offsets (default: the whole file per request)\n"
+        "      --verify-scaling    also (or alone: only) the cost of one forward of M = 1, 2,\n"
+        "                          5, 9, 17, 33 tokens as prefill and as a verify step, as a\n"
+        "                          ratio to M = 1\n");
 }
 
 typedef struct bench_level {
@@ -166,6 +185,13 @@ done:
     return rc;
 }
 
+/* getopt_long codes of bench's own long options without a short form. */
+enum {
+    BENCH_OPT_SPEC = 0x200,
+    BENCH_OPT_PROMPT_FILE,
+    BENCH_OPT_VERIFY_SCALING,
+};
+
 int kiln_cmd_bench(int argc, char **argv) {
     static const struct option opts[] = {
         {"model", required_argument, 0, 'm'},
@@ -181,6 +207,11 @@ int kiln_cmd_bench(int argc, char **argv) {
         {"suffix-tokens", required_argument, 0, 'u'},
         {"clients", required_argument, 0, 'C'},
         {"requests", required_argument, 0, 'R'},
+        {"spec", required_argument, 0, BENCH_OPT_SPEC},
+        {"spec-k", required_argument, 0, CLI_OPT_SPEC_K},
+        {"spec-ngram", required_argument, 0, CLI_OPT_SPEC_NGRAM},
+        {"prompt-file", required_argument, 0, BENCH_OPT_PROMPT_FILE},
+        {"verify-scaling", no_argument, 0, BENCH_OPT_VERIFY_SCALING},
         {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0},
     };
@@ -195,11 +226,19 @@ int kiln_cmd_bench(int argc, char **argv) {
      * those of the other mode */
     bench_prefix_opts po = {.suffix_tokens = 16, .clients = 4, .requests = 16};
     bool levels_given = false, prompt_given = false, gen_given = false, prefix_only = false;
+    bool requests_given = false, spec_only = false;
+    /* --spec / --verify-scaling */
+    bench_spec_opts so = {.requests = 3};
+    cli_spec cs = {0};
     optind = 1;
     opterr = 0;
     int c;
     while ((c = getopt_long(argc, argv, ":m:t:h", opts, NULL)) != -1) {
         int er = cli_engine_option("bench", c, optarg, &ep);
+        if (er < 0 && (c == CLI_OPT_SPEC_K || c == CLI_OPT_SPEC_NGRAM)) {
+            er = cli_spec_option("bench", c, optarg, &ep, &cs);
+            spec_only = true;
+        }
         if (er >= 0) {
             if (er) return er;
             continue;
@@ -277,9 +316,25 @@ int kiln_cmd_bench(int argc, char **argv) {
                 return cli_usage_error("bench", "%s must be an integer in [1, %lld] (got '%s')",
                                        lim[k].name, (long long)lim[k].hi, optarg);
             *(c == 'u' ? &po.suffix_tokens : c == 'C' ? &po.clients : &po.requests) = (int32_t)v;
-            prefix_only = true;
+            if (c == 'R') {
+                requests_given = true;
+                so.requests = (int32_t)v;
+            } else {
+                prefix_only = true;
+            }
             break;
         }
+        case BENCH_OPT_SPEC:
+            if ((er = bench_spec_parse_mode(optarg, &so))) return er;
+            break;
+        case BENCH_OPT_PROMPT_FILE:
+            if (!optarg[0]) return cli_usage_error("bench", "--prompt-file needs a file");
+            so.prompt_file = optarg;
+            spec_only = true;
+            break;
+        case BENCH_OPT_VERIFY_SCALING:
+            so.verify_scaling = true;
+            break;
         case 'h':
             bench_usage(stdout);
             return 0;
@@ -290,6 +345,41 @@ int kiln_cmd_bench(int argc, char **argv) {
     if (optind < argc) return cli_usage_error("bench", "unexpected argument '%s'", argv[optind]);
     if (!model_path) return cli_usage_error("bench", "-m MODEL is required");
     if ((c = cli_engine_check("bench", &ep))) return c;
+    if (so.mode != BENCH_SPEC_NONE || so.verify_scaling) {
+        if (po.prefix_tokens > 0)
+            return cli_usage_error("bench", "--spec and --verify-scaling cannot be used with "
+                                            "--shared-prefix");
+        if (prefix_only)
+            return cli_usage_error("bench", "--clients and --suffix-tokens need --shared-prefix "
+                                            "(--spec takes --concurrency and --requests)");
+        if (ep.cache_dir || ep.cache_disk_max > 0)
+            return cli_usage_error("bench", "--spec runs with the prefix cache off: --cache-dir "
+                                            "and --cache-disk-max do not apply");
+        if (so.mode == BENCH_SPEC_NONE &&
+            (requests_given || levels_given || prompt_given || so.prompt_file || spec_only))
+            return cli_usage_error("bench", "--verify-scaling alone takes only --gen-tokens "
+                                            "and the engine options; --requests, --concurrency, "
+                                            "--prompt-tokens, --prompt-file, --spec-k and "
+                                            "--spec-ngram need --spec MODE");
+        if (levels_given) {
+            memcpy(so.levels, levels, (size_t)n_levels * sizeof *levels);
+            so.n_levels = n_levels;
+        } else {
+            so.levels[0] = 1;
+            so.n_levels = 1;
+        }
+        so.prompt_tokens = prompt_given ? (int32_t)prompt_tokens : 0;
+        so.gen_tokens = (int32_t)gen_tokens;
+        so.spec_k = ep.spec_k;
+        so.seed = seed;
+        so.json = json;
+        return bench_spec_run(model_path, &lp, &ep, &so);
+    }
+    if (spec_only)
+        return cli_usage_error("bench",
+                               "--spec-k, --spec-ngram and --prompt-file need --spec MODE");
+    if (requests_given && po.prefix_tokens == 0)
+        prefix_only = true; /* --requests without a mode: refused below */
     if (po.prefix_tokens > 0) {
         if (levels_given || prompt_given)
             return cli_usage_error("bench", "--shared-prefix sets the prompts and the clients: "
@@ -304,8 +394,8 @@ int kiln_cmd_bench(int argc, char **argv) {
         return bench_prefix_run(model_path, &lp, &ep, &po);
     }
     if (prefix_only)
-        return cli_usage_error("bench",
-                               "--clients, --requests and --suffix-tokens need --shared-prefix");
+        return cli_usage_error("bench", "--clients, --requests and --suffix-tokens need "
+                                        "--shared-prefix (--requests also goes with --spec)");
 
     int rc = 0;
     kiln_error err = {0};
