@@ -386,9 +386,13 @@ typedef struct kiln_engine_params {
     /* Speculative decoding: the default for requests that leave spec at KILN_SPEC_DEFAULT. */
     kiln_spec_source spec;       /* KILN_SPEC_DEFAULT / OFF: none; NGRAM; DRAFT (needs
                                     draft_model); RANDOM */
-    int32_t spec_k;              /* most drafts per verify step, [1, KILN_MAX_SPEC_K]; 0 = 8.
-                                    Adaptive: a sequence drafts fewer after rejections and
-                                    pauses drafting after verify steps that accept nothing */
+    int32_t spec_k;              /* most drafts per verify step, [1, KILN_MAX_SPEC_K]; 0 = per
+                                    source: 32 for a client prediction (or a verify fill, a
+                                    fill session), 8 for n-gram, draft-model and random drafts.
+                                    Adaptive: a prediction starts at the most, the others at 2,
+                                    growing by half while all are accepted; a rejection cuts k
+                                    to max(accepted + 1, k / 2); a step that accepts nothing
+                                    pauses the guessing sources for 2^misses - 1 decisions */
     int32_t spec_ngram_min;      /* n-gram sizes tried, longest first; 0 = 1 */
     int32_t spec_ngram_max;      /* 0 = 4; >= spec_ngram_min, <= 64 */
     const kiln_model *draft_model; /* borrowed (must outlive the engine): the model of

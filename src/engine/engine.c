@@ -67,7 +67,6 @@ static kiln_status resolve_params(const kiln_model *m, const kiln_engine_params 
         return kiln_error_set(err, KILN_ERR_INVALID_ARGUMENT,
                               "spec_ngram_max (%d) must be >= spec_ngram_min (%d)",
                               p->spec_ngram_max, p->spec_ngram_min);
-    if (!p->spec_k) p->spec_k = 8;
     if (p->spec == KILN_SPEC_DRAFT && !p->draft_model)
         return kiln_error_set(err, KILN_ERR_INVALID_ARGUMENT,
                               "spec is KILN_SPEC_DRAFT but no draft_model is given");

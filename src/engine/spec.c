@@ -2,8 +2,9 @@
  * spec.c - the draft proposals of a step and the verify transaction (spec.h; DESIGN.md
  * "Speculation and fill share one transaction").
  *
- * Adaptive k. A sequence starts drafting k_max tokens. A verify step that accepts all its
- * drafts grows k by half (up to k_max); one that rejects some shrinks it to
+ * Adaptive k. A sequence starts drafting k_max tokens for a client prediction, 2 for the
+ * sources that guess (spec_state.c). A verify step that accepts all its drafts grows k by
+ * half (up to k_max); one that rejects some shrinks it to
  * max(accepted + 1, k / 2). A step that accepts nothing starts a cooldown of 2^misses - 1
  * decisions (at most 63) without drafting, for the draft sources that guess (n-gram, draft
  * model, random); a client prediction is re-aligned instead, so it never cools down. Random

@@ -9,7 +9,9 @@
 #include "engine/spec.h"
 #include "util/error.h"
 
-#define DEFAULT_SPEC_K 8
+#define DEFAULT_SPEC_K    8  /* most drafts per step of n-gram, draft-model and random drafts */
+#define PREDICTION_SPEC_K 32 /* ... of a client prediction (or verify fill, fill session) */
+#define GUESS_START_K     2  /* the k a guessing source starts at */
 
 static kiln_spec_source resolved_source(const kiln_engine *e, const kiln_req *r) {
     kiln_spec_source src = r->spec != KILN_SPEC_DEFAULT ? r->spec : e->p.spec;
@@ -33,8 +35,13 @@ kiln_status kiln_seq_spec_create(kiln_engine *e, kiln_seq *s, kiln_error *err) {
     if (!sp) return kiln_error_set(err, KILN_ERR_OUT_OF_MEMORY, "out of memory (speculation)");
     sp->source = src;
     sp->accept = r->spec_accept;
-    sp->k_max = r->spec_k ? r->spec_k : e->p.spec_k ? e->p.spec_k : DEFAULT_SPEC_K;
-    sp->k_cur = sp->k_max;
+    /* A client's prediction is usually right for long runs, and a verify step of M tokens
+     * costs far less than M decode steps, so it drafts widely from the start; the sources
+     * that guess start narrow and widen while they are accepted (adaptive k, spec.c). */
+    bool predicted = r->prediction.n > 0 || r->fill_session;
+    int32_t k_default = predicted ? PREDICTION_SPEC_K : DEFAULT_SPEC_K;
+    sp->k_max = r->spec_k ? r->spec_k : e->p.spec_k ? e->p.spec_k : k_default;
+    sp->k_cur = predicted || sp->k_max < GUESS_START_K ? sp->k_max : GUESS_START_K;
     sp->ngram_min = e->p.spec_ngram_min;
     sp->ngram_max = e->p.spec_ngram_max;
     sp->has_pred = r->prediction.n > 0;

@@ -420,6 +420,7 @@ static void check_failed_transaction(void) {
         spec_case c;
         make_job(&jf, 1, false, &rf);
         apply_variant(&jf, V_PRED_SELF, &r0, &c, 1);
+        jf.req.spec_k = 4; /* several verify steps, so the second one fails mid-output */
         jf.dbg.spec_bad_resolve = 2;
         kiln_error err = {0};
         kiln_stream *s = NULL;
