@@ -1,12 +1,14 @@
 /* runner.c - the model runner (runner.h): one kiln_batch on a backend and a KV pool. */
 #include "backend/runner.h"
 
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "util/error.h"
 
 struct kiln_runner {
+    uint64_t id; /* unique in the process: part of its steps' graph keys */
     const kiln_model *m;
     kiln_backend *be;
     kiln_kv_pool *pool;
@@ -94,6 +96,8 @@ kiln_status kiln_runner_create(const kiln_model *m, kiln_backend *be, kiln_kv_po
     if (st) return st;
     kiln_runner *r = calloc(1, sizeof *r);
     if (!r) return kiln_error_set(err, KILN_ERR_OUT_OF_MEMORY, "runner: out of memory");
+    static _Atomic uint64_t next_id = 1;
+    r->id = atomic_fetch_add(&next_id, 1);
     r->m = m;
     r->be = be;
     r->pool = pool;
@@ -185,6 +189,25 @@ static kiln_status check_batch(const kiln_runner *r, const kiln_batch *b, kiln_e
     return KILN_OK;
 }
 
+/* The graph key of a step (backend.h kiln_step.graph_key): a decode step (one new token per
+ * sequence) of a model without recurrent state issues, for a given runner (model, pool,
+ * backend), token count, sequence count, output rows and logits buffer, the same operations
+ * with the same arguments: the model's dataflow depends on nothing else on the host. Other
+ * steps get 0. */
+static uint64_t graph_key(const kiln_runner *r, const kiln_batch *b, const float *logits_dev) {
+    if (r->m->state_floats > 0 || b->n_tokens != b->n_seqs) return 0;
+    for (int32_t s = 0; s < b->n_seqs; s++)
+        if (b->seqs[s].n_new != 1) return 0;
+    uint64_t h = 0x9E3779B97F4A7C15ull;
+    const uint64_t parts[5] = {r->id, (uint64_t)b->n_tokens, (uint64_t)b->n_seqs,
+                               (uint64_t)b->n_out, (uint64_t)(uintptr_t)logits_dev};
+    for (int i = 0; i < 5; i++) {
+        h ^= parts[i] + 0x9E3779B97F4A7C15ull + (h << 6) + (h >> 2);
+        h *= 0xBF58476D1CE4E5B9ull;
+    }
+    return h ? h : 1;
+}
+
 kiln_status kiln_runner_step(kiln_runner *r, const kiln_batch *b, float *logits, kiln_error *err) {
     kiln_status st = check_batch(r, b, err);
     if (st) return st;
@@ -205,13 +228,6 @@ kiln_status kiln_runner_step(kiln_runner *r, const kiln_batch *b, float *logits,
             tok_pos[sq->first + j] = sq->n_past + j;
         }
     }
-    const kiln_step step = {b, b->n_tokens, tok_seq, tok_pos, max_keys};
-    if ((st = be->ops->step_begin(be, &step, err))) return st;
-    /* a sequence starting afresh starts its recurrent state from zero */
-    if (m->state_floats > 0)
-        for (int32_t s = 0; s < b->n_seqs; s++)
-            if (b->seqs[s].n_past == 0) be->ops->zero(be, b->seqs[s].rec_state, m->state_floats);
-
     float *dev = logits;
     if (logits && b->n_out > 0 && !be->ops->host_memory) {
         if (b->n_out > r->logits_rows) {
@@ -225,6 +241,13 @@ kiln_status kiln_runner_step(kiln_runner *r, const kiln_batch *b, float *logits,
         }
         dev = r->logits_dev;
     }
+    const kiln_step step = {b, b->n_tokens, tok_seq, tok_pos, max_keys, graph_key(r, b, dev)};
+    if ((st = be->ops->step_begin(be, &step, err))) return st;
+    /* a sequence starting afresh starts its recurrent state from zero */
+    if (m->state_floats > 0)
+        for (int32_t s = 0; s < b->n_seqs; s++)
+            if (b->seqs[s].n_past == 0) be->ops->zero(be, b->seqs[s].rec_state, m->state_floats);
+
     kiln_model_forward_step(m, be, r->pool, &step, logits ? dev : NULL);
     if (logits && b->n_out > 0 && dev != logits)
         be->ops->download(be, logits, dev,

@@ -150,16 +150,6 @@ extern "C" cudaError_t kiln_cu_rope(cudaStream_t s, float *x, int64_t stride, in
 
 /* ---- elementwise ---------------------------------------------------------------------------- */
 
-/* ops.c kiln_act_value */
-__device__ __forceinline__ float cu_act(float v, int act) {
-    if (act == CU_ACT_GELU_TANH) {
-        const float k = 0.7978845608028654f; /* sqrt(2 / pi) */
-        return 0.5f * v * (1.0f + tanhf(k * (v + 0.044715f * v * v * v)));
-    }
-    if (act == CU_ACT_GELU_ERF) return 0.5f * v * (1.0f + erff(v * 0.7071067811865476f));
-    return v * (1.0f / (1.0f + expf(-v)));
-}
-
 __global__ void k_add_bias(float *y, const float *bias, int64_t dim, int64_t n) {
     CU_GRID_STRIDE(i, n) y[i] += bias[i % dim];
 }
@@ -173,15 +163,7 @@ __global__ void k_act(float *x, int64_t n, int act) {
 }
 
 __global__ void k_glu(float *g, const float *u, int64_t n, int act) {
-    CU_GRID_STRIDE(i, n) {
-        if (act == CU_ACT_SILU) { /* ops.c kiln_swiglu_ref */
-            float v = g[i];
-            v *= 1.0f / (1.0f + expf(-v));
-            g[i] = v * u[i];
-        } else {
-            g[i] = cu_act(g[i], act) * u[i];
-        }
-    }
+    CU_GRID_STRIDE(i, n) g[i] = cu_glu_value(g[i], u[i], act);
 }
 
 __global__ void k_softcap(float *x, int64_t n, float cap) {
@@ -259,5 +241,49 @@ extern "C" cudaError_t kiln_cu_gather_rows(cudaStream_t s, float *dst, const flo
     const int64_t n = (int64_t)n_rows * d;
     if (n < 1) return cudaSuccess;
     k_gather_rows<<<cu_ew_blocks(n), CU_EW_THREADS, 0, s>>>(dst, src, rows, d, n);
+    return cudaGetLastError();
+}
+
+/* ---- greedy argmax ------------------------------------------------------------------------ */
+
+/* one block per row: thread t scans i = t + 256 j keeping the first largest finite value
+ * (sampler.c kiln_argmax: non-finite logits skipped, the lowest index among equals), then the
+ * block merges (value, index) pairs preferring the larger value, then the lower index: the
+ * first maximum, whatever the order of the merge */
+__global__ void k_argmax(int32_t *ids, const float *logits, int64_t n) {
+    __shared__ float bv[256];
+    __shared__ int32_t bi[256];
+    const float *x = logits + (int64_t)blockIdx.x * n;
+    float v = -INFINITY;
+    int32_t best = -1;
+    for (int64_t i = threadIdx.x; i < n; i += 256) {
+        const float xi = x[i];
+        if (isfinite(xi) && (best < 0 || xi > v)) {
+            v = xi;
+            best = (int32_t)i;
+        }
+    }
+    bv[threadIdx.x] = v;
+    bi[threadIdx.x] = best;
+    __syncthreads();
+    for (int off = 128; off > 0; off >>= 1) {
+        if (threadIdx.x < off) {
+            const float ov = bv[threadIdx.x + off];
+            const int32_t oi = bi[threadIdx.x + off];
+            const int32_t mi = bi[threadIdx.x];
+            if (oi >= 0 && (mi < 0 || ov > bv[threadIdx.x] || (ov == bv[threadIdx.x] && oi < mi))) {
+                bv[threadIdx.x] = ov;
+                bi[threadIdx.x] = oi;
+            }
+        }
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) ids[blockIdx.x] = bi[0] < 0 ? 0 : bi[0];
+}
+
+extern "C" cudaError_t kiln_cu_argmax(cudaStream_t s, int32_t *ids, const float *logits,
+                                      int32_t n_rows, int64_t n_vocab) {
+    if (n_rows < 1) return cudaSuccess;
+    k_argmax<<<n_rows, 256, 0, s>>>(ids, logits, n_vocab);
     return cudaGetLastError();
 }
