@@ -8,25 +8,30 @@
 # 1024-token prompt, prefill tok/s of the 8192-token prompt; the same at 128 without CUDA
 # graphs; the per-operation time split (KILN_CUDA_PROFILE=1) at 128 and 8192, and at 128 with the
 # first milestone's kernels (KILN_CUDA_KERNELS=v1, "before"); and whether Q8_0 / Q4_0 load.
-# SHARED_DIR: the reference data for the tests (default ../shared). Logs go to $OUT (or
-# ./gpu-decode-out). Env: KILN_8B_MODEL (the model's path), KILN_RUN_LIBS (a folder of the
+# SHARED_DIR: the reference data for the tests (default ../shared). Logs: see below. Env:
+# KILN_8B_MODEL (the model's path), KILN_RUN_LIBS (a folder of the
 # server's shared libraries when the machine lacks them, as for check.sh), SKIP_TESTS=1.
 # The figures it printed are in README.md here.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 shared="$(cd "${1:-../shared}" && pwd)"
-out="${OUT:-$PWD/gpu-decode-out}"
+# every log under gpu-decode-out/; when $OUT is set (the lent machine, which returns at most 8
+# files from it), each log is also appended to $OUT/all.log as it completes and stdout is
+# copied to $OUT/summary.txt
+out="$PWD/gpu-decode-out"
 mkdir -p "$out"
+if [ -n "${OUT:-}" ]; then exec > >(tee -a "$OUT/summary.txt") 2>&1; fi
+keep() { [ -n "${OUT:-}" ] && { echo "===== $1"; cat "$1"; } >>"$OUT/all.log" 2>&1; }
 t0=$(date +%s)
 say() { echo "[$(( $(date +%s) - t0 )) s] $*"; }
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv,noheader 2>&1 | head -2
-git log -1 --format='commit %H' 2>/dev/null || true
+cat COMMIT 2>/dev/null || git log -1 --format="commit %H" 2>/dev/null || true
 nproc=$(nproc)
 cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DKILN_CUDA=ON -DKILN_SHARED_DIR="$shared" \
   >"$out/configure.txt" 2>&1 || { tail -30 "$out/configure.txt"; exit 1; }
 cmake --build build-gpu -j"$nproc" --target kiln gpu_matmul_bench test_cuda_ops test_cuda_logits \
   test_engine_invariance_stories260K test_engine_prefix_cache_stories260K-f32 test_llama2c_greedy \
-  >"$out/build.txt" 2>&1 || { grep -E "error|Error" "$out/build.txt" | head -40; exit 1; }
+  >"$out/build.txt" 2>&1 || { keep "$out/build.txt"; grep -E "error|Error" "$out/build.txt" | head -40; exit 1; }
 say "built"
 run_env=()
 if ldd build-gpu/kiln | grep -q "not found"; then
@@ -47,8 +52,9 @@ else
 fi
 
 if [ "${SKIP_TESTS:-0}" != 1 ]; then
-  (cd build-gpu && ctest -L cuda -j3 -V --timeout 300 >"$out/ctest.txt" 2>&1)
+  (cd build-gpu && ctest -L cuda -j3 -V --timeout 150 >"$out/ctest.txt" 2>&1)
   rc=$?
+  keep "$out/ctest.txt"
   grep -E "max\||largest|bitwise|greedy|refused|skipped|CHECK failed|REQUIRE failed|differ|DIFFER|tests passed|Test +#|\*\*\*" \
     "$out/ctest.txt" | sed -E 's/^[0-9]+: //' | grep -v "^ *Start" | head -90
   say "ctest rc=$rc"
@@ -57,15 +63,18 @@ fi
 if [ -n "$gen_pid" ]; then
   wait "$gen_pid"
   say "gen-model rc=$?: $(tail -1 "$out/gen.txt")"
+  keep "$out/gen.txt"
 fi
 ls -la "$model"
 
 ./build-gpu/bench/gpu_matmul_bench >"$out/gemv.txt" 2>&1
 say "gpu_matmul_bench rc=$?"
+keep "$out/gemv.txt"
 cat "$out/gemv.txt"
 if env -u LD_LIBRARY_PATH python3 -c 'import torch' 2>/dev/null; then
   env -u LD_LIBRARY_PATH PYTHONUNBUFFERED=1 timeout 120 python3 bench/gpu/torch_gemm.py "$out/gemv.txt" >"$out/torch.txt" 2>&1
   say "torch_gemm rc=$?"
+  keep "$out/torch.txt"
   cat "$out/torch.txt"
 fi
 
@@ -77,6 +86,7 @@ bench() {
     --prompt-tokens "$prompt" --gen-tokens "$gen" --kv-type bf16 --no-prefix-cache \
     >"$out/bench-$label.txt" 2>&1
   local rc=$?
+  keep "$out/bench-$label.txt"
   echo "== $label (prompt $prompt, gen $gen${*:+, $*}) rc=$rc"
   grep -E "^kiln bench:|concurrency|^ +1 " "$out/bench-$label.txt"
   grep -A60 "kiln cuda profile" "$out/bench-$label.txt" | head -60
