@@ -95,10 +95,20 @@ bench ctx128 128 128
 bench ctx1024 1024 128
 bench ctx8192 8192 128
 bench ctx128-nographs 128 128 KILN_CUDA_GRAPHS=0
-bench prof-ctx128 128 64 KILN_CUDA_PROFILE=1
-bench prof-ctx8192 8192 32 KILN_CUDA_PROFILE=1
+bench ctx128-nopdl 128 128 KILN_CUDA_PDL=0
+# the per-operation split: graphed decode steps timed by event nodes inside the graphs (no
+# programmatic launch overlap then), prefill chunks as launched
+bench prof-ctx128 128 64 KILN_CUDA_PROFILE=1 KILN_CUDA_PDL=0
+bench prof-ctx8192 8192 32 KILN_CUDA_PROFILE=1 KILN_CUDA_PDL=0
 bench prof-ctx128-v1 128 32 KILN_CUDA_PROFILE=1 KILN_CUDA_KERNELS=v1
 say "benches done"
+if command -v compute-sanitizer >/dev/null 2>&1 && [ "${SKIP_TESTS:-0}" != 1 ]; then
+  timeout 100 compute-sanitizer --tool memcheck --error-exitcode 9 build-gpu/tests/cuda/test_cuda_ops \
+    >"$out/memcheck.txt" 2>&1
+  echo "memcheck test_cuda_ops rc=$?: $(grep -E "ERROR SUMMARY" "$out/memcheck.txt" | head -1)"
+  grep -E "Invalid|Race" "$out/memcheck.txt" | head -5
+  keep "$out/memcheck.txt"
+fi
 
 # quantized weights on the GPU (issue 16: not yet)
 for t in q8_0 q4_0; do

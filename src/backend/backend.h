@@ -258,6 +258,14 @@ typedef struct kiln_backend_ops {
                           int32_t n_head_kv, int32_t head_dim, int32_t rot_dim,
                           const float *inv_freq, int adjacent);
 
+    /** Greedy decoding on the device (optional; NULL: the runner takes the argmax of the
+     *  downloaded logits): ids_host[r] = the index of the largest finite value of row r of
+     *  logits [n_rows, n_vocab] (the lowest index among equals, 0 when none is finite: sampler.h
+     *  kiln_argmax), or -1 when the row holds a NaN. Ordered after the earlier operations; the
+     *  ids are in host memory when it returns (only they are copied). */
+    void (*argmax)(kiln_backend *be, int32_t *ids_host, const float *logits, int32_t n_rows,
+                   int64_t n_vocab);
+
     /* ---- KV and attention ---- */
     /** Write each token's K and V rows ([n_tokens, kv_dim] f32) into its sequence's block at
      *  its position, converted to the block's page format (kv/kv_format.h). */

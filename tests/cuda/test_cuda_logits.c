@@ -2,8 +2,9 @@
  * test_cuda_logits - whole models on the GPU (issue 16, first milestone):
  *   (a) against the CPU: the all-position logits of one forward over 96 pseudo-random ids, for
  *       stories260K (GGUF and llama2.c), llama2xs (GGUF) and pycode10M (bf16 safetensors):
- *       max |gpu - cpu| <= 1e-4 with f32 KV pages, <= 2e-2 with f16 pages (a probability on the
- *       other side of an f16 rounding boundary moves an attention output by one f16 ulp);
+ *       max |gpu - cpu| <= 1e-4 with f32 KV pages; with f16 pages both devices' logits against
+ *       the CPU's f32-page ones, the GPU's error at most twice the CPU's (or 2e-2): the two
+ *       round the softmax weights at different points (vs_cpu);
  *   (b) against transformers (the independent reference): for pycode10M and every dense
  *       Hugging Face reference checkpoint in ../shared/reference/hf (the families the CUDA
  *       backend runs: llama, llama3, mistral, qwen2, qwen3, gemma2, gemma3, phi3, gpt2), the
@@ -134,21 +135,33 @@ static void vs_cpu(const char *rel) {
         x ^= x << 17;
         ids[i] = 3 + (int32_t)(x % (uint64_t)(V - 3));
     }
-    const kiln_dtype kvs[2] = {KILN_DTYPE_F32, KILN_DTYPE_F16};
-    const double bound[2] = {1e-4, 2e-2};
-    for (int k = 0; k < 2; k++) {
-        float *c = forward_all(mc, ids, n, kvs[k]), *g = forward_all(mg, ids, n, kvs[k]);
-        double big = 0.0;
-        const double d = max_abs_diff(g, c, (size_t)n * V, &big);
-        const int32_t agree = same_argmax(g, c, n, V);
-        CHECKF(d <= bound[k], "%s, %s KV: max |gpu - cpu| %.3g > %.3g", rel,
-               kiln_dtype_name(kvs[k]), d, bound[k]);
-        printf("| %-40s | %-3s KV | max|gpu-cpu| %9.3g (bound %.0e, max|logit| %.3g) | argmax "
-               "%d/%d |\n",
-               rel, kiln_dtype_name(kvs[k]), d, bound[k], big, agree, n);
-        free(c);
-        free(g);
-    }
+    /* f32 pages: against the CPU's; f16 pages: each device against the CPU's f32-page logits
+     * (the f16 pipelines round the softmax weights at different points: the CPU the
+     * normalised probabilities, the GPU's split attention the unnormalised exp(s - m) of its
+     * split, as FlashAttention does, dividing by the sum after P V), the GPU's error within
+     * twice the CPU's or 2e-2 */
+    float *c32 = forward_all(mc, ids, n, KILN_DTYPE_F32), *g32 = forward_all(mg, ids, n, KILN_DTYPE_F32);
+    double big = 0.0;
+    double d = max_abs_diff(g32, c32, (size_t)n * V, &big);
+    int32_t agree = same_argmax(g32, c32, n, V);
+    CHECKF(d <= 1e-4, "%s, f32 KV: max |gpu - cpu| %.3g > 1e-4", rel, d);
+    printf("| %-40s | f32 KV | max|gpu-cpu| %9.3g (bound 1e-4, max|logit| %.3g) | argmax %d/%d |\n",
+           rel, d, big, agree, n);
+    float *c16 = forward_all(mc, ids, n, KILN_DTYPE_F16), *g16 = forward_all(mg, ids, n, KILN_DTYPE_F16);
+    const double eg = max_abs_diff(g16, c32, (size_t)n * V, NULL),
+                 ec = max_abs_diff(c16, c32, (size_t)n * V, NULL);
+    const double bound = 2.0 * ec > 2e-2 ? 2.0 * ec : 2e-2;
+    d = max_abs_diff(g16, c16, (size_t)n * V, NULL);
+    agree = same_argmax(g16, c16, n, V);
+    CHECKF(eg <= bound, "%s, f16 KV: max |gpu f16 - cpu f32| %.3g > %.3g (cpu f16's: %.3g)", rel,
+           eg, bound, ec);
+    printf("| %-40s | f16 KV | max|gpu-cpu f32 KV| %9.3g, cpu's %9.3g (bound %.3g); |gpu-cpu| "
+           "%.3g | argmax %d/%d |\n",
+           rel, eg, ec, bound, d, agree, n);
+    free(c32);
+    free(g32);
+    free(c16);
+    free(g16);
     kiln_model_free(mc);
     kiln_model_free(mg);
 }

@@ -928,6 +928,45 @@ static void test_attention_long(void) {
            worst[0], worst[1], worst[2]);
 }
 
+/* argmax on the device against the sampler's rule, computed here: the first largest finite
+ * value (non-finite skipped, 0 when none), -1 for a row with a NaN */
+static void test_argmax(void) {
+    enum { ROWS = 6 };
+    const int64_t n = 128256;
+    float *x = rand_floats((size_t)ROWS * n, 10.0f);
+    x[1 * n + 77777] = 50.0f; /* row 1: a tie of two maxima: the lower wins */
+    x[1 * n + 5] = 50.0f;
+    x[2 * n + 9] = INFINITY; /* row 2: +inf and -inf are skipped */
+    x[2 * n + 10] = -INFINITY;
+    for (int64_t i = 0; i < n; i++) x[3 * n + i] = -INFINITY; /* row 3: none finite */
+    x[4 * n + 100000] = NAN;                                 /* row 4: a NaN */
+    x[5 * n + n - 1] = 30.0f;                                /* row 5: the last element */
+    int32_t want[ROWS];
+    for (int r = 0; r < ROWS; r++) {
+        int32_t best = -1;
+        bool nan = false;
+        for (int64_t i = 0; i < n; i++) {
+            const float v = x[r * n + i];
+            if (isnan(v)) nan = true;
+            else if (isfinite(v) && (best < 0 || v > x[r * n + best])) best = (int32_t)i;
+        }
+        want[r] = nan ? -1 : best < 0 ? 0 : best;
+    }
+    float *dx = dput(x, (size_t)ROWS * n * 4);
+    int32_t got[ROWS];
+    gpu->ops->argmax(gpu, got, dx, ROWS, n);
+    int bad = 0;
+    for (int r = 0; r < ROWS; r++)
+        if (got[r] != want[r] && bad++ < 3)
+            fprintf(stderr, "argmax row %d: gpu %d, want %d\n", r, got[r], want[r]);
+    CHECKF(bad == 0, "argmax: %d of %d rows differ", bad, ROWS);
+    CHECK(want[1] == 5 && want[3] == 0 && want[4] == -1 && want[5] == n - 1);
+    printf("argmax: %d rows of %lld (ties, infinities, none finite, NaN) as the sampler's rule\n",
+           ROWS, (long long)n);
+    free(x);
+    dfree(dx);
+}
+
 /* kv_write: the GPU pool's pages hold exactly what the CPU wrote (f32, f16, bf16 rounding) */
 static void test_kv_pages(void) {
     const kiln_dtype pages[] = {KILN_DTYPE_F32, KILN_DTYPE_F16, KILN_DTYPE_BF16};
@@ -1004,6 +1043,7 @@ int main(void) {
     test_rope_kv();
     test_attention();
     test_attention_long();
+    test_argmax();
 
     kiln_backend_destroy(gpu);
     kiln_backend_destroy(cpu);

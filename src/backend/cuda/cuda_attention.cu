@@ -157,49 +157,51 @@ extern "C" cudaError_t kiln_cu_attention_v1(cudaStream_t s, const cu_kv *kv, con
 
 /* one block per token: q's pairs rotated in place; k's pairs rotated in place and, with k's
  * other dims and v, written to the token's page row: k_rope's and k_kv_write's arithmetic
- * exactly, so the same bits as rope(q), rope(k), kv_write */
+ * exactly, so the same bits as rope(q), rope(k), kv_write. The block's threads take the items
+ * (q pairs, k pairs, k's unrotated dims, v's elements) of one index space in turn. */
+#define ROPE_KV_THREADS 1024
 template <int E>
-__global__ void k_rope_kv(cu_kv kv, cu_step st, float *q, int64_t q_stride, int32_t n_head,
-                          float *k, const float *v, int32_t n_head_kv, int32_t hd, int32_t half,
-                          const float *inv_freq, int adjacent) {
+__global__ void __launch_bounds__(ROPE_KV_THREADS)
+    k_rope_kv(cu_kv kv, cu_step st, float *q, int64_t q_stride, int32_t n_head, float *k,
+              const float *v, int32_t n_head_kv, int32_t hd, int32_t half, const float *inv_freq,
+              int adjacent) {
     const int32_t i = blockIdx.x;
     const int32_t pos = st.tok_pos[i];
-    float *qi = q + (int64_t)i * q_stride;
-    for (int32_t idx = threadIdx.x; idx < n_head * half; idx += blockDim.x) {
-        const int32_t h = idx / half, j = idx % half;
-        const float angle = (float)pos * inv_freq[j];
-        const float c = cosf(angle), sn = sinf(angle);
-        float *x = qi + (int64_t)h * hd;
-        const int32_t a = adjacent ? 2 * j : j, b = adjacent ? 2 * j + 1 : j + half;
-        const float v0 = x[a], v1 = x[b];
-        x[a] = v0 * c - v1 * sn;
-        x[b] = v0 * sn + v1 * c;
-    }
     const int64_t kvd = kv.kv_dim;
     const int32_t blk = st.tables[st.seq_table[st.tok_seq[i]] + pos / kv.block_size];
     const int64_t e0 = (int64_t)(pos % kv.block_size) * kvd;
     char *kp = kv.k + (int64_t)blk * kv.region, *vp = kv.v + (int64_t)blk * kv.region;
-    float *ki = k + (int64_t)i * kvd;
-    for (int32_t idx = threadIdx.x; idx < n_head_kv * half; idx += blockDim.x) {
-        const int32_t h = idx / half, j = idx % half;
-        const float angle = (float)pos * inv_freq[j];
-        const float c = cosf(angle), sn = sinf(angle);
-        float *x = ki + (int64_t)h * hd;
-        const int32_t a = adjacent ? 2 * j : j, b = adjacent ? 2 * j + 1 : j + half;
-        const float v0 = x[a], v1 = x[b];
-        const float r0 = v0 * c - v1 * sn, r1 = v0 * sn + v1 * c;
-        x[a] = r0;
-        x[b] = r1;
-        cu_store<E>(kp, e0 + (int64_t)h * hd + a, r0);
-        cu_store<E>(kp, e0 + (int64_t)h * hd + b, r1);
-    }
-    const int32_t rest = hd - 2 * half; /* dims past rot_dim pass through */
-    for (int32_t idx = threadIdx.x; idx < n_head_kv * rest; idx += blockDim.x) {
-        const int64_t e = (int64_t)(idx / rest) * hd + 2 * half + idx % rest;
-        cu_store<E>(kp, e0 + e, ki[e]);
-    }
+    float *qi = q + (int64_t)i * q_stride, *ki = k + (int64_t)i * kvd;
     const float *vi = v + (int64_t)i * kvd;
-    for (int64_t e = threadIdx.x; e < kvd; e += blockDim.x) cu_store<E>(vp, e0 + e, vi[e]);
+    const int32_t rest = hd - 2 * half; /* dims past rot_dim pass through */
+    const int64_t nq = (int64_t)n_head * half, nk = (int64_t)n_head_kv * half,
+                  nr = (int64_t)n_head_kv * rest, total = nq + nk + nr + kvd;
+    for (int64_t idx = threadIdx.x; idx < total; idx += ROPE_KV_THREADS) {
+        if (idx < nq + nk) {
+            const bool isq = idx < nq;
+            const int64_t t = isq ? idx : idx - nq;
+            const int32_t h = (int32_t)(t / half), j = (int32_t)(t % half);
+            const float angle = (float)pos * inv_freq[j];
+            const float c = cosf(angle), sn = sinf(angle);
+            float *x = (isq ? qi : ki) + (int64_t)h * hd;
+            const int32_t a = adjacent ? 2 * j : j, b = adjacent ? 2 * j + 1 : j + half;
+            const float v0 = x[a], v1 = x[b];
+            const float r0 = v0 * c - v1 * sn, r1 = v0 * sn + v1 * c;
+            x[a] = r0;
+            x[b] = r1;
+            if (!isq) {
+                cu_store<E>(kp, e0 + (int64_t)h * hd + a, r0);
+                cu_store<E>(kp, e0 + (int64_t)h * hd + b, r1);
+            }
+        } else if (idx < nq + nk + nr) {
+            const int64_t t = idx - nq - nk;
+            const int64_t e = (t / rest) * hd + 2 * half + t % rest;
+            cu_store<E>(kp, e0 + e, ki[e]);
+        } else {
+            const int64_t e = idx - nq - nk - nr;
+            cu_store<E>(vp, e0 + e, vi[e]);
+        }
+    }
 }
 
 extern "C" cudaError_t kiln_cu_rope_kv(cudaStream_t s, const cu_kv *kv, const cu_step *st,
@@ -208,15 +210,20 @@ extern "C" cudaError_t kiln_cu_rope_kv(cudaStream_t s, const cu_kv *kv, const cu
                                        int32_t rot_dim, const float *inv_freq, int adjacent) {
     if (st->n_tokens < 1) return cudaSuccess;
     const int32_t half = rot_dim / 2;
+    if (half < 1) return cudaErrorInvalidValue;
+    const unsigned g = (unsigned)st->n_tokens;
     if (kv->elem == CU_F16)
-        k_rope_kv<CU_F16><<<st->n_tokens, 128, 0, s>>>(*kv, *st, q, q_stride, n_head, k, v,
-                                                       n_head_kv, head_dim, half, inv_freq, adjacent);
+        k_rope_kv<CU_F16><<<g, ROPE_KV_THREADS, 0, s>>>(*kv, *st, q, q_stride, n_head, k, v,
+                                                        n_head_kv, head_dim, half, inv_freq,
+                                                        adjacent);
     else if (kv->elem == CU_BF16)
-        k_rope_kv<CU_BF16><<<st->n_tokens, 128, 0, s>>>(*kv, *st, q, q_stride, n_head, k, v,
-                                                        n_head_kv, head_dim, half, inv_freq, adjacent);
+        k_rope_kv<CU_BF16><<<g, ROPE_KV_THREADS, 0, s>>>(*kv, *st, q, q_stride, n_head, k, v,
+                                                         n_head_kv, head_dim, half, inv_freq,
+                                                         adjacent);
     else
-        k_rope_kv<CU_F32><<<st->n_tokens, 128, 0, s>>>(*kv, *st, q, q_stride, n_head, k, v,
-                                                       n_head_kv, head_dim, half, inv_freq, adjacent);
+        k_rope_kv<CU_F32><<<g, ROPE_KV_THREADS, 0, s>>>(*kv, *st, q, q_stride, n_head, k, v,
+                                                        n_head_kv, head_dim, half, inv_freq,
+                                                        adjacent);
     return cudaGetLastError();
 }
 
@@ -253,12 +260,15 @@ __device__ __forceinline__ void at_fold(float &M, float &L, float *O, int nd, fl
     M = Mn;
 }
 
-template <int E, int HG> __global__ void __launch_bounds__(AT_THREADS) k_attention(at_args a) {
+/* ND: dims per thread, ceil(hd / 128) (1, 2 or 4) */
+template <int E, int HG, int ND>
+__global__ void __launch_bounds__(AT_THREADS) k_attention(at_args a) {
     __shared__ __align__(16) float q_sh[HG][KILN_CU_ATTN_MAX_HEAD_DIM];
     __shared__ float p_sh[HG][KILN_CU_ATTN_SPLIT];
     __shared__ const char *vrow_sh[KILN_CU_ATTN_SPLIT];
     __shared__ float m_sh[HG], l_sh[HG];
     __shared__ int last_sh;
+    cu_pdl_launch_dependents(); /* the output projection may be scheduled (it waits) */
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const bool wide = a.s_grid > 0;
     const int32_t i = wide ? (int32_t)(blockIdx.x / a.s_grid) : (int32_t)blockIdx.x;
@@ -277,13 +287,13 @@ template <int E, int HG> __global__ void __launch_bounds__(AT_THREADS) k_attenti
     const int32_t *table = a.st.tables + a.st.seq_table[seq];
     const int64_t head_off = (int64_t)g * hd * (int64_t)esz;
     /* the fold state (loop mode): thread tid owns dims d = tid + 128 c of every head */
-    float M[HG], L[HG], O[HG][AT_ND];
+    float M[HG], L[HG], O[HG][ND];
 #pragma unroll
     for (int h = 0; h < HG; h++) {
         M[h] = -INFINITY;
         L[h] = 0.0f;
 #pragma unroll
-        for (int c = 0; c < AT_ND; c++) O[h][c] = 0.0f;
+        for (int c = 0; c < ND; c++) O[h][c] = 0.0f;
     }
     const int32_t s_lo = wide ? s_me : 0, s_hi = wide ? s_me + 1 : S;
     for (int32_t sp = s_lo; sp < s_hi; sp++) {
@@ -365,21 +375,32 @@ template <int E, int HG> __global__ void __launch_bounds__(AT_THREADS) k_attenti
         }
         __syncthreads();
         /* P V: acc[h][c] = sum over the split's keys, ascending, of p_t v_t[d] */
-        float acc[HG][AT_ND];
+        float acc[HG][ND];
 #pragma unroll
         for (int h = 0; h < HG; h++)
 #pragma unroll
-            for (int c = 0; c < AT_ND; c++) acc[h][c] = 0.0f;
-        for (int32_t t = 0; t < nk; t++) {
-            const char *vr = vrow_sh[t];
+            for (int c = 0; c < ND; c++) acc[h][c] = 0.0f;
+        /* 8 keys' V loads in flight before their fmafs (the chain stays in key order) */
+        constexpr int VU = 8;
+        for (int32_t t0 = 0; t0 < nk; t0 += VU) {
+            float vd[VU][ND];
 #pragma unroll
-            for (int c = 0; c < AT_ND; c++) {
-                const int32_t d = tid + AT_THREADS * c;
-                if (d < hd) {
-                    const float vd = cu_load<E>(vr, d);
+            for (int u = 0; u < VU; u++) {
+                const char *vr = t0 + u < nk ? vrow_sh[t0 + u] : NULL;
 #pragma unroll
-                    for (int h = 0; h < HG; h++) acc[h][c] = fmaf(p_sh[h][t], vd, acc[h][c]);
+                for (int c = 0; c < ND; c++) {
+                    const int32_t d = tid + AT_THREADS * c;
+                    vd[u][c] = vr && d < hd ? cu_load<E>(vr, d) : 0.0f;
                 }
+            }
+#pragma unroll
+            for (int u = 0; u < VU; u++) {
+                if (t0 + u >= nk) break;
+#pragma unroll
+                for (int c = 0; c < ND; c++)
+#pragma unroll
+                    for (int h = 0; h < HG; h++)
+                        acc[h][c] = fmaf(p_sh[h][t0 + u], vd[u][c], acc[h][c]);
             }
         }
         if (wide) {
@@ -392,13 +413,13 @@ template <int E, int HG> __global__ void __launch_bounds__(AT_THREADS) k_attenti
 #pragma unroll
             for (int h = 0; h < HG; h++)
 #pragma unroll
-                for (int c = 0; c < AT_ND; c++) {
+                for (int c = 0; c < ND; c++) {
                     const int32_t d = tid + AT_THREADS * c;
                     if (d < hd) pp[2 * HG + h * hd + d] = acc[h][c];
                 }
         } else {
 #pragma unroll
-            for (int h = 0; h < HG; h++) at_fold(M[h], L[h], O[h], AT_ND, m_sh[h], l_sh[h], acc[h]);
+            for (int h = 0; h < HG; h++) at_fold(M[h], L[h], O[h], ND, m_sh[h], l_sh[h], acc[h]);
         }
     }
     if (wide) {
@@ -416,13 +437,13 @@ template <int E, int HG> __global__ void __launch_bounds__(AT_THREADS) k_attenti
             const float *pp = base + (int64_t)sp * (HG * (2 + hd));
 #pragma unroll
             for (int h = 0; h < HG; h++) {
-                float acc[AT_ND];
+                float acc[ND];
 #pragma unroll
-                for (int c = 0; c < AT_ND; c++) {
+                for (int c = 0; c < ND; c++) {
                     const int32_t d = tid + AT_THREADS * c;
                     acc[c] = d < hd ? __ldcg(pp + 2 * HG + h * hd + d) : 0.0f;
                 }
-                at_fold(M[h], L[h], O[h], AT_ND, __ldcg(pp + 2 * h), __ldcg(pp + 2 * h + 1), acc);
+                at_fold(M[h], L[h], O[h], ND, __ldcg(pp + 2 * h), __ldcg(pp + 2 * h + 1), acc);
             }
         }
         if (tid == 0) *cnt = 0;
@@ -431,7 +452,7 @@ template <int E, int HG> __global__ void __launch_bounds__(AT_THREADS) k_attenti
 #pragma unroll
     for (int h = 0; h < HG; h++)
 #pragma unroll
-        for (int c = 0; c < AT_ND; c++) {
+        for (int c = 0; c < ND; c++) {
             const int32_t d = tid + AT_THREADS * c;
             if (d < hd) oi[(int64_t)h * hd + d] = O[h][c] / L[h];
         }
@@ -452,16 +473,26 @@ extern "C" size_t kiln_cu_attention_cnt_ints(int32_t n_tokens, int32_t n_head) {
     return (size_t)n_tokens * (size_t)n_head;
 }
 
+template <int E, int ND>
+static void at_launch_nd(cudaStream_t s, const at_args &a, int hg, dim3 grid) {
+    if (hg == 8)
+        k_attention<E, 8, ND><<<grid, AT_THREADS, 0, s>>>(a);
+    else if (hg == 4)
+        k_attention<E, 4, ND><<<grid, AT_THREADS, 0, s>>>(a);
+    else if (hg == 2)
+        k_attention<E, 2, ND><<<grid, AT_THREADS, 0, s>>>(a);
+    else
+        k_attention<E, 1, ND><<<grid, AT_THREADS, 0, s>>>(a);
+}
+
 template <int E>
 static void at_launch(cudaStream_t s, const at_args &a, int hg, dim3 grid) {
-    if (hg == 8)
-        k_attention<E, 8><<<grid, AT_THREADS, 0, s>>>(a);
-    else if (hg == 4)
-        k_attention<E, 4><<<grid, AT_THREADS, 0, s>>>(a);
-    else if (hg == 2)
-        k_attention<E, 2><<<grid, AT_THREADS, 0, s>>>(a);
+    if (a.hd <= AT_THREADS)
+        at_launch_nd<E, 1>(s, a, hg, grid);
+    else if (a.hd <= 2 * AT_THREADS)
+        at_launch_nd<E, 2>(s, a, hg, grid);
     else
-        k_attention<E, 1><<<grid, AT_THREADS, 0, s>>>(a);
+        at_launch_nd<E, AT_ND>(s, a, hg, grid);
 }
 
 extern "C" cudaError_t kiln_cu_attention(cudaStream_t s, const cu_kv *kv, const cu_step *st,

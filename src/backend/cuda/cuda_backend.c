@@ -17,10 +17,12 @@
  * buffer a graph points at (the arena, the metadata buffer, the attention scratch growing)
  * drops every graph. KILN_CUDA_GRAPHS=0 turns them off.
  *
- * KILN_CUDA_PROFILE=1 times every operation with CUDA events (graphs off) and prints, when
- * the context is destroyed, the time per operation class (the interval from an operation's
- * start to the next one's, so the GPU's gaps count with the operation before them) and the
- * host's time between steps. KILN_CUDA_KERNELS=v1 runs the first milestone's matmul and
+ * KILN_CUDA_PROFILE=1 times every operation with CUDA events and prints, when the context is
+ * destroyed, the time per operation class (the interval from an operation's start to the next
+ * one's, so the GPU's gaps count with the operation before them) and the host's time between
+ * steps. In a graphed step the events are event record nodes of the graph, so replays time
+ * the GPU's work without the host's launches in between; eager steps (prefill) are timed as
+ * launched, which counts the host's launch time where the GPU waits for it. KILN_CUDA_KERNELS=v1 runs the first milestone's matmul and
  * attention kernels and no fused forms (for before/after timings; other bits).
  */
 #include "backend/cuda/cuda_backend.h"
@@ -47,6 +49,10 @@ typedef struct staged {
 typedef struct cu_graph {
     uint64_t key;
     cudaGraphExec_t exec;
+    /* KILN_CUDA_PROFILE: the classes of the timer's marks captured in it (event record
+     * nodes into prof_ev[mark0 ..]) */
+    int mark0, n_marks;
+    int *cls;
 } cu_graph;
 
 #define CU_MAX_GRAPHS 64
@@ -85,8 +91,11 @@ typedef struct cuda_backend {
     bool graphs_on;
     int gmode;
     uint64_t gkey;
+    int gmark0; /* the op timer's marks when the capture began */
     cu_graph graphs[CU_MAX_GRAPHS];
     int n_graphs;
+    int32_t *ids_dev; /* the argmax operation's ids */
+    size_t ids_cap;
     /* KILN_CUDA_KERNELS=v1 */
     bool legacy;
     float *tmp;
@@ -139,7 +148,11 @@ static int prof_class_of(cuda_backend *c, const char *name) {
 /* an event on the stream before the next operation, of class `name` */
 static void prof_mark(cuda_backend *c, const char *name) {
     if (!c->prof || c->n_marks >= PROF_MAX_MARKS - 1) return;
-    cu_check(c, "profile event", cudaEventRecord(c->prof_ev[c->n_marks], c->stream));
+    /* inside a capture: an event record node, so that replays time the GPU alone */
+    cu_check(c, "profile event",
+             cudaEventRecordWithFlags(c->prof_ev[c->n_marks], c->stream,
+                                      c->gmode == G_CAPTURE ? cudaEventRecordExternal
+                                                            : cudaEventRecordDefault));
     c->prof_cls[c->n_marks++] = prof_class_of(c, name);
 }
 
@@ -189,7 +202,10 @@ static void prof_report(const cuda_backend *c) {
 /* ---- decode graphs ------------------------------------------------------------------------ */
 
 static void graphs_drop(cuda_backend *c) {
-    for (int i = 0; i < c->n_graphs; i++) cudaGraphExecDestroy(c->graphs[i].exec);
+    for (int i = 0; i < c->n_graphs; i++) {
+        cudaGraphExecDestroy(c->graphs[i].exec);
+        free(c->graphs[i].cls);
+    }
     c->n_graphs = 0;
 }
 
@@ -202,7 +218,12 @@ static void graph_finish(cuda_backend *c) {
     if (mode == G_REPLAY) {
         for (int i = 0; i < c->n_graphs; i++)
             if (c->graphs[i].key == c->gkey) {
-                cu_check(c, "cudaGraphLaunch", cudaGraphLaunch(c->graphs[i].exec, c->stream));
+                const cu_graph *g = &c->graphs[i];
+                cu_check(c, "cudaGraphLaunch", cudaGraphLaunch(g->exec, c->stream));
+                if (c->prof && g->cls && c->n_marks == g->mark0) { /* its event nodes' classes */
+                    memcpy(c->prof_cls + c->n_marks, g->cls, (size_t)g->n_marks * sizeof(int));
+                    c->n_marks += g->n_marks;
+                }
                 return;
             }
         cu_die(c, "graph replay (no graph for the key)", cudaErrorInvalidValue);
@@ -212,7 +233,14 @@ static void graph_finish(cuda_backend *c) {
     cudaGraphExec_t exec = NULL;
     cu_check(c, "cudaGraphInstantiate", cudaGraphInstantiate(&exec, g, 0));
     cudaGraphDestroy(g);
-    c->graphs[c->n_graphs++] = (cu_graph){c->gkey, exec};
+    cu_graph ng = {c->gkey, exec, 0, 0, NULL};
+    if (c->prof && c->n_marks > c->gmark0) {
+        ng.mark0 = c->gmark0;
+        ng.n_marks = c->n_marks - c->gmark0;
+        ng.cls = malloc((size_t)ng.n_marks * sizeof(int));
+        if (ng.cls) memcpy(ng.cls, c->prof_cls + ng.mark0, (size_t)ng.n_marks * sizeof(int));
+    }
+    c->graphs[c->n_graphs++] = ng;
     cu_check(c, "cudaGraphLaunch", cudaGraphLaunch(exec, c->stream));
 }
 
@@ -280,6 +308,7 @@ static void cuda_destroy(kiln_backend *be) {
         if (c->att_part) cudaFree(c->att_part);
         if (c->att_cnt) cudaFree(c->att_cnt);
         if (c->tmp) cudaFree(c->tmp);
+        if (c->ids_dev) cudaFree(c->ids_dev);
         if (c->prof_ev) {
             for (int i = 0; i < PROF_MAX_MARKS; i++)
                 if (c->prof_ev[i]) cudaEventDestroy(c->prof_ev[i]);
@@ -422,6 +451,22 @@ static kiln_status cuda_arena_reserve(kiln_backend *be, const kiln_backend_reser
         if (s_cap != c->att_s_cap) graphs_drop(c);
         c->att_s_cap = s_cap;
     }
+    if ((size_t)want.max_tokens > c->ids_cap) {
+        cu_enter(c);
+        int32_t *p = NULL;
+        cudaError_t e = cudaStreamSynchronize(c->stream);
+        if (e == cudaSuccess) e = cudaMalloc((void **)&p, (size_t)want.max_tokens * sizeof(int32_t));
+        if (e != cudaSuccess) {
+            (void)cudaGetLastError();
+            return kiln_error_set(err, KILN_ERR_OUT_OF_MEMORY,
+                                  "cuda backend: out of device memory for %d argmax ids: %s",
+                                  want.max_tokens, cudaGetErrorString(e));
+        }
+        if (c->ids_dev) cudaFree(c->ids_dev);
+        c->ids_dev = p;
+        c->ids_cap = (size_t)want.max_tokens;
+        graphs_drop(c);
+    }
     c->res = want;
     return KILN_OK;
 }
@@ -505,6 +550,7 @@ static kiln_status cuda_step_begin(kiln_backend *be, const kiln_step *st, kiln_e
             cu_check(c, "cudaStreamBeginCapture",
                      cudaStreamBeginCapture(c->stream, cudaStreamCaptureModeRelaxed));
             c->gmode = G_CAPTURE;
+            c->gmark0 = c->n_marks;
         }
     }
     return KILN_OK;
@@ -568,6 +614,7 @@ static float *legacy_tmp(cuda_backend *c, size_t n) {
     if (n > c->tmp_floats) {
         cu_check(c, "legacy scratch (synchronize)", cudaStreamSynchronize(c->stream));
         if (c->tmp) cudaFree(c->tmp);
+        if (c->ids_dev) cudaFree(c->ids_dev);
         c->tmp = NULL;
         cu_check(c, "legacy scratch", cudaMalloc((void **)&c->tmp, n * sizeof(float)));
         c->tmp_floats = n;
@@ -750,6 +797,32 @@ static void cuda_gather_rows(kiln_backend *be, float *dst, const float *src,
     cu_check(c, "gather_rows", kiln_cu_gather_rows(c->stream, dst, src, rows_dev, n, d));
 }
 
+/* greedy decoding: the argmax kernel into ids_dev (inside the step's graph), then a copy of
+ * the n_rows ids only */
+static void cuda_argmax(kiln_backend *be, int32_t *ids_host, const float *logits, int32_t n_rows,
+                        int64_t n_vocab) {
+    cuda_backend *c = cu_be(be);
+    if (n_rows < 1) return;
+    if (!replaying(c)) {
+        cu_enter(c);
+        if ((size_t)n_rows > c->ids_cap) {
+            if (c->gmode != G_OFF)
+                cu_die(c, "argmax's buffer growing inside a graphed step", cudaErrorInvalidValue);
+            cu_check(c, "argmax buffer (synchronize)", cudaStreamSynchronize(c->stream));
+            if (c->ids_dev) cudaFree(c->ids_dev);
+            c->ids_dev = NULL;
+            size_t cap = c->ids_cap ? c->ids_cap : 64;
+            while (cap < (size_t)n_rows) cap *= 2;
+            cu_check(c, "argmax buffer", cudaMalloc((void **)&c->ids_dev, cap * sizeof(int32_t)));
+            c->ids_cap = cap;
+            graphs_drop(c);
+        }
+        prof_mark(c, "argmax");
+        cu_check(c, "argmax", kiln_cu_argmax(c->stream, c->ids_dev, logits, n_rows, n_vocab));
+    }
+    cuda_download(be, ids_host, c->ids_dev, (size_t)n_rows * sizeof(int32_t));
+}
+
 /* ---- KV and attention ------------------------------------------------------------------ */
 
 /* Layer `layer`'s storage as the kernels address it. Every block of a pool has the pool's
@@ -851,6 +924,7 @@ const kiln_backend_ops kiln_cuda_backend_ops = {
     .matmul_add = cuda_matmul_add,
     .matmul_glu = cuda_matmul_glu,
     .rope_kv_write = cuda_rope_kv_write,
+    .argmax = cuda_argmax,
     .kv_write = cuda_kv_write,
     .attention = cuda_attention,
     /* not yet (issue 16): the runner refuses models that need these */
@@ -888,7 +962,7 @@ kiln_status kiln_cuda_backend_create(int32_t device, kiln_backend **out, kiln_er
                *pr = getenv("KILN_CUDA_PROFILE");
     c->legacy = kern && !strcmp(kern, "v1");
     c->prof = pr && *pr && strcmp(pr, "0") != 0;
-    c->graphs_on = !c->legacy && !c->prof && !(gr && !strcmp(gr, "0"));
+    c->graphs_on = !c->legacy && !(gr && !strcmp(gr, "0"));
     if (e == cudaSuccess && c->prof) {
         c->prof_ev = calloc(PROF_MAX_MARKS, sizeof *c->prof_ev);
         c->prof_cls = calloc(PROF_MAX_MARKS, sizeof *c->prof_cls);

@@ -82,6 +82,24 @@ __device__ __forceinline__ float cu_glu_value(float g, float u, int act) {
     return cu_act(g, act) * u;
 }
 
+/* Programmatic dependent launch (sm_90): a kernel launched with programmatic stream
+ * serialization may start before the kernel ahead of it ends; it must call cu_pdl_wait before
+ * touching anything that kernel writes or reads (both no-ops without such a launch). Kernels
+ * call cu_pdl_launch_dependents early so that the next one may be scheduled. */
+__device__ __forceinline__ void cu_pdl_wait(void) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void cu_pdl_launch_dependents(void) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+/* whether matmuls launch with programmatic stream serialization (KILN_CUDA_PDL=0: no) */
+bool cu_pdl_enabled(void);
+
 /* elementwise launches: 256 threads, a grid-stride loop over at most 65535 * 4 blocks */
 #define CU_EW_THREADS 256
 static inline unsigned cu_ew_blocks(int64_t n) {

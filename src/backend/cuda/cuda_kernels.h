@@ -195,8 +195,9 @@ cudaError_t kiln_cu_rope_kv(cudaStream_t s, const cu_kv *kv, const cu_step *st, 
                             int32_t n_head_kv, int32_t head_dim, int32_t rot_dim,
                             const float *inv_freq, int adjacent);
 
-/** Greedy decoding on the device: ids[r] = the index of the largest of the n_vocab logits of
- *  row r (the first one among equals, as sampler.h's argmax), for n_rows rows. */
+/** Greedy decoding on the device: ids[r] = the index of the largest finite one of the n_vocab
+ *  logits of row r (the lowest among equals, 0 when none is finite: sampler.h kiln_argmax), or
+ *  -1 when the row holds a NaN, for n_rows rows. */
 cudaError_t kiln_cu_argmax(cudaStream_t s, int32_t *ids, const float *logits, int32_t n_rows,
                            int64_t n_vocab);
 

@@ -24,6 +24,9 @@
  * tensor-core GEMMs with this order (or a decode path matched to theirs) are issue 16's next
  * milestone.
  */
+#include <stdlib.h>
+#include <string.h>
+
 #include "backend/cuda/cuda_elem.cuh"
 
 #define MM_WARPS 4
@@ -54,9 +57,10 @@ template <int E> struct chunk8 {
     uint4 v[E == CU_F32 ? 2 : 1];
 };
 
+/* volatile: the loads stay in program order, before the dependency wait (cu_pdl_wait) */
 __device__ __forceinline__ uint4 ld_stream(const void *p) {
     uint4 v;
-    asm("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];"
+    asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];"
         : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
         : "l"(p));
     return v;
@@ -93,7 +97,11 @@ template <int E> __device__ __forceinline__ void widen(const chunk8<E> &c, float
 
 template <int E, int R, int MODE, bool VEC>
 __global__ void __launch_bounds__(MM_WARPS * 32) k_matmul(mm_args a) {
-    constexpr int U = R <= 2 ? 4 : 2; /* chunks in flight per weight row */
+    constexpr int U = R <= 2 ? 8 : R == 4 ? 4 : 2; /* chunks in flight per weight row */
+    /* programmatic dependent launch: the next kernel may start now (it waits for this one
+     * before it reads what this one writes); this one reads its weights at once and waits
+     * for the kernel before it only before reading x (and y) */
+    cu_pdl_launch_dependents();
     /* grid: x the row groups (fastest, so that the groups sharing a weight block run together
      * and read it from L2), y the weight blocks */
     int j = 0;
@@ -113,7 +121,10 @@ __global__ void __launch_bounds__(MM_WARPS * 32) k_matmul(mm_args a) {
         const void *base = MODE == MM_GLU && i == 1 ? a.w_up : a.w[j];
         wr[i] = (const char *)base + (size_t)(valid[i] ? o[i] : 0) * (size_t)n_in * esz;
     }
-    if (!valid[0]) return;
+    if (!valid[0]) {
+        cu_pdl_wait();
+        return;
+    }
     const int64_t r0 = (int64_t)blockIdx.x * R;
     const int nr = a.n_tok - r0 < R ? (int)(a.n_tok - r0) : R;
     const float *xr = a.x + r0 * n_in;
@@ -130,6 +141,7 @@ __global__ void __launch_bounds__(MM_WARPS * 32) k_matmul(mm_args a) {
 #pragma unroll
                 for (int i = 0; i < MM_OPW; i++)
                     if (k0 + 256 * u < n_in && valid[i]) wv[u][i] = load_chunk<E>(wr[i], k0 + 256 * u);
+            if (k0 == 8 * lane) cu_pdl_wait();
 #pragma unroll
             for (int u = 0; u < U; u++) {
                 const int64_t k = k0 + 256 * u;
@@ -156,7 +168,9 @@ __global__ void __launch_bounds__(MM_WARPS * 32) k_matmul(mm_args a) {
                     }
             }
         }
+        if (8 * lane >= n_in) cu_pdl_wait(); /* a lane with no chunk */
     } else {
+        cu_pdl_wait();
         for (int64_t k = lane; k < n_in; k += 32) {
             float wv[MM_OPW];
 #pragma unroll
@@ -195,13 +209,32 @@ __global__ void __launch_bounds__(MM_WARPS * 32) k_matmul(mm_args a) {
     }
 }
 
+bool cu_pdl_enabled(void) {
+    static int on = -1;
+    if (on < 0) {
+        const char *e = getenv("KILN_CUDA_PDL");
+        on = !(e && !strcmp(e, "0"));
+    }
+    return on != 0;
+}
+
+/* launched with programmatic stream serialization: it may start while the kernel before it
+ * finishes (k_matmul waits for it before reading anything it wrote) */
 template <int E, int R, int MODE>
 static void launch_r(cudaStream_t s, const mm_args &a, bool vec, dim3 grid) {
-    const dim3 block(MM_WARPS * 32);
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid;
+    cfg.blockDim = dim3(MM_WARPS * 32);
+    cfg.stream = s;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = cu_pdl_enabled() ? 1 : 0;
     if (vec)
-        k_matmul<E, R, MODE, true><<<grid, block, 0, s>>>(a);
+        cudaLaunchKernelEx(&cfg, k_matmul<E, R, MODE, true>, a);
     else
-        k_matmul<E, R, MODE, false><<<grid, block, 0, s>>>(a);
+        cudaLaunchKernelEx(&cfg, k_matmul<E, R, MODE, false>, a);
 }
 
 /* the row tile: the smallest of 1, 2, 4, 8 that holds n_tok, else 8 with grid.x row groups */

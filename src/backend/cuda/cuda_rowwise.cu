@@ -41,6 +41,7 @@ extern "C" cudaError_t kiln_cu_embed(cudaStream_t s, float *x, const void *tok, 
 /* ---- norms -------------------------------------------------------------------------------- */
 
 #define CU_NORM_THREADS 256
+#define CU_NORM_REGS    32 /* rows up to 8192 elements are held in registers */
 
 /* sum over the block (CU_NORM_THREADS threads): each warp's butterfly, then the 8 warp sums by
  * a butterfly in every warp; the same bits in every thread */
@@ -57,6 +58,7 @@ __global__ void __launch_bounds__(CU_NORM_THREADS)
     k_norm(float *out, const float *x, const float *w, const float *b, int64_t d, int kind,
            float eps) {
     __shared__ float sh[CU_NORM_THREADS / 32];
+    cu_pdl_launch_dependents(); /* the matmul after it may be scheduled (it waits for this) */
     const float *xr = x + (int64_t)blockIdx.x * d;
     float *orow = out + (int64_t)blockIdx.x * d;
     if (kind == 1) { /* LayerNorm: mean, then the biased variance, two passes */
@@ -77,6 +79,30 @@ __global__ void __launch_bounds__(CU_NORM_THREADS)
         return;
     }
     float ss = 0.0f;
+    if (d <= CU_NORM_THREADS * CU_NORM_REGS) {
+        /* the row's elements (and w's) loaded at once into registers: the same sums, without
+         * a load latency per element */
+        float xv[CU_NORM_REGS], wv[CU_NORM_REGS];
+#pragma unroll
+        for (int c = 0; c < CU_NORM_REGS; c++) {
+            const int64_t j = threadIdx.x + (int64_t)CU_NORM_THREADS * c;
+            xv[c] = j < d ? xr[j] : 0.0f;
+            wv[c] = j < d && w ? w[j] : 1.0f;
+        }
+#pragma unroll
+        for (int c = 0; c < CU_NORM_REGS; c++)
+            if (threadIdx.x + (int64_t)CU_NORM_THREADS * c < d) ss += xv[c] * xv[c];
+        ss = cu_block_sum(ss, sh);
+        ss /= (float)d;
+        ss += eps;
+        ss = 1.0f / sqrtf(ss);
+#pragma unroll
+        for (int c = 0; c < CU_NORM_REGS; c++) {
+            const int64_t j = threadIdx.x + (int64_t)CU_NORM_THREADS * c;
+            if (j < d) orow[j] = w ? wv[c] * (ss * xv[c]) : ss * xv[c];
+        }
+        return;
+    }
     for (int64_t j = threadIdx.x; j < d; j += CU_NORM_THREADS) ss += xr[j] * xr[j];
     ss = cu_block_sum(ss, sh);
     ss /= (float)d;
@@ -186,6 +212,7 @@ __global__ void k_gate_sigmoid(float *x, const float *gate, int64_t n) {
 
 __global__ void k_gather_rows(float *dst, const float *src, const int32_t *rows, int64_t d,
                               int64_t n) {
+    cu_pdl_launch_dependents();
     CU_GRID_STRIDE(i, n) dst[i] = src[(int64_t)rows[i / d] * d + i % d];
 }
 
@@ -249,15 +276,17 @@ extern "C" cudaError_t kiln_cu_gather_rows(cudaStream_t s, float *dst, const flo
 /* one block per row: thread t scans i = t + 256 j keeping the first largest finite value
  * (sampler.c kiln_argmax: non-finite logits skipped, the lowest index among equals), then the
  * block merges (value, index) pairs preferring the larger value, then the lower index: the
- * first maximum, whatever the order of the merge */
+ * first maximum, whatever the order of the merge; -1 when the row holds a NaN */
 __global__ void k_argmax(int32_t *ids, const float *logits, int64_t n) {
     __shared__ float bv[256];
     __shared__ int32_t bi[256];
     const float *x = logits + (int64_t)blockIdx.x * n;
     float v = -INFINITY;
     int32_t best = -1;
+    int nan_seen = 0;
     for (int64_t i = threadIdx.x; i < n; i += 256) {
         const float xi = x[i];
+        nan_seen |= isnan(xi);
         if (isfinite(xi) && (best < 0 || xi > v)) {
             v = xi;
             best = (int32_t)i;
@@ -265,7 +294,7 @@ __global__ void k_argmax(int32_t *ids, const float *logits, int64_t n) {
     }
     bv[threadIdx.x] = v;
     bi[threadIdx.x] = best;
-    __syncthreads();
+    nan_seen = __syncthreads_or(nan_seen);
     for (int off = 128; off > 0; off >>= 1) {
         if (threadIdx.x < off) {
             const float ov = bv[threadIdx.x + off];
@@ -278,7 +307,7 @@ __global__ void k_argmax(int32_t *ids, const float *logits, int64_t n) {
         }
         __syncthreads();
     }
-    if (threadIdx.x == 0) ids[blockIdx.x] = bi[0] < 0 ? 0 : bi[0];
+    if (threadIdx.x == 0) ids[blockIdx.x] = nan_seen ? -1 : bi[0] < 0 ? 0 : bi[0];
 }
 
 extern "C" cudaError_t kiln_cu_argmax(cudaStream_t s, int32_t *ids, const float *logits,
