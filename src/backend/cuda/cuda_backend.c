@@ -49,10 +49,11 @@ typedef struct staged {
 typedef struct cu_graph {
     uint64_t key;
     cudaGraphExec_t exec;
-    /* KILN_CUDA_PROFILE: the classes of the timer's marks captured in it (event record
-     * nodes into prof_ev[mark0 ..]) */
+    /* KILN_CUDA_PROFILE: the timer's marks captured in it (event record nodes of its own
+     * events, following mark0 eager ones) and their classes */
     int mark0, n_marks;
     int *cls;
+    cudaEvent_t *ev;
 } cu_graph;
 
 #define CU_MAX_GRAPHS 64
@@ -102,7 +103,8 @@ typedef struct cuda_backend {
     size_t tmp_floats;
     /* KILN_CUDA_PROFILE=1 */
     bool prof;
-    cudaEvent_t *prof_ev;
+    cudaEvent_t *prof_ev;   /* the eager marks' events (a pool, by mark index) */
+    cudaEvent_t *prof_list; /* the step's marks: pool events, or a replayed graph's */
     int *prof_cls;
     int n_marks;
     cudaEvent_t prof_last; /* the end of the last timed step */
@@ -153,7 +155,19 @@ static void prof_mark(cuda_backend *c, const char *name) {
              cudaEventRecordWithFlags(c->prof_ev[c->n_marks], c->stream,
                                       c->gmode == G_CAPTURE ? cudaEventRecordExternal
                                                             : cudaEventRecordDefault));
+    c->prof_list[c->n_marks] = c->prof_ev[c->n_marks];
     c->prof_cls[c->n_marks++] = prof_class_of(c, name);
+}
+
+/* an interval between two events, or a negative value when it cannot be read (the error
+ * cleared: it must not surface at the next launch's check) */
+static float prof_ms(cudaEvent_t a, cudaEvent_t b) {
+    float ms = 0.0f;
+    if (cudaEventElapsedTime(&ms, a, b) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return -1.0f;
+    }
+    return ms;
 }
 
 /* after the stream is idle: the marks' intervals into their classes; the gap from the last
@@ -163,15 +177,15 @@ static void prof_collect(cuda_backend *c) {
     cudaEvent_t end = c->prof_ev[c->n_marks];
     cu_check(c, "profile event", cudaEventRecord(end, c->stream));
     cu_check(c, "profile sync", cudaEventSynchronize(end));
-    float ms = 0.0f;
-    if (c->prof_have_last &&
-        cudaEventElapsedTime(&ms, c->prof_last, c->prof_ev[0]) == cudaSuccess) {
+    c->prof_list[c->n_marks] = end;
+    float ms;
+    if (c->prof_have_last && (ms = prof_ms(c->prof_last, c->prof_list[0])) >= 0.0f) {
         prof_class *h = &c->cls[prof_class_of(c, "host, between steps")];
         h->ms += ms;
         h->calls++;
     }
     for (int i = 0; i < c->n_marks; i++) {
-        if (cudaEventElapsedTime(&ms, c->prof_ev[i], c->prof_ev[i + 1]) != cudaSuccess) continue;
+        if ((ms = prof_ms(c->prof_list[i], c->prof_list[i + 1])) < 0.0f || ms > 60000.0f) continue;
         c->cls[c->prof_cls[i]].ms += ms;
         c->cls[c->prof_cls[i]].calls++;
     }
@@ -205,6 +219,10 @@ static void graphs_drop(cuda_backend *c) {
     for (int i = 0; i < c->n_graphs; i++) {
         cudaGraphExecDestroy(c->graphs[i].exec);
         free(c->graphs[i].cls);
+        if (c->graphs[i].ev) {
+            for (int j = 0; j < c->graphs[i].n_marks; j++) cudaEventDestroy(c->graphs[i].ev[j]);
+            free(c->graphs[i].ev);
+        }
     }
     c->n_graphs = 0;
 }
@@ -220,8 +238,10 @@ static void graph_finish(cuda_backend *c) {
             if (c->graphs[i].key == c->gkey) {
                 const cu_graph *g = &c->graphs[i];
                 cu_check(c, "cudaGraphLaunch", cudaGraphLaunch(g->exec, c->stream));
-                if (c->prof && g->cls && c->n_marks == g->mark0) { /* its event nodes' classes */
+                if (c->prof && g->ev && c->n_marks == g->mark0) { /* its event nodes */
                     memcpy(c->prof_cls + c->n_marks, g->cls, (size_t)g->n_marks * sizeof(int));
+                    memcpy(c->prof_list + c->n_marks, g->ev,
+                           (size_t)g->n_marks * sizeof(cudaEvent_t));
                     c->n_marks += g->n_marks;
                 }
                 return;
@@ -233,12 +253,19 @@ static void graph_finish(cuda_backend *c) {
     cudaGraphExec_t exec = NULL;
     cu_check(c, "cudaGraphInstantiate", cudaGraphInstantiate(&exec, g, 0));
     cudaGraphDestroy(g);
-    cu_graph ng = {c->gkey, exec, 0, 0, NULL};
+    cu_graph ng = {c->gkey, exec, 0, 0, NULL, NULL};
     if (c->prof && c->n_marks > c->gmark0) {
+        /* the graph keeps the events its nodes record; the pool gets fresh ones */
         ng.mark0 = c->gmark0;
         ng.n_marks = c->n_marks - c->gmark0;
         ng.cls = malloc((size_t)ng.n_marks * sizeof(int));
-        if (ng.cls) memcpy(ng.cls, c->prof_cls + ng.mark0, (size_t)ng.n_marks * sizeof(int));
+        ng.ev = malloc((size_t)ng.n_marks * sizeof(cudaEvent_t));
+        if (!ng.cls || !ng.ev) cu_die(c, "profile (out of memory)", cudaErrorMemoryAllocation);
+        memcpy(ng.cls, c->prof_cls + ng.mark0, (size_t)ng.n_marks * sizeof(int));
+        for (int j = 0; j < ng.n_marks; j++) {
+            ng.ev[j] = c->prof_ev[ng.mark0 + j];
+            cu_check(c, "profile event", cudaEventCreate(&c->prof_ev[ng.mark0 + j]));
+        }
     }
     c->graphs[c->n_graphs++] = ng;
     cu_check(c, "cudaGraphLaunch", cudaGraphLaunch(exec, c->stream));
@@ -315,6 +342,7 @@ static void cuda_destroy(kiln_backend *be) {
             free(c->prof_ev);
         }
         free(c->prof_cls);
+        free(c->prof_list);
         if (c->prof_last) cudaEventDestroy(c->prof_last);
         staged_free(&c->meta);
         staged_free(&c->rows);
@@ -965,8 +993,9 @@ kiln_status kiln_cuda_backend_create(int32_t device, kiln_backend **out, kiln_er
     c->graphs_on = !c->legacy && !(gr && !strcmp(gr, "0"));
     if (e == cudaSuccess && c->prof) {
         c->prof_ev = calloc(PROF_MAX_MARKS, sizeof *c->prof_ev);
+        c->prof_list = calloc(PROF_MAX_MARKS, sizeof *c->prof_list);
         c->prof_cls = calloc(PROF_MAX_MARKS, sizeof *c->prof_cls);
-        if (!c->prof_ev || !c->prof_cls) e = cudaErrorMemoryAllocation;
+        if (!c->prof_ev || !c->prof_list || !c->prof_cls) e = cudaErrorMemoryAllocation;
         for (int i = 0; i < PROF_MAX_MARKS && e == cudaSuccess; i++)
             e = cudaEventCreate(&c->prof_ev[i]);
         if (e == cudaSuccess) e = cudaEventCreate(&c->prof_last);

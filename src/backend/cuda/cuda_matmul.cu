@@ -95,9 +95,52 @@ template <int E> __device__ __forceinline__ void widen(const chunk8<E> &c, float
     }
 }
 
+/* the U chunks k0 + 256 u (u < U, k < n_in) of each valid weight row */
+template <int E, int U>
+__device__ __forceinline__ void mm_load(chunk8<E> (&w)[U][MM_OPW], const void *const *wr,
+                                        const bool *valid, int64_t k0, int64_t n_in) {
+#pragma unroll
+    for (int u = 0; u < U; u++)
+#pragma unroll
+        for (int i = 0; i < MM_OPW; i++)
+            if (k0 + 256 * u < n_in && valid[i]) w[u][i] = load_chunk<E>(wr[i], k0 + 256 * u);
+}
+
+/* the fmafs of those chunks into the rows' accumulators, in ascending k */
+template <int E, int R, int U>
+__device__ __forceinline__ void mm_fma(float (&acc)[MM_OPW][R], const chunk8<E> (&w)[U][MM_OPW],
+                                       const bool *valid, const float *xr, int64_t n_in, int nr,
+                                       int64_t k0) {
+#pragma unroll
+    for (int u = 0; u < U; u++) {
+        const int64_t k = k0 + 256 * u;
+        if (k >= n_in) break;
+        float wf[MM_OPW][8];
+#pragma unroll
+        for (int i = 0; i < MM_OPW; i++) {
+            if (valid[i])
+                widen<E>(w[u][i], wf[i]);
+            else
+#pragma unroll
+                for (int e = 0; e < 8; e++) wf[i][e] = 0.0f;
+        }
+#pragma unroll
+        for (int r = 0; r < R; r++)
+            if (r < nr) {
+                const float4 xa = __ldg((const float4 *)(xr + r * n_in + k));
+                const float4 xb = __ldg((const float4 *)(xr + r * n_in + k + 4));
+                const float xv[8] = {xa.x, xa.y, xa.z, xa.w, xb.x, xb.y, xb.z, xb.w};
+#pragma unroll
+                for (int i = 0; i < MM_OPW; i++)
+#pragma unroll
+                    for (int e = 0; e < 8; e++) acc[i][r] = fmaf(wf[i][e], xv[e], acc[i][r]);
+            }
+    }
+}
+
 template <int E, int R, int MODE, bool VEC>
 __global__ void __launch_bounds__(MM_WARPS * 32) k_matmul(mm_args a) {
-    constexpr int U = R <= 2 ? 8 : R == 4 ? 4 : 2; /* chunks in flight per weight row */
+    constexpr int U = R <= 2 ? 4 : R == 4 ? 2 : 1; /* chunks per group, two groups in flight */
     /* programmatic dependent launch: the next kernel may start now (it waits for this one
      * before it reads what this one writes); this one reads its weights at once and waits
      * for the kernel before it only before reading x (and y) */
@@ -134,41 +177,22 @@ __global__ void __launch_bounds__(MM_WARPS * 32) k_matmul(mm_args a) {
 #pragma unroll
         for (int r = 0; r < R; r++) acc[i][r] = 0.0f;
     if (VEC) {
-        for (int64_t k0 = 8 * lane; k0 < n_in; k0 += 256 * U) {
-            chunk8<E> wv[U][MM_OPW];
-#pragma unroll
-            for (int u = 0; u < U; u++)
-#pragma unroll
-                for (int i = 0; i < MM_OPW; i++)
-                    if (k0 + 256 * u < n_in && valid[i]) wv[u][i] = load_chunk<E>(wr[i], k0 + 256 * u);
-            if (k0 == 8 * lane) cu_pdl_wait();
-#pragma unroll
-            for (int u = 0; u < U; u++) {
-                const int64_t k = k0 + 256 * u;
-                if (k >= n_in) break;
-                float wf[MM_OPW][8];
-#pragma unroll
-                for (int i = 0; i < MM_OPW; i++) {
-                    if (valid[i])
-                        widen<E>(wv[u][i], wf[i]);
-                    else
-#pragma unroll
-                        for (int e = 0; e < 8; e++) wf[i][e] = 0.0f;
-                }
-#pragma unroll
-                for (int r = 0; r < R; r++)
-                    if (r < nr) {
-                        const float4 xa = __ldg((const float4 *)(xr + r * n_in + k));
-                        const float4 xb = __ldg((const float4 *)(xr + r * n_in + k + 4));
-                        const float xv[8] = {xa.x, xa.y, xa.z, xa.w, xb.x, xb.y, xb.z, xb.w};
-#pragma unroll
-                        for (int i = 0; i < MM_OPW; i++)
-#pragma unroll
-                            for (int e = 0; e < 8; e++) acc[i][r] = fmaf(wf[i][e], xv[e], acc[i][r]);
-                    }
-            }
+        /* two groups of U chunks in turn: the next group's loads are in flight while the
+         * current one's fmafs run (the chain still takes the lane's chunks in ascending k) */
+        chunk8<E> wa[U][MM_OPW], wb[U][MM_OPW];
+        int64_t k0 = 8 * lane;
+        mm_load<E, U>(wa, wr, valid, k0, n_in);
+        cu_pdl_wait(); /* the weights are on their way; x may be read from here on */
+        while (k0 < n_in) {
+            const int64_t k1 = k0 + 256 * U;
+            if (k1 < n_in) mm_load<E, U>(wb, wr, valid, k1, n_in);
+            mm_fma<E, R, U>(acc, wa, valid, xr, n_in, nr, k0);
+            if (k1 >= n_in) break;
+            const int64_t k2 = k1 + 256 * U;
+            if (k2 < n_in) mm_load<E, U>(wa, wr, valid, k2, n_in);
+            mm_fma<E, R, U>(acc, wb, valid, xr, n_in, nr, k1);
+            k0 = k2;
         }
-        if (8 * lane >= n_in) cu_pdl_wait(); /* a lane with no chunk */
     } else {
         cu_pdl_wait();
         for (int64_t k = lane; k < n_in; k += 32) {

@@ -58,6 +58,7 @@ __global__ void __launch_bounds__(CU_NORM_THREADS)
     k_norm(float *out, const float *x, const float *w, const float *b, int64_t d, int kind,
            float eps) {
     __shared__ float sh[CU_NORM_THREADS / 32];
+    cu_pdl_wait(); /* launched programmatically: what the kernel ahead wrote is visible */
     cu_pdl_launch_dependents(); /* the matmul after it may be scheduled (it waits for this) */
     const float *xr = x + (int64_t)blockIdx.x * d;
     float *orow = out + (int64_t)blockIdx.x * d;
@@ -116,7 +117,16 @@ extern "C" cudaError_t kiln_cu_norm(cudaStream_t s, float *out, const float *x, 
                                     const float *b, int32_t n_rows, int64_t d, int kind,
                                     float eps) {
     if (n_rows < 1) return cudaSuccess;
-    k_norm<<<n_rows, CU_NORM_THREADS, 0, s>>>(out, x, w, b, d, kind, eps);
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3((unsigned)n_rows);
+    cfg.blockDim = dim3(CU_NORM_THREADS);
+    cfg.stream = s;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = cu_pdl_enabled() ? 1 : 0;
+    cudaLaunchKernelEx(&cfg, k_norm, out, x, w, b, d, kind, eps);
     return cudaGetLastError();
 }
 
@@ -277,14 +287,16 @@ extern "C" cudaError_t kiln_cu_gather_rows(cudaStream_t s, float *dst, const flo
  * (sampler.c kiln_argmax: non-finite logits skipped, the lowest index among equals), then the
  * block merges (value, index) pairs preferring the larger value, then the lower index: the
  * first maximum, whatever the order of the merge; -1 when the row holds a NaN */
-__global__ void k_argmax(int32_t *ids, const float *logits, int64_t n) {
-    __shared__ float bv[256];
-    __shared__ int32_t bi[256];
+#define ARGMAX_THREADS 1024
+__global__ void __launch_bounds__(ARGMAX_THREADS) k_argmax(int32_t *ids, const float *logits, int64_t n) {
+    __shared__ float bv[ARGMAX_THREADS];
+    __shared__ int32_t bi[ARGMAX_THREADS];
     const float *x = logits + (int64_t)blockIdx.x * n;
     float v = -INFINITY;
     int32_t best = -1;
     int nan_seen = 0;
-    for (int64_t i = threadIdx.x; i < n; i += 256) {
+#pragma unroll 8
+    for (int64_t i = threadIdx.x; i < n; i += ARGMAX_THREADS) {
         const float xi = x[i];
         nan_seen |= isnan(xi);
         if (isfinite(xi) && (best < 0 || xi > v)) {
@@ -295,7 +307,7 @@ __global__ void k_argmax(int32_t *ids, const float *logits, int64_t n) {
     bv[threadIdx.x] = v;
     bi[threadIdx.x] = best;
     nan_seen = __syncthreads_or(nan_seen);
-    for (int off = 128; off > 0; off >>= 1) {
+    for (int off = ARGMAX_THREADS / 2; off > 0; off >>= 1) {
         if (threadIdx.x < off) {
             const float ov = bv[threadIdx.x + off];
             const int32_t oi = bi[threadIdx.x + off];
@@ -313,6 +325,6 @@ __global__ void k_argmax(int32_t *ids, const float *logits, int64_t n) {
 extern "C" cudaError_t kiln_cu_argmax(cudaStream_t s, int32_t *ids, const float *logits,
                                       int32_t n_rows, int64_t n_vocab) {
     if (n_rows < 1) return cudaSuccess;
-    k_argmax<<<n_rows, 256, 0, s>>>(ids, logits, n_vocab);
+    k_argmax<<<n_rows, ARGMAX_THREADS, 0, s>>>(ids, logits, n_vocab);
     return cudaGetLastError();
 }
