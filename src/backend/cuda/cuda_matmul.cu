@@ -96,28 +96,28 @@ template <int E> __device__ __forceinline__ void widen(const chunk8<E> &c, float
 }
 
 /* the U chunks k0 + 256 u (u < U, k < n_in) of each valid weight row */
-template <int E, int U>
-__device__ __forceinline__ void mm_load(chunk8<E> (&w)[U][MM_OPW], const void *const *wr,
+template <int E, int U, int OPW>
+__device__ __forceinline__ void mm_load(chunk8<E> (&w)[U][OPW], const void *const *wr,
                                         const bool *valid, int64_t k0, int64_t n_in) {
 #pragma unroll
     for (int u = 0; u < U; u++)
 #pragma unroll
-        for (int i = 0; i < MM_OPW; i++)
+        for (int i = 0; i < OPW; i++)
             if (k0 + 256 * u < n_in && valid[i]) w[u][i] = load_chunk<E>(wr[i], k0 + 256 * u);
 }
 
 /* the fmafs of those chunks into the rows' accumulators, in ascending k */
-template <int E, int R, int U>
-__device__ __forceinline__ void mm_fma(float (&acc)[MM_OPW][R], const chunk8<E> (&w)[U][MM_OPW],
+template <int E, int R, int U, int OPW>
+__device__ __forceinline__ void mm_fma(float (&acc)[OPW][R], const chunk8<E> (&w)[U][OPW],
                                        const bool *valid, const float *xr, int64_t n_in, int nr,
                                        int64_t k0) {
 #pragma unroll
     for (int u = 0; u < U; u++) {
         const int64_t k = k0 + 256 * u;
         if (k >= n_in) break;
-        float wf[MM_OPW][8];
+        float wf[OPW][8];
 #pragma unroll
-        for (int i = 0; i < MM_OPW; i++) {
+        for (int i = 0; i < OPW; i++) {
             if (valid[i])
                 widen<E>(w[u][i], wf[i]);
             else
@@ -131,16 +131,18 @@ __device__ __forceinline__ void mm_fma(float (&acc)[MM_OPW][R], const chunk8<E> 
                 const float4 xb = __ldg((const float4 *)(xr + r * n_in + k + 4));
                 const float xv[8] = {xa.x, xa.y, xa.z, xa.w, xb.x, xb.y, xb.z, xb.w};
 #pragma unroll
-                for (int i = 0; i < MM_OPW; i++)
+                for (int i = 0; i < OPW; i++)
 #pragma unroll
                     for (int e = 0; e < 8; e++) acc[i][r] = fmaf(wf[i][e], xv[e], acc[i][r]);
             }
     }
 }
 
-template <int E, int R, int MODE, bool VEC>
-__global__ void __launch_bounds__(MM_WARPS * 32) k_matmul(mm_args a) {
-    constexpr int U = R <= 2 ? 4 : R == 4 ? 2 : 1; /* chunks per group, two groups in flight */
+/* WARPS warps per block, OPW weight rows per warp, U chunks per group (two groups in flight):
+ * none of them changes the order of any output's sum */
+template <int E, int R, int MODE, bool VEC, int WARPS = MM_WARPS, int OPW = MM_OPW,
+          int U = (R <= 2 ? 4 : R == 4 ? 2 : 1)>
+__global__ void __launch_bounds__(WARPS * 32) k_matmul(mm_args a) {
     /* programmatic dependent launch: the next kernel may start now (it waits for this one
      * before it reads what this one writes); this one reads its weights at once and waits
      * for the kernel before it only before reading x (and y) */
@@ -153,13 +155,13 @@ __global__ void __launch_bounds__(MM_WARPS * 32) k_matmul(mm_args a) {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int64_t blk = (int64_t)blockIdx.y - a.first[j];
     /* this warp's weight rows: outputs o[i] of w[j] (MM_GLU: gate and up rows of one output) */
-    int64_t o[MM_OPW];
-    const void *wr[MM_OPW];
-    bool valid[MM_OPW];
+    int64_t o[OPW];
+    const void *wr[OPW];
+    bool valid[OPW];
     const size_t esz = E == CU_F32 ? 4 : 2;
 #pragma unroll
-    for (int i = 0; i < MM_OPW; i++) {
-        o[i] = MODE == MM_GLU ? blk * MM_WARPS + warp : (blk * MM_WARPS + warp) * MM_OPW + i;
+    for (int i = 0; i < OPW; i++) {
+        o[i] = MODE == MM_GLU ? blk * WARPS + warp : (blk * WARPS + warp) * OPW + i;
         valid[i] = o[i] < n_out;
         const void *base = MODE == MM_GLU && i == 1 ? a.w_up : a.w[j];
         wr[i] = (const char *)base + (size_t)(valid[i] ? o[i] : 0) * (size_t)n_in * esz;
@@ -171,45 +173,45 @@ __global__ void __launch_bounds__(MM_WARPS * 32) k_matmul(mm_args a) {
     const int64_t r0 = (int64_t)blockIdx.x * R;
     const int nr = a.n_tok - r0 < R ? (int)(a.n_tok - r0) : R;
     const float *xr = a.x + r0 * n_in;
-    float acc[MM_OPW][R];
+    float acc[OPW][R];
 #pragma unroll
-    for (int i = 0; i < MM_OPW; i++)
+    for (int i = 0; i < OPW; i++)
 #pragma unroll
         for (int r = 0; r < R; r++) acc[i][r] = 0.0f;
     if (VEC) {
         /* two groups of U chunks in turn: the next group's loads are in flight while the
          * current one's fmafs run (the chain still takes the lane's chunks in ascending k) */
-        chunk8<E> wa[U][MM_OPW], wb[U][MM_OPW];
+        chunk8<E> wa[U][OPW], wb[U][OPW];
         int64_t k0 = 8 * lane;
-        mm_load<E, U>(wa, wr, valid, k0, n_in);
+        mm_load<E, U, OPW>(wa, wr, valid, k0, n_in);
         cu_pdl_wait(); /* the weights are on their way; x may be read from here on */
         while (k0 < n_in) {
             const int64_t k1 = k0 + 256 * U;
-            if (k1 < n_in) mm_load<E, U>(wb, wr, valid, k1, n_in);
-            mm_fma<E, R, U>(acc, wa, valid, xr, n_in, nr, k0);
+            if (k1 < n_in) mm_load<E, U, OPW>(wb, wr, valid, k1, n_in);
+            mm_fma<E, R, U, OPW>(acc, wa, valid, xr, n_in, nr, k0);
             if (k1 >= n_in) break;
             const int64_t k2 = k1 + 256 * U;
-            if (k2 < n_in) mm_load<E, U>(wa, wr, valid, k2, n_in);
-            mm_fma<E, R, U>(acc, wb, valid, xr, n_in, nr, k1);
+            if (k2 < n_in) mm_load<E, U, OPW>(wa, wr, valid, k2, n_in);
+            mm_fma<E, R, U, OPW>(acc, wb, valid, xr, n_in, nr, k1);
             k0 = k2;
         }
     } else {
         cu_pdl_wait();
         for (int64_t k = lane; k < n_in; k += 32) {
-            float wv[MM_OPW];
+            float wv[OPW];
 #pragma unroll
-            for (int i = 0; i < MM_OPW; i++) wv[i] = valid[i] ? cu_load<E>(wr[i], k) : 0.0f;
+            for (int i = 0; i < OPW; i++) wv[i] = valid[i] ? cu_load<E>(wr[i], k) : 0.0f;
 #pragma unroll
             for (int r = 0; r < R; r++)
                 if (r < nr) {
                     const float xv = xr[r * n_in + k];
 #pragma unroll
-                    for (int i = 0; i < MM_OPW; i++) acc[i][r] = fmaf(wv[i], xv, acc[i][r]);
+                    for (int i = 0; i < OPW; i++) acc[i][r] = fmaf(wv[i], xv, acc[i][r]);
                 }
         }
     }
 #pragma unroll
-    for (int i = 0; i < MM_OPW; i++)
+    for (int i = 0; i < OPW; i++)
 #pragma unroll
         for (int r = 0; r < R; r++) acc[i][r] = cu_warp_sum(acc[i][r]);
     if (lane != 0) return;
@@ -222,7 +224,7 @@ __global__ void __launch_bounds__(MM_WARPS * 32) k_matmul(mm_args a) {
             yr[o[0]] = cu_glu_value(acc[0][r], acc[1][r], a.act);
         } else {
 #pragma unroll
-            for (int i = 0; i < MM_OPW; i++)
+            for (int i = 0; i < OPW; i++)
                 if (valid[i]) {
                     if (MODE == MM_ADD)
                         yr[o[i]] += acc[i][r];
@@ -322,6 +324,56 @@ extern "C" cudaError_t kiln_cu_matmul_multi(cudaStream_t s, const cu_mm_out *out
         if (err != cudaSuccess) return err;
     }
     return cudaSuccess;
+}
+
+/* gpu_matmul_bench's variants of one bf16 weight at one row (the same bits as
+ * kiln_cu_matmul_multi: the launch shape never changes the order) */
+template <int W, int O, int U>
+static cudaError_t variant_go(cudaStream_t s, const cu_mm_out *out, int64_t n_in, const float *x) {
+    mm_args a = {};
+    a.n_in = n_in;
+    a.x = x;
+    a.n_tok = 1;
+    a.n = 1;
+    a.y[0] = out->y;
+    a.w[0] = out->w;
+    a.n_out[0] = out->n_out;
+    a.first[1] = (out->n_out + W * O - 1) / (W * O);
+    if (!grid_ok(1, a.first[1])) return cudaErrorInvalidConfiguration;
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3(1u, (unsigned)a.first[1]);
+    cfg.blockDim = dim3(W * 32);
+    cfg.stream = s;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = cu_pdl_enabled() ? 1 : 0;
+    cudaLaunchKernelEx(&cfg, k_matmul<CU_BF16, 1, MM_STORE, true, W, O, U>, a);
+    return cudaGetLastError();
+}
+
+extern "C" const char *kiln_cu_matmul_variant_name(int v) {
+    static const char *names[] = {"4w x 2r U4 (default)", "4w x 1r U4", "8w x 1r U4",
+                                  "4w x 2r U2",           "8w x 2r U4", "2w x 2r U4",
+                                  "4w x 1r U8",           "16w x 1r U2"};
+    return v >= 0 && v < 8 ? names[v] : NULL;
+}
+
+extern "C" cudaError_t kiln_cu_matmul_variant(cudaStream_t s, int v, const cu_mm_out *out,
+                                              int64_t n_in, const float *x) {
+    if (out->w_elem != CU_BF16 || !vec_path(CU_BF16, out->w, n_in, x)) return cudaErrorInvalidValue;
+    switch (v) {
+    case 0: return variant_go<4, 2, 4>(s, out, n_in, x);
+    case 1: return variant_go<4, 1, 4>(s, out, n_in, x);
+    case 2: return variant_go<8, 1, 4>(s, out, n_in, x);
+    case 3: return variant_go<4, 2, 2>(s, out, n_in, x);
+    case 4: return variant_go<8, 2, 4>(s, out, n_in, x);
+    case 5: return variant_go<2, 2, 4>(s, out, n_in, x);
+    case 6: return variant_go<4, 1, 8>(s, out, n_in, x);
+    case 7: return variant_go<16, 1, 2>(s, out, n_in, x);
+    default: return cudaErrorInvalidValue;
+    }
 }
 
 extern "C" cudaError_t kiln_cu_matmul_add(cudaStream_t s, const cu_mm_out *out, int64_t n_in,
