@@ -13,6 +13,11 @@
  *              x += post_ffn_norm?(ffn(norm(x)))
  *   logits = softcap?(Wout . norm(x))
  *
+ * Where the backend has the fused forms (backend.h matmul_add, matmul_glu, rope_kv_write) the
+ * model calls them instead of the sequences they fuse, with the same bits: the residual add
+ * into the output projection and the down projection (layers without a post-norm or a bias),
+ * the GLU into the gate/up matmul, RoPE into the KV write.
+ *
  * Every operation is row-wise, per (token, head), per (sequence, head) along the sequence's
  * own tokens, or a matmul with a fixed reduction order per output element, so a token's
  * result does not depend on the batch around it (DESIGN.md principle 3). MoE: a token's
