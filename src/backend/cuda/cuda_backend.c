@@ -228,26 +228,12 @@ static void graphs_drop(cuda_backend *c) {
 }
 
 /* the step's operations end (a download, an upload or a sync follows): a capture is closed,
- * instantiated and launched; a replay launches its graph */
+ * instantiated and launched (a replay was launched by step_begin already) */
 static void graph_finish(cuda_backend *c) {
     if (c->gmode == G_OFF) return;
     const int mode = c->gmode;
     c->gmode = G_OFF;
-    if (mode == G_REPLAY) {
-        for (int i = 0; i < c->n_graphs; i++)
-            if (c->graphs[i].key == c->gkey) {
-                const cu_graph *g = &c->graphs[i];
-                cu_check(c, "cudaGraphLaunch", cudaGraphLaunch(g->exec, c->stream));
-                if (c->prof && g->ev && c->n_marks == g->mark0) { /* its event nodes */
-                    memcpy(c->prof_cls + c->n_marks, g->cls, (size_t)g->n_marks * sizeof(int));
-                    memcpy(c->prof_list + c->n_marks, g->ev,
-                           (size_t)g->n_marks * sizeof(cudaEvent_t));
-                    c->n_marks += g->n_marks;
-                }
-                return;
-            }
-        cu_die(c, "graph replay (no graph for the key)", cudaErrorInvalidValue);
-    }
+    if (mode == G_REPLAY) return; /* launched by step_begin */
     cudaGraph_t g = NULL;
     cu_check(c, "cudaStreamEndCapture", cudaStreamEndCapture(c->stream, &g));
     cudaGraphExec_t exec = NULL;
@@ -571,7 +557,17 @@ static kiln_status cuda_step_begin(kiln_backend *be, const kiln_step *st, kiln_e
         c->gkey = st->graph_key;
         for (int i = 0; i < c->n_graphs; i++)
             if (c->graphs[i].key == c->gkey) {
+                /* launched at once, behind the metadata it reads: the operations' calls that
+                 * follow enqueue nothing */
+                const cu_graph *g = &c->graphs[i];
                 c->gmode = G_REPLAY;
+                cu_check(c, "cudaGraphLaunch", cudaGraphLaunch(g->exec, c->stream));
+                if (c->prof && g->ev && c->n_marks == g->mark0) { /* its event nodes */
+                    memcpy(c->prof_cls + c->n_marks, g->cls, (size_t)g->n_marks * sizeof(int));
+                    memcpy(c->prof_list + c->n_marks, g->ev,
+                           (size_t)g->n_marks * sizeof(cudaEvent_t));
+                    c->n_marks += g->n_marks;
+                }
                 return KILN_OK;
             }
         if (c->n_graphs < CU_MAX_GRAPHS) {
