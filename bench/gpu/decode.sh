@@ -10,7 +10,8 @@
 # first milestone's kernels (KILN_CUDA_KERNELS=v1, "before"); and whether Q8_0 / Q4_0 load.
 # SHARED_DIR: the reference data for the tests (default ../shared). Logs: see below. Env:
 # KILN_8B_MODEL (the model's path), KILN_RUN_LIBS (a folder of the
-# server's shared libraries when the machine lacks them, as for check.sh), SKIP_TESTS=1.
+# server's shared libraries when the machine lacks them, as for check.sh), SKIP_TESTS=1,
+# SKIP_TORCH=1, MORE=1 (also: without programmatic launch, and the first milestone's kernels).
 # The figures it printed are in README.md here.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -71,7 +72,7 @@ ls -la "$model"
 say "gpu_matmul_bench rc=$?"
 keep "$out/gemv.txt"
 cat "$out/gemv.txt"
-if env -u LD_LIBRARY_PATH python3 -c 'import torch' 2>/dev/null; then
+if [ "${SKIP_TORCH:-0}" != 1 ] && env -u LD_LIBRARY_PATH python3 -c 'import torch' 2>/dev/null; then
   env -u LD_LIBRARY_PATH PYTHONUNBUFFERED=1 timeout 120 python3 bench/gpu/torch_gemm.py "$out/gemv.txt" >"$out/torch.txt" 2>&1
   say "torch_gemm rc=$?"
   keep "$out/torch.txt"
@@ -95,12 +96,13 @@ bench ctx128 128 128
 bench ctx1024 1024 128
 bench ctx8192 8192 128
 bench ctx128-nographs 128 128 KILN_CUDA_GRAPHS=0
-bench ctx128-nopdl 128 128 KILN_CUDA_PDL=0
+[ "${MORE:-0}" = 1 ] && bench ctx128-nopdl 128 128 KILN_CUDA_PDL=0
 # the per-operation split: graphed decode steps timed by event nodes inside the graphs (no
 # programmatic launch overlap then), prefill chunks as launched
 bench prof-ctx128 128 64 KILN_CUDA_PROFILE=1 KILN_CUDA_PDL=0
 bench prof-ctx8192 8192 32 KILN_CUDA_PROFILE=1 KILN_CUDA_PDL=0
-bench prof-ctx128-v1 128 32 KILN_CUDA_PROFILE=1 KILN_CUDA_KERNELS=v1
+# the first milestone's kernels ("before"; README.md: aborts since run 2, see there)
+[ "${MORE:-0}" = 1 ] && bench prof-ctx128-v1 128 32 KILN_CUDA_PROFILE=1 KILN_CUDA_KERNELS=v1
 say "benches done"
 if command -v compute-sanitizer >/dev/null 2>&1 && [ "${SKIP_TESTS:-0}" != 1 ]; then
   timeout 100 compute-sanitizer --tool memcheck --error-exitcode 9 build-gpu/tests/cuda/test_cuda_ops \

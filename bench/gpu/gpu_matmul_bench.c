@@ -8,8 +8,6 @@
  *             stream in GB/s (weight bytes / time) and TFLOP/s (2 M n_out n_in / time)
  *   decode    the sum over one layer's matmuls at M = 1, x 32 layers, + the output head: the
  *             matmul time of one batch-1 decode step, and the tok/s it allows
- *   variants  the launch shapes of kiln_cu_matmul_variant (the same bits) at M = 1, one launch
- *             alone and 32 chained in a CUDA graph (per launch: what a decode step sees)
  * Inputs are random (never zeros: METHOD.md); every launch's error is checked.
  * Usage: gpu_matmul_bench [M ...] (default 1 2 4 8 16 64 256 2048). Prints a table.
  */
@@ -198,73 +196,6 @@ int main(int argc, char **argv) {
             if (M == 1) decode_ms += ms * (si == n_sh - 1 ? 1.0 : 32.0);
         }
         for (int c = 0; c < copies; c++) CK(cudaFree(w[c]));
-    }
-    /* launch shapes at M = 1 (kiln_cu_matmul_variant: the same bits, other block shapes):
-     * one launch timed alone, and 32 launched back to back in a CUDA graph (programmatic
-     * launches, as in a decode step), per launch */
-    {
-        const struct { const char *name; int64_t n_out, n_in; } vs[] = {
-            {"6144x4096", 6144, 4096}, {"4096x4096", 4096, 4096}, {"14336x4096", 14336, 4096},
-            {"4096x14336", 4096, 14336}, {"128256x4096", 128256, 4096}};
-        cudaStream_t st;
-        CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
-        printf("%-12s %-22s %10s %9s %12s %9s\n", "weight", "launch shape", "alone us", "GB/s",
-               "chained us", "GB/s");
-        for (size_t si = 0; si < sizeof vs / sizeof vs[0]; si++) {
-            const size_t wn = (size_t)vs[si].n_out * vs[si].n_in;
-            const int copies = wn * 2 > ((size_t)1 << 29) ? 2 : COPIES;
-            void *w[COPIES];
-            for (int c = 0; c < COPIES; c++) w[c] = c < copies ? dev_random(wn, 200 + c) : w[c % copies];
-            for (int v = 0; kiln_cu_matmul_variant_name(v); v++) {
-                cudaEvent_t a, b;
-                CK(cudaEventCreate(&a));
-                CK(cudaEventCreate(&b));
-                float t[REPS];
-                for (int r = 0; r < WARM + REPS; r++) {
-                    const cu_mm_out o = {y, w[r % COPIES], CU_BF16, vs[si].n_out};
-                    CK(cudaEventRecord(a, st));
-                    CK(kiln_cu_matmul_variant(st, v, &o, vs[si].n_in, x));
-                    CK(cudaEventRecord(b, st));
-                    CK(cudaEventSynchronize(b));
-                    float ms;
-                    CK(cudaEventElapsedTime(&ms, a, b));
-                    if (r >= WARM) t[r - WARM] = ms;
-                }
-                qsort(t, REPS, sizeof t[0], cmp_f);
-                const float alone = t[REPS / 2];
-                enum { CHAIN = 32 };
-                cudaGraph_t g;
-                cudaGraphExec_t ge;
-                CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
-                for (int k = 0; k < CHAIN; k++) {
-                    const cu_mm_out o = {y, w[k % COPIES], CU_BF16, vs[si].n_out};
-                    CK(kiln_cu_matmul_variant(st, v, &o, vs[si].n_in, x));
-                }
-                CK(cudaStreamEndCapture(st, &g));
-                CK(cudaGraphInstantiate(&ge, g, 0));
-                float tc[7];
-                for (int r = 0; r < 2 + 7; r++) {
-                    CK(cudaEventRecord(a, st));
-                    CK(cudaGraphLaunch(ge, st));
-                    CK(cudaEventRecord(b, st));
-                    CK(cudaEventSynchronize(b));
-                    float ms;
-                    CK(cudaEventElapsedTime(&ms, a, b));
-                    if (r >= 2) tc[r - 2] = ms / CHAIN;
-                }
-                qsort(tc, 7, sizeof tc[0], cmp_f);
-                const float chained = tc[3];
-                printf("%-12s %-22s %10.2f %9.0f %12.2f %9.0f\n", vs[si].name,
-                       kiln_cu_matmul_variant_name(v), alone * 1e3, (double)wn * 2 / (alone * 1e-3) / 1e9,
-                       chained * 1e3, (double)wn * 2 / (chained * 1e-3) / 1e9);
-                CK(cudaGraphExecDestroy(ge));
-                CK(cudaGraphDestroy(g));
-                CK(cudaEventDestroy(a));
-                CK(cudaEventDestroy(b));
-            }
-            for (int c = 0; c < copies; c++) CK(cudaFree(w[c]));
-        }
-        CK(cudaStreamDestroy(st));
     }
     if (decode_ms > 0)
         printf("decode matmuls at M = 1 (32 layers + head): %.3f ms per token, %.1f tok/s if "

@@ -239,10 +239,8 @@ extern "C" cudaError_t kiln_cu_rope_kv(cudaStream_t s, const cu_kv *kv, const cu
 /* ---- split-KV attention ---------------------------------------------------------------------- */
 
 #define AT_THREADS 128
-#define AT_WARPS   (AT_THREADS / 32)
-#define AT_MAX_QD  1024 /* HG * head_dim, at most (at_hg keeps to it) */
-#define AT_SLOTS   (AT_MAX_QD / AT_THREADS) /* (head, dim) outputs per thread, at most */
-#define AT_MCHUNK  32   /* the wide form's merge reads this many splits' statistics at once */
+#define AT_ND      (KILN_CU_ATTN_MAX_HEAD_DIM / AT_THREADS) /* dims per thread, at most */
+#define AT_MCHUNK  32 /* the wide form's merge reads this many splits' statistics at once */
 
 typedef struct at_args {
     cu_kv kv;
@@ -262,32 +260,26 @@ __host__ __device__ __forceinline__ int32_t at_splits(int32_t n) {
     return (n + KILN_CU_ATTN_SPLIT - 1) / KILN_CU_ATTN_SPLIT;
 }
 
-/* the fold of one split's (m, l) into a head's running (M, L): M' = max(M, m), a = e^(M - M'),
- * b = e^(m - M'), L = L a + l b; its outputs then take O = O a + acc b. The merge, in split
- * order, for both forms. */
-__device__ __forceinline__ void at_fold_ml(float &M, float &L, float m, float l, float &fa,
-                                           float &fb) {
+/* the fold of one split's (m, l, acc) into the running (M, L, O): the merge, in split order */
+__device__ __forceinline__ void at_fold(float &M, float &L, float *O, int nd, float m, float l,
+                                        const float *acc) {
     const float Mn = fmaxf(M, m);
-    fa = expf(M - Mn);
-    fb = expf(m - Mn);
-    L = L * fa + l * fb;
+    const float a = expf(M - Mn), b = expf(m - Mn);
+    L = L * a + l * b;
+    for (int c = 0; c < nd; c++) O[c] = O[c] * a + acc[c] * b;
     M = Mn;
 }
 
-/* HG query heads per block (sharing one KV head's rows), ND2 = ceil(hd / 32) rounded up to a
- * power of two (the dims per lane in P V) */
-template <int E, int HG, int ND2>
+/* ND: dims per thread, ceil(hd / 128) (1, 2 or 4) */
+template <int E, int HG, int ND>
 __global__ void __launch_bounds__(AT_THREADS) k_attention(at_args a) {
-    __shared__ __align__(16) float q_sh[AT_MAX_QD];
+    __shared__ __align__(16) float q_sh[HG][KILN_CU_ATTN_MAX_HEAD_DIM];
     __shared__ float p_sh[HG][KILN_CU_ATTN_SPLIT];
-    __shared__ float red[AT_WARPS][AT_MAX_QD]; /* the warps' P V partials */
     __shared__ const char *vrow_sh[KILN_CU_ATTN_SPLIT];
     __shared__ float m_sh[HG], l_sh[HG];
-    __shared__ float fa_sh[AT_MCHUNK][HG], fb_sh[AT_MCHUNK][HG], M_sh[HG], L_sh[HG];
     __shared__ float st_sh[AT_MCHUNK][2 * HG];
     __shared__ int last_sh;
-    cu_pdl_wait(); /* launched programmatically: what the kernel ahead wrote is visible */
-    cu_pdl_launch_dependents();
+    cu_pdl_launch_dependents(); /* the output projection may be scheduled (it waits) */
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const bool wide = a.s_grid > 0;
     const int32_t i = wide ? (int32_t)(blockIdx.x / a.s_grid) : (int32_t)blockIdx.x;
@@ -298,25 +290,27 @@ __global__ void __launch_bounds__(AT_THREADS) k_attention(at_args a) {
     const int32_t end = pos + 1;
     const int32_t S = at_splits(end - begin);
     if (wide && s_me >= S) return;
-    const int32_t hd = a.hd, qd = HG * hd;
+    const int32_t hd = a.hd;
     const int64_t q_dim = (int64_t)a.n_head * hd;
-    for (int idx = tid; idx < qd; idx += AT_THREADS)
-        q_sh[idx] = cu_round<E>(a.q[(int64_t)i * q_dim + (int64_t)h0 * hd + idx]);
+    for (int idx = tid; idx < HG * hd; idx += AT_THREADS)
+        q_sh[idx / hd][idx % hd] = cu_round<E>(a.q[(int64_t)i * q_dim + (int64_t)h0 * hd + idx]);
     const size_t esz = E == CU_F32 ? 4 : 2;
     const int32_t *table = a.st.tables + a.st.seq_table[seq];
     const int64_t head_off = (int64_t)g * hd * (int64_t)esz;
-    /* the fold state of the loop form: per head (every thread the same values), and this
-     * thread's outputs idx = tid + 128 c of the HG x hd block (head idx / hd, dim idx % hd) */
-    float M[HG], L[HG], O[AT_SLOTS];
+    /* the fold state (loop mode): thread tid owns dims d = tid + 128 c of every head */
+    float M[HG], L[HG], O[HG][ND];
 #pragma unroll
-    for (int h = 0; h < HG; h++) M[h] = -INFINITY, L[h] = 0.0f;
+    for (int h = 0; h < HG; h++) {
+        M[h] = -INFINITY;
+        L[h] = 0.0f;
 #pragma unroll
-    for (int c = 0; c < AT_SLOTS; c++) O[c] = 0.0f;
+        for (int c = 0; c < ND; c++) O[h][c] = 0.0f;
+    }
     const int32_t s_lo = wide ? s_me : 0, s_hi = wide ? s_me + 1 : S;
     for (int32_t sp = s_lo; sp < s_hi; sp++) {
         const int32_t kb = begin + sp * KILN_CU_ATTN_SPLIT;
         const int32_t nk = end - kb < KILN_CU_ATTN_SPLIT ? end - kb : KILN_CU_ATTN_SPLIT;
-        __syncthreads(); /* q_sh written; p_sh, red, vrow_sh free again */
+        __syncthreads(); /* q_sh written; p_sh, vrow_sh free again */
         /* scores: thread t takes key kb + t, one fmaf chain over d ascending per head */
         if (tid < nk) {
             const int32_t t = kb + tid;
@@ -347,14 +341,13 @@ __global__ void __launch_bounds__(AT_THREADS) k_attention(at_args a) {
 #pragma unroll
                     for (int h = 0; h < HG; h++)
 #pragma unroll
-                        for (int e = 0; e < PER; e++)
-                            acc[h] = fmaf(q_sh[h * hd + d0 + e], kf[e], acc[h]);
+                        for (int e = 0; e < PER; e++) acc[h] = fmaf(q_sh[h][d0 + e], kf[e], acc[h]);
                 }
             } else {
                 for (int32_t d = 0; d < hd; d++) {
                     const float kd = cu_load<E>(kr, d);
 #pragma unroll
-                    for (int h = 0; h < HG; h++) acc[h] = fmaf(q_sh[h * hd + d], kd, acc[h]);
+                    for (int h = 0; h < HG; h++) acc[h] = fmaf(q_sh[h][d], kd, acc[h]);
                 }
             }
 #pragma unroll
@@ -365,9 +358,9 @@ __global__ void __launch_bounds__(AT_THREADS) k_attention(at_args a) {
             }
         }
         __syncthreads();
-        /* per head: m = max, p_t = exp(s_t - m), l = sum of p_t (lane j of a warp sums keys
-         * j + 32 i in ascending i, then the xor butterfly); p_t rounded to the operand */
-        for (int h = warp; h < HG; h += AT_WARPS) {
+        /* per head: m = max, p_t = exp(s_t - m), l = sum of p_t (lane l sums keys l + 32 j in
+         * ascending j, then the xor butterfly); p_t rounded to the operand for P V */
+        for (int h = warp; h < HG; h += AT_THREADS / 32) {
             float m = -INFINITY;
 #pragma unroll
             for (int jj = 0; jj < KILN_CU_ATTN_SPLIT / 32; jj++) {
@@ -392,59 +385,34 @@ __global__ void __launch_bounds__(AT_THREADS) k_attention(at_args a) {
             }
         }
         __syncthreads();
-        /* P V: warp w sums the keys 32 w .. 32 w + 31 of the split in ascending order (lane l
-         * its dims l + 32 c), 8 keys' loads in flight; then the four warps' sums are added in
-         * warp order, ((w0 + w1) + w2) + w3 */
-        {
-            float acc[HG][ND2];
+        /* P V: acc[h][c] = sum over the split's keys, ascending, of p_t v_t[d] */
+        float acc[HG][ND];
 #pragma unroll
-            for (int h = 0; h < HG; h++)
+        for (int h = 0; h < HG; h++)
 #pragma unroll
-                for (int c = 0; c < ND2; c++) acc[h][c] = 0.0f;
-            const int32_t t_lo = 32 * warp, t_hi = nk < t_lo + 32 ? nk : t_lo + 32;
-            constexpr int VU = 8;
-            for (int32_t t0 = t_lo; t0 < t_hi; t0 += VU) {
-                float vd[VU][ND2];
+            for (int c = 0; c < ND; c++) acc[h][c] = 0.0f;
+        /* 8 keys' V loads in flight before their fmafs (the chain stays in key order) */
+        constexpr int VU = 8;
+        for (int32_t t0 = 0; t0 < nk; t0 += VU) {
+            float vd[VU][ND];
 #pragma unroll
-                for (int u = 0; u < VU; u++) {
-                    const char *vr = t0 + u < t_hi ? vrow_sh[t0 + u] : NULL;
+            for (int u = 0; u < VU; u++) {
+                const char *vr = t0 + u < nk ? vrow_sh[t0 + u] : NULL;
 #pragma unroll
-                    for (int c = 0; c < ND2; c++) {
-                        const int32_t d = lane + 32 * c;
-                        vd[u][c] = vr && d < hd ? cu_load<E>(vr, d) : 0.0f;
-                    }
-                }
-#pragma unroll
-                for (int u = 0; u < VU; u++) {
-                    if (t0 + u >= t_hi) break;
-#pragma unroll
-                    for (int h = 0; h < HG; h++) {
-                        const float p = p_sh[h][t0 + u];
-#pragma unroll
-                        for (int c = 0; c < ND2; c++) acc[h][c] = fmaf(p, vd[u][c], acc[h][c]);
-                    }
+                for (int c = 0; c < ND; c++) {
+                    const int32_t d = tid + AT_THREADS * c;
+                    vd[u][c] = vr && d < hd ? cu_load<E>(vr, d) : 0.0f;
                 }
             }
 #pragma unroll
-            for (int h = 0; h < HG; h++)
+            for (int u = 0; u < VU; u++) {
+                if (t0 + u >= nk) break;
 #pragma unroll
-                for (int c = 0; c < ND2; c++) {
-                    const int32_t d = lane + 32 * c;
-                    if (d < hd) red[warp][h * hd + d] = acc[h][c];
-                }
-        }
-        __syncthreads();
-        float accv[AT_SLOTS];
+                for (int c = 0; c < ND; c++)
 #pragma unroll
-        for (int c = 0; c < AT_SLOTS; c++) {
-            const int idx = tid + AT_THREADS * c;
-            float v = 0.0f;
-            if (idx < qd) {
-                v = red[0][idx] + red[1][idx];
-                v += red[2][idx];
-                v += red[3][idx];
+                    for (int h = 0; h < HG; h++)
+                        acc[h][c] = fmaf(p_sh[h][t0 + u], vd[u][c], acc[h][c]);
             }
-            accv[c] = v;
         }
         if (wide) {
             float *pp = a.part + (((int64_t)i * gridDim.y + blockIdx.y) * a.s_grid + sp) *
@@ -454,33 +422,19 @@ __global__ void __launch_bounds__(AT_THREADS) k_attention(at_args a) {
                 pp[2 * tid + 1] = l_sh[tid];
             }
 #pragma unroll
-            for (int c = 0; c < AT_SLOTS; c++) {
-                const int idx = tid + AT_THREADS * c;
-                if (idx < qd) pp[2 * HG + idx] = accv[c];
-            }
-        } else {
-            float fa[HG], fb[HG];
+            for (int h = 0; h < HG; h++)
 #pragma unroll
-            for (int h = 0; h < HG; h++) at_fold_ml(M[h], L[h], m_sh[h], l_sh[h], fa[h], fb[h]);
-#pragma unroll
-            for (int c = 0; c < AT_SLOTS; c++) {
-                const int idx = tid + AT_THREADS * c;
-                if (idx < qd) {
-                    const int h = idx / hd;
-                    float ah = fa[0], bh = fb[0];
-#pragma unroll
-                    for (int hh = 1; hh < HG; hh++)
-                        if (h == hh) ah = fa[hh], bh = fb[hh];
-                    O[c] = O[c] * ah + accv[c] * bh;
+                for (int c = 0; c < ND; c++) {
+                    const int32_t d = tid + AT_THREADS * c;
+                    if (d < hd) pp[2 * HG + h * hd + d] = acc[h][c];
                 }
-            }
+        } else {
+#pragma unroll
+            for (int h = 0; h < HG; h++) at_fold(M[h], L[h], O[h], ND, m_sh[h], l_sh[h], acc[h]);
         }
     }
     if (wide) {
-        /* the last split of (token, KV head, group) to finish folds all of them, in order:
-         * the statistics of AT_MCHUNK splits at a time first (one thread per head folds M, L
-         * and keeps each split's factors), then every output's partials with their loads in
-         * flight together */
+        /* the last split of (token, KV head, group) to finish folds all of them, in order */
         __threadfence();
         __syncthreads();
         int32_t *cnt = a.cnt + (int64_t)i * gridDim.y + blockIdx.y;
@@ -488,76 +442,58 @@ __global__ void __launch_bounds__(AT_THREADS) k_attention(at_args a) {
         __syncthreads();
         if (!last_sh) return;
         __threadfence();
+        /* the splits' statistics AT_MCHUNK at a time into shared memory, then VB splits'
+         * partials at a time into registers, each folded by at_fold in split order: the loads
+         * in flight together, the arithmetic the loop form's */
         const int64_t stride = HG * (2 + hd);
         const float *base = a.part + ((int64_t)i * gridDim.y + blockIdx.y) * a.s_grid * stride;
-        if (tid < HG) M_sh[tid] = -INFINITY, L_sh[tid] = 0.0f;
+        constexpr int VB = 32 / (HG * ND) < 1 ? 1 : 32 / (HG * ND) > 8 ? 8 : 32 / (HG * ND);
         for (int32_t s0 = 0; s0 < S; s0 += AT_MCHUNK) {
             const int32_t ns = S - s0 < AT_MCHUNK ? S - s0 : AT_MCHUNK;
+            __syncthreads(); /* st_sh free */
+            for (int e = tid; e < ns * 2 * HG; e += AT_THREADS)
+                st_sh[e / (2 * HG)][e % (2 * HG)] =
+                    __ldcg(base + (int64_t)(s0 + e / (2 * HG)) * stride + e % (2 * HG));
             __syncthreads();
-            for (int e = tid; e < ns * 2 * HG; e += AT_THREADS) /* the stats, all at once */
-                st_sh[e / (2 * HG)][e % (2 * HG)] = __ldcg(base + (int64_t)(s0 + e / (2 * HG)) * stride + e % (2 * HG));
-            __syncthreads();
-            if (tid < HG) {
-                float Mh = M_sh[tid], Lh = L_sh[tid];
-                for (int32_t j = 0; j < ns; j++)
-                    at_fold_ml(Mh, Lh, st_sh[j][2 * tid], st_sh[j][2 * tid + 1], fa_sh[j][tid],
-                               fb_sh[j][tid]);
-                M_sh[tid] = Mh;
-                L_sh[tid] = Lh;
-            }
-            __syncthreads();
+            for (int32_t j0 = 0; j0 < ns; j0 += VB) {
+                float pv[VB][HG][ND];
 #pragma unroll
-            for (int c = 0; c < AT_SLOTS; c++) {
-                const int idx = tid + AT_THREADS * c;
-                if (idx >= qd) continue;
-                const int h = idx / hd;
-                for (int32_t j0 = 0; j0 < ns; j0 += 8) {
-                    float pv[8];
+                for (int u = 0; u < VB; u++)
 #pragma unroll
-                    for (int u = 0; u < 8; u++)
-                        pv[u] = j0 + u < ns ? __ldcg(base + (int64_t)(s0 + j0 + u) * stride + 2 * HG + idx)
-                                            : 0.0f;
+                    for (int h = 0; h < HG; h++)
 #pragma unroll
-                    for (int u = 0; u < 8; u++)
-                        if (j0 + u < ns) O[c] = O[c] * fa_sh[j0 + u][h] + pv[u] * fb_sh[j0 + u][h];
+                        for (int c = 0; c < ND; c++) {
+                            const int32_t d = tid + AT_THREADS * c;
+                            pv[u][h][c] = j0 + u < ns && d < hd
+                                              ? __ldcg(base + (int64_t)(s0 + j0 + u) * stride +
+                                                       2 * HG + h * hd + d)
+                                              : 0.0f;
+                        }
+#pragma unroll
+                for (int u = 0; u < VB; u++) {
+                    if (j0 + u >= ns) break;
+#pragma unroll
+                    for (int h = 0; h < HG; h++)
+                        at_fold(M[h], L[h], O[h], ND, st_sh[j0 + u][2 * h],
+                                st_sh[j0 + u][2 * h + 1], pv[u][h]);
                 }
             }
         }
-        __syncthreads();
         if (tid == 0) *cnt = 0;
-        float *oi = a.out + (int64_t)i * q_dim + (int64_t)h0 * hd;
-#pragma unroll
-        for (int c = 0; c < AT_SLOTS; c++) {
-            const int idx = tid + AT_THREADS * c;
-            if (idx < qd) oi[idx] = O[c] / L_sh[idx / hd];
-        }
-        return;
     }
     float *oi = a.out + (int64_t)i * q_dim + (int64_t)h0 * hd;
 #pragma unroll
-    for (int c = 0; c < AT_SLOTS; c++) {
-        const int idx = tid + AT_THREADS * c;
-        if (idx < qd) {
-            const int h = idx / hd;
-            float Lh = L[0];
+    for (int h = 0; h < HG; h++)
 #pragma unroll
-            for (int hh = 1; hh < HG; hh++)
-                if (h == hh) Lh = L[hh];
-            oi[idx] = O[c] / Lh;
+        for (int c = 0; c < ND; c++) {
+            const int32_t d = tid + AT_THREADS * c;
+            if (d < hd) oi[(int64_t)h * hd + d] = O[h][c] / L[h];
         }
-    }
 }
 
-/* dims per lane in P V: ceil(hd / 32) as 2, 4, 8 or 16 */
-static int at_nd2(int32_t hd) {
-    return hd <= 64 ? 2 : hd <= 128 ? 4 : hd <= 256 ? 8 : 16;
-}
-
-/* query heads per block: the largest of 8, 4, 2, 1 dividing G with HG * hd <= AT_MAX_QD */
-static int at_hg(int32_t G, int32_t hd) {
-    for (int hg = 8; hg > 1; hg /= 2)
-        if (G % hg == 0 && hg * hd <= AT_MAX_QD && hg * at_nd2(hd) <= 32) return hg;
-    return 1;
+/* query heads per block: the largest of 8, 4, 2, 1 dividing G */
+static int at_hg(int32_t G) {
+    return G % 8 == 0 ? 8 : G % 4 == 0 ? 4 : G % 2 == 0 ? 2 : 1;
 }
 
 extern "C" size_t kiln_cu_attention_part_floats(int32_t n_tokens, int32_t n_head,
@@ -570,43 +506,26 @@ extern "C" size_t kiln_cu_attention_cnt_ints(int32_t n_tokens, int32_t n_head) {
     return (size_t)n_tokens * (size_t)n_head;
 }
 
-template <int E, int HG, int ND2>
-static void at_go(cudaStream_t s, const at_args &a, dim3 grid) {
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = grid;
-    cfg.blockDim = dim3(AT_THREADS);
-    cfg.stream = s;
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[0].val.programmaticStreamSerializationAllowed = 1;
-    cfg.attrs = attr;
-    cfg.numAttrs = cu_pdl_enabled() ? 1 : 0;
-    cudaLaunchKernelEx(&cfg, k_attention<E, HG, ND2>, a);
-}
-
-template <int E, int HG>
-static void at_launch_hg(cudaStream_t s, const at_args &a, int nd2, dim3 grid) {
-    if constexpr (HG <= 8) {
-        if (nd2 == 2) at_go<E, HG, 2>(s, a, grid);
-        else if (nd2 == 4) at_go<E, HG, 4>(s, a, grid);
-        else if constexpr (HG <= 4) {
-            if (nd2 == 8) at_go<E, HG, 8>(s, a, grid);
-            else if constexpr (HG <= 2) at_go<E, HG, 16>(s, a, grid);
-        }
-    }
+template <int E, int ND>
+static void at_launch_nd(cudaStream_t s, const at_args &a, int hg, dim3 grid) {
+    if (hg == 8)
+        k_attention<E, 8, ND><<<grid, AT_THREADS, 0, s>>>(a);
+    else if (hg == 4)
+        k_attention<E, 4, ND><<<grid, AT_THREADS, 0, s>>>(a);
+    else if (hg == 2)
+        k_attention<E, 2, ND><<<grid, AT_THREADS, 0, s>>>(a);
+    else
+        k_attention<E, 1, ND><<<grid, AT_THREADS, 0, s>>>(a);
 }
 
 template <int E>
 static void at_launch(cudaStream_t s, const at_args &a, int hg, dim3 grid) {
-    const int nd2 = at_nd2(a.hd);
-    if (hg == 8)
-        at_launch_hg<E, 8>(s, a, nd2, grid);
-    else if (hg == 4)
-        at_launch_hg<E, 4>(s, a, nd2, grid);
-    else if (hg == 2)
-        at_launch_hg<E, 2>(s, a, nd2, grid);
+    if (a.hd <= AT_THREADS)
+        at_launch_nd<E, 1>(s, a, hg, grid);
+    else if (a.hd <= 2 * AT_THREADS)
+        at_launch_nd<E, 2>(s, a, hg, grid);
     else
-        at_launch_hg<E, 1>(s, a, nd2, grid);
+        at_launch_nd<E, AT_ND>(s, a, hg, grid);
 }
 
 extern "C" cudaError_t kiln_cu_attention(cudaStream_t s, const cu_kv *kv, const cu_step *st,
@@ -618,7 +537,7 @@ extern "C" cudaError_t kiln_cu_attention(cudaStream_t s, const cu_kv *kv, const 
         n_head % n_head_kv != 0)
         return cudaErrorInvalidValue;
     const int32_t G = n_head / n_head_kv;
-    const int hg = at_hg(G, head_dim);
+    const int hg = at_hg(G);
     const size_t esz = kv->elem == CU_F32 ? 4 : 2, per = 16 / esz;
     at_args a = {};
     a.kv = *kv;

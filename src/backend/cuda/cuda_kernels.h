@@ -90,13 +90,6 @@ cudaError_t kiln_cu_matmul_glu(cudaStream_t s, float *y, const void *w_gate, con
                                cu_elem elem, int64_t n_out, int64_t n_in, const float *x,
                                int32_t n_tok, int act);
 
-/** gpu_matmul_bench's launch shapes of one bf16 weight at one row, v = 0 .. 7 (0: the one
- *  kiln_cu_matmul_multi uses; warps per block, rows per warp, chunks per group): the same bits
- *  as kiln_cu_matmul_multi, only the speed differs. The name of v, or NULL past the last. */
-cudaError_t kiln_cu_matmul_variant(cudaStream_t s, int v, const cu_mm_out *out, int64_t n_in,
-                                   const float *x);
-const char *kiln_cu_matmul_variant_name(int v);
-
 /** The first milestone's matmul (k = 4l + 128j chunks, 8 warps of one output each), kept
  *  for before/after timings (KILN_CUDA_KERNELS=v1); other bits than kiln_cu_matmul_multi. */
 cudaError_t kiln_cu_matmul_v1(cudaStream_t s, const cu_mm_out *outs, int n, int64_t n_in,

@@ -246,11 +246,34 @@ bool cu_pdl_enabled(void) {
 
 /* launched with programmatic stream serialization: it may start while the kernel before it
  * finishes (k_matmul waits for it before reading anything it wrote) */
-template <int E, int R, int MODE>
+/* Launch shapes (gpu_matmul_bench's variant table on the H200, run 3 of bench/gpu/README.md:
+ * one row, 32 launches chained in a graph): SH_WIDE, 16 warps of one row each with groups of 2
+ * chunks, streamed the narrow and the long-row weights fastest (4096x4096: 10.7 us against
+ * 12.5, 4096x14336: 30.7 against 36.8); SH_PAIR, 4 warps of two rows with groups of 2, the
+ * others (6144x4096: 16.8 against 20.8; 14336x4096: 33.5 against 35.7); the output head was
+ * the same under all. Rows beyond one keep 4 warps of two rows. No shape changes the order. */
+enum { SH_DEF = 0, SH_WIDE = 1, SH_PAIR = 2 };
+
+static int mm_shape(int32_t n_tok, int64_t n_out_total, int64_t n_in, int mode) {
+    if (n_tok != 1) return SH_DEF;
+    if (mode == MM_GLU) return SH_PAIR; /* a warp holds the gate and up rows of one output */
+    return n_in >= 8192 || n_out_total <= 4096 ? SH_WIDE : SH_PAIR;
+}
+
+/* outputs per block of a shape */
+static int64_t mm_per_block(int shape, int mode) {
+    if (mode == MM_GLU) return MM_WARPS;
+    return shape == SH_WIDE ? 16 : MM_WARPS * MM_OPW;
+}
+
+/* launched with programmatic stream serialization: it may start while the kernel before it
+ * finishes (k_matmul waits for it before reading anything it wrote) */
+template <int E, int R, int MODE, int W = MM_WARPS, int O = MM_OPW,
+          int U = (R <= 2 ? 4 : R == 4 ? 2 : 1)>
 static void launch_r(cudaStream_t s, const mm_args &a, bool vec, dim3 grid) {
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = grid;
-    cfg.blockDim = dim3(MM_WARPS * 32);
+    cfg.blockDim = dim3(W * 32);
     cfg.stream = s;
     cudaLaunchAttribute attr[1];
     attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
@@ -258,18 +281,24 @@ static void launch_r(cudaStream_t s, const mm_args &a, bool vec, dim3 grid) {
     cfg.attrs = attr;
     cfg.numAttrs = cu_pdl_enabled() ? 1 : 0;
     if (vec)
-        cudaLaunchKernelEx(&cfg, k_matmul<E, R, MODE, true>, a);
+        cudaLaunchKernelEx(&cfg, k_matmul<E, R, MODE, true, W, O, U>, a);
     else
-        cudaLaunchKernelEx(&cfg, k_matmul<E, R, MODE, false>, a);
+        cudaLaunchKernelEx(&cfg, k_matmul<E, R, MODE, false, W, O, U>, a);
 }
 
 /* the row tile: the smallest of 1, 2, 4, 8 that holds n_tok, else 8 with grid.x row groups */
-template <int E, int MODE> static cudaError_t launch(cudaStream_t s, const mm_args &a, bool vec) {
+template <int E, int MODE>
+static cudaError_t launch(cudaStream_t s, const mm_args &a, bool vec, int shape) {
     const int R = a.n_tok <= 1 ? 1 : a.n_tok <= 2 ? 2 : a.n_tok <= 4 ? 4 : 8;
     const dim3 grid((unsigned)((a.n_tok + R - 1) / R), (unsigned)a.first[a.n]);
-    if (R == 1)
-        launch_r<E, 1, MODE>(s, a, vec, grid);
-    else if (R == 2)
+    if (R == 1) {
+        if (shape == SH_WIDE && MODE != MM_GLU)
+            launch_r<E, 1, MODE, 16, 1, 2>(s, a, vec, grid);
+        else if (shape == SH_PAIR)
+            launch_r<E, 1, MODE, MM_WARPS, MM_OPW, 2>(s, a, vec, grid);
+        else
+            launch_r<E, 1, MODE>(s, a, vec, grid);
+    } else if (R == 2)
         launch_r<E, 2, MODE>(s, a, vec, grid);
     else if (R == 4)
         launch_r<E, 4, MODE>(s, a, vec, grid);
@@ -278,10 +307,11 @@ template <int E, int MODE> static cudaError_t launch(cudaStream_t s, const mm_ar
     return cudaGetLastError();
 }
 
-template <int MODE> static cudaError_t launch_e(cudaStream_t s, cu_elem e, const mm_args &a, bool vec) {
-    if (e == CU_F16) return launch<CU_F16, MODE>(s, a, vec);
-    if (e == CU_BF16) return launch<CU_BF16, MODE>(s, a, vec);
-    return launch<CU_F32, MODE>(s, a, vec);
+template <int MODE>
+static cudaError_t launch_e(cudaStream_t s, cu_elem e, const mm_args &a, bool vec, int shape) {
+    if (e == CU_F16) return launch<CU_F16, MODE>(s, a, vec, shape);
+    if (e == CU_BF16) return launch<CU_BF16, MODE>(s, a, vec, shape);
+    return launch<CU_F32, MODE>(s, a, vec, shape);
 }
 
 /* the row-load path of one weight: 16-byte vectors when n_in, w and x allow them */
@@ -298,11 +328,14 @@ static bool grid_ok(int32_t n_tok, int64_t blocks) {
 extern "C" cudaError_t kiln_cu_matmul_multi(cudaStream_t s, const cu_mm_out *outs, int n,
                                             int64_t n_in, const float *x, int32_t n_tok) {
     if (n_tok < 1) return cudaSuccess;
-    const int64_t per_block = MM_WARPS * MM_OPW;
     for (int i = 0; i < n;) {
         /* a group: consecutive weights of one dtype and path, at most CU_MM_MAX_OUTS */
         const cu_elem e = outs[i].w_elem;
         const bool vec = vec_path(e, outs[i].w, n_in, x);
+        int64_t tot = 0;
+        for (int q = i; q < n && q < i + CU_MM_MAX_OUTS; q++) tot += outs[q].n_out;
+        const int shape = vec ? mm_shape(n_tok, tot, n_in, MM_STORE) : SH_DEF;
+        const int64_t per_block = mm_per_block(shape, MM_STORE);
         mm_args a = {};
         a.n_in = n_in;
         a.x = x;
@@ -320,60 +353,10 @@ extern "C" cudaError_t kiln_cu_matmul_multi(cudaStream_t s, const cu_mm_out *out
         a.n = k;
         if (a.first[k] == 0) continue;
         if (!grid_ok(n_tok, a.first[k])) return cudaErrorInvalidConfiguration;
-        const cudaError_t err = launch_e<MM_STORE>(s, e, a, vec);
+        const cudaError_t err = launch_e<MM_STORE>(s, e, a, vec, shape);
         if (err != cudaSuccess) return err;
     }
     return cudaSuccess;
-}
-
-/* gpu_matmul_bench's variants of one bf16 weight at one row (the same bits as
- * kiln_cu_matmul_multi: the launch shape never changes the order) */
-template <int W, int O, int U>
-static cudaError_t variant_go(cudaStream_t s, const cu_mm_out *out, int64_t n_in, const float *x) {
-    mm_args a = {};
-    a.n_in = n_in;
-    a.x = x;
-    a.n_tok = 1;
-    a.n = 1;
-    a.y[0] = out->y;
-    a.w[0] = out->w;
-    a.n_out[0] = out->n_out;
-    a.first[1] = (out->n_out + W * O - 1) / (W * O);
-    if (!grid_ok(1, a.first[1])) return cudaErrorInvalidConfiguration;
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3(1u, (unsigned)a.first[1]);
-    cfg.blockDim = dim3(W * 32);
-    cfg.stream = s;
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[0].val.programmaticStreamSerializationAllowed = 1;
-    cfg.attrs = attr;
-    cfg.numAttrs = cu_pdl_enabled() ? 1 : 0;
-    cudaLaunchKernelEx(&cfg, k_matmul<CU_BF16, 1, MM_STORE, true, W, O, U>, a);
-    return cudaGetLastError();
-}
-
-extern "C" const char *kiln_cu_matmul_variant_name(int v) {
-    static const char *names[] = {"4w x 2r U4 (default)", "4w x 1r U4", "8w x 1r U4",
-                                  "4w x 2r U2",           "8w x 2r U4", "2w x 2r U4",
-                                  "4w x 1r U8",           "16w x 1r U2"};
-    return v >= 0 && v < 8 ? names[v] : NULL;
-}
-
-extern "C" cudaError_t kiln_cu_matmul_variant(cudaStream_t s, int v, const cu_mm_out *out,
-                                              int64_t n_in, const float *x) {
-    if (out->w_elem != CU_BF16 || !vec_path(CU_BF16, out->w, n_in, x)) return cudaErrorInvalidValue;
-    switch (v) {
-    case 0: return variant_go<4, 2, 4>(s, out, n_in, x);
-    case 1: return variant_go<4, 1, 4>(s, out, n_in, x);
-    case 2: return variant_go<8, 1, 4>(s, out, n_in, x);
-    case 3: return variant_go<4, 2, 2>(s, out, n_in, x);
-    case 4: return variant_go<8, 2, 4>(s, out, n_in, x);
-    case 5: return variant_go<2, 2, 4>(s, out, n_in, x);
-    case 6: return variant_go<4, 1, 8>(s, out, n_in, x);
-    case 7: return variant_go<16, 1, 2>(s, out, n_in, x);
-    default: return cudaErrorInvalidValue;
-    }
 }
 
 extern "C" cudaError_t kiln_cu_matmul_add(cudaStream_t s, const cu_mm_out *out, int64_t n_in,
@@ -387,9 +370,12 @@ extern "C" cudaError_t kiln_cu_matmul_add(cudaStream_t s, const cu_mm_out *out, 
     a.y[0] = out->y;
     a.w[0] = out->w;
     a.n_out[0] = out->n_out;
-    a.first[1] = (out->n_out + MM_WARPS * MM_OPW - 1) / (MM_WARPS * MM_OPW);
+    const bool vec = vec_path(out->w_elem, out->w, n_in, x);
+    const int shape = vec ? mm_shape(n_tok, out->n_out, n_in, MM_ADD) : SH_DEF;
+    const int64_t per_block = mm_per_block(shape, MM_ADD);
+    a.first[1] = (out->n_out + per_block - 1) / per_block;
     if (!grid_ok(n_tok, a.first[1])) return cudaErrorInvalidConfiguration;
-    return launch_e<MM_ADD>(s, out->w_elem, a, vec_path(out->w_elem, out->w, n_in, x));
+    return launch_e<MM_ADD>(s, out->w_elem, a, vec, shape);
 }
 
 extern "C" cudaError_t kiln_cu_matmul_glu(cudaStream_t s, float *y, const void *w_gate,
@@ -409,7 +395,7 @@ extern "C" cudaError_t kiln_cu_matmul_glu(cudaStream_t s, float *y, const void *
     a.first[1] = (n_out + MM_WARPS - 1) / MM_WARPS;
     if (!grid_ok(n_tok, a.first[1])) return cudaErrorInvalidConfiguration;
     const bool vec = vec_path(elem, w_gate, n_in, x) && vec_path(elem, w_up, n_in, x);
-    return launch_e<MM_GLU>(s, elem, a, vec);
+    return launch_e<MM_GLU>(s, elem, a, vec, vec ? mm_shape(n_tok, n_out, n_in, MM_GLU) : SH_DEF);
 }
 
 /* ---- the first milestone's kernel, unchanged (KILN_CUDA_KERNELS=v1: before/after timings) ---- */
