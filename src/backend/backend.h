@@ -76,6 +76,12 @@ typedef struct kiln_step {
     const int32_t *tok_seq; /* [n_tokens] index into b->seqs */
     const int32_t *tok_pos; /* [n_tokens] position n_past + j */
     int32_t max_keys;       /* max over sequences of n_past + n_new */
+    /* Nonzero: the runner vouches that every step with this key issues the same operations
+     * with the same arguments (buffers, shapes, row lists of the same length), differing only
+     * in the metadata step_begin takes (tokens, positions, block tables, the out rows' values):
+     * a backend may record the step's operations once and replay them (CUDA graphs). 0: no
+     * such promise (prefill chunks, mixed steps). */
+    uint64_t graph_key;
 } kiln_step;
 
 /** Shapes a backend sizes its scratch for (arena_reserve). */
@@ -234,6 +240,31 @@ typedef struct kiln_backend_ops {
     /** Rows src[rows[r]] -> dst[r], d elements each (logits rows, MoE gathers). */
     void (*gather_rows)(kiln_backend *be, float *dst, const float *src, const int32_t *rows_host,
                         int32_t n, int64_t d);
+
+    /* ---- fused forms (optional): NULL, and the model issues the plain sequence named;
+     *      a backend that provides one gives exactly that sequence's bits ---- */
+    /** y[t, o] += (x w^T)[t, o] for n_tok rows: matmul into a temporary, then add (the
+     *  residual); y [n_tok, w->n_out] does not overlap x. */
+    void (*matmul_add)(kiln_backend *be, const kiln_mat *w, const float *x, int32_t n_tok,
+                       float *y);
+    /** g = act(x wg^T) * (x wu^T), [n_tok, wg->n_out]: matmul of wg into g and of wu into u,
+     *  then glu(g, u) (wg and wu of one shape and dtype). */
+    void (*matmul_glu)(kiln_backend *be, const kiln_mat *wg, const kiln_mat *wu, const float *x,
+                       int32_t n_tok, int act, float *g);
+    /** rope(q, q_stride, n_head, ...), rope(k, kv_dim, n_head_kv, ...), then
+     *  kv_write(pool, layer, st, k, v) (k [n_tokens, n_head_kv * head_dim]). */
+    void (*rope_kv_write)(kiln_backend *be, kiln_kv_pool *pool, int32_t layer, const kiln_step *st,
+                          float *q, int64_t q_stride, int32_t n_head, float *k, const float *v,
+                          int32_t n_head_kv, int32_t head_dim, int32_t rot_dim,
+                          const float *inv_freq, int adjacent);
+
+    /** Greedy decoding on the device (optional; NULL: the runner takes the argmax of the
+     *  downloaded logits): ids_host[r] = the index of the largest finite value of row r of
+     *  logits [n_rows, n_vocab] (the lowest index among equals, 0 when none is finite: sampler.h
+     *  kiln_argmax), or -1 when the row holds a NaN. Ordered after the earlier operations; the
+     *  ids are in host memory when it returns (only they are copied). */
+    void (*argmax)(kiln_backend *be, int32_t *ids_host, const float *logits, int32_t n_rows,
+                   int64_t n_vocab);
 
     /* ---- KV and attention ---- */
     /** Write each token's K and V rows ([n_tokens, kv_dim] f32) into its sequence's block at

@@ -1,12 +1,15 @@
 /* runner.c - the model runner (runner.h): one kiln_batch on a backend and a KV pool. */
 #include "backend/runner.h"
 
+#include <math.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "util/error.h"
 
 struct kiln_runner {
+    uint64_t id; /* unique in the process: part of its steps' graph keys */
     const kiln_model *m;
     kiln_backend *be;
     kiln_kv_pool *pool;
@@ -14,6 +17,8 @@ struct kiln_runner {
     int32_t *tok_seq;             /* [max_tokens], then tok_pos [max_tokens] */
     float *logits_dev;            /* backends without host memory: [logits_rows, n_vocab] */
     int32_t logits_rows;
+    float *logits_host; /* kiln_runner_step_argmax on a backend without argmax: [rows, n_vocab] */
+    int32_t logits_host_rows;
 };
 
 static kiln_status reserve(kiln_runner *r, int32_t max_tokens, int32_t max_keys, kiln_error *err) {
@@ -94,6 +99,8 @@ kiln_status kiln_runner_create(const kiln_model *m, kiln_backend *be, kiln_kv_po
     if (st) return st;
     kiln_runner *r = calloc(1, sizeof *r);
     if (!r) return kiln_error_set(err, KILN_ERR_OUT_OF_MEMORY, "runner: out of memory");
+    static _Atomic uint64_t next_id = 1;
+    r->id = atomic_fetch_add(&next_id, 1);
     r->m = m;
     r->be = be;
     r->pool = pool;
@@ -109,6 +116,7 @@ kiln_status kiln_runner_create(const kiln_model *m, kiln_backend *be, kiln_kv_po
 void kiln_runner_destroy(kiln_runner *r) {
     if (!r) return;
     if (r->logits_dev) r->be->ops->buf_free(r->be, r->logits_dev);
+    free(r->logits_host);
     free(r->tok_seq);
     free(r);
 }
@@ -185,7 +193,48 @@ static kiln_status check_batch(const kiln_runner *r, const kiln_batch *b, kiln_e
     return KILN_OK;
 }
 
-kiln_status kiln_runner_step(kiln_runner *r, const kiln_batch *b, float *logits, kiln_error *err) {
+/* sampler.h kiln_argmax of one row, or -1 when it holds a NaN (the backend's argmax's rule;
+ * the sampler lives above this layer) */
+static int32_t kiln_runner_argmax_row(const float *x, int32_t n) {
+    int32_t best = 0;
+    float bv = -INFINITY;
+    bool found = false;
+    for (int32_t i = 0; i < n; i++) {
+        if (isnan(x[i])) return -1;
+        if (!isfinite(x[i])) continue;
+        if (!found || x[i] > bv) {
+            bv = x[i];
+            best = i;
+            found = true;
+        }
+    }
+    return best;
+}
+
+/* The graph key of a step (backend.h kiln_step.graph_key): a decode step (one new token per
+ * sequence) of a model without recurrent state issues, for a given runner (model, pool,
+ * backend), token count, sequence count, output rows and logits buffer, the same operations
+ * with the same arguments: the model's dataflow depends on nothing else on the host. Other
+ * steps get 0. */
+static uint64_t graph_key(const kiln_runner *r, const kiln_batch *b, const float *logits_dev,
+                          bool argmax) {
+    if (r->m->state_floats > 0 || b->n_tokens != b->n_seqs) return 0;
+    for (int32_t s = 0; s < b->n_seqs; s++)
+        if (b->seqs[s].n_new != 1) return 0;
+    uint64_t h = 0x9E3779B97F4A7C15ull;
+    const uint64_t parts[6] = {r->id,           (uint64_t)b->n_tokens, (uint64_t)b->n_seqs,
+                               (uint64_t)b->n_out, (uint64_t)(uintptr_t)logits_dev,
+                               (uint64_t)argmax};
+    for (int i = 0; i < 6; i++) {
+        h ^= parts[i] + 0x9E3779B97F4A7C15ull + (h << 6) + (h >> 2);
+        h *= 0xBF58476D1CE4E5B9ull;
+    }
+    return h ? h : 1;
+}
+
+/* one step: logits rows into logits (host), or with ids != NULL their argmax into ids */
+static kiln_status runner_step(kiln_runner *r, const kiln_batch *b, float *logits, int32_t *ids,
+                               kiln_error *err) {
     kiln_status st = check_batch(r, b, err);
     if (st) return st;
     const kiln_model *m = r->m;
@@ -205,15 +254,21 @@ kiln_status kiln_runner_step(kiln_runner *r, const kiln_batch *b, float *logits,
             tok_pos[sq->first + j] = sq->n_past + j;
         }
     }
-    const kiln_step step = {b, b->n_tokens, tok_seq, tok_pos, max_keys};
-    if ((st = be->ops->step_begin(be, &step, err))) return st;
-    /* a sequence starting afresh starts its recurrent state from zero */
-    if (m->state_floats > 0)
-        for (int32_t s = 0; s < b->n_seqs; s++)
-            if (b->seqs[s].n_past == 0) be->ops->zero(be, b->seqs[s].rec_state, m->state_floats);
-
+    const bool dev_argmax = ids && b->n_out > 0 && be->ops->argmax && !be->ops->host_memory;
+    if (ids && b->n_out > 0 && !dev_argmax) { /* the argmax of host logits */
+        if (b->n_out > r->logits_host_rows) {
+            float *p = realloc(r->logits_host,
+                               (size_t)b->n_out * (size_t)m->cfg.n_vocab * sizeof(float));
+            if (!p)
+                return kiln_error_set(err, KILN_ERR_OUT_OF_MEMORY,
+                                      "runner: out of memory for %d logits rows", b->n_out);
+            r->logits_host = p;
+            r->logits_host_rows = b->n_out;
+        }
+        logits = r->logits_host;
+    }
     float *dev = logits;
-    if (logits && b->n_out > 0 && !be->ops->host_memory) {
+    if ((logits || dev_argmax) && b->n_out > 0 && !be->ops->host_memory) {
         if (b->n_out > r->logits_rows) {
             void *p = NULL;
             if ((st = be->ops->buf_alloc(
@@ -225,8 +280,18 @@ kiln_status kiln_runner_step(kiln_runner *r, const kiln_batch *b, float *logits,
         }
         dev = r->logits_dev;
     }
-    kiln_model_forward_step(m, be, r->pool, &step, logits ? dev : NULL);
-    if (logits && b->n_out > 0 && dev != logits)
+    const kiln_step step = {b,        b->n_tokens, tok_seq,
+                            tok_pos,  max_keys,    graph_key(r, b, dev, dev_argmax)};
+    if ((st = be->ops->step_begin(be, &step, err))) return st;
+    /* a sequence starting afresh starts its recurrent state from zero */
+    if (m->state_floats > 0)
+        for (int32_t s = 0; s < b->n_seqs; s++)
+            if (b->seqs[s].n_past == 0) be->ops->zero(be, b->seqs[s].rec_state, m->state_floats);
+
+    kiln_model_forward_step(m, be, r->pool, &step, logits || dev_argmax ? dev : NULL);
+    if (dev_argmax)
+        be->ops->argmax(be, ids, dev, b->n_out, m->cfg.n_vocab);
+    else if (logits && b->n_out > 0 && dev != logits)
         be->ops->download(be, logits, dev,
                           (size_t)b->n_out * (size_t)m->cfg.n_vocab * sizeof(float));
     if (m->state_floats > 0)
@@ -237,7 +302,23 @@ kiln_status kiln_runner_step(kiln_runner *r, const kiln_batch *b, float *logits,
             be->ops->upload(be, b->seqs[s].rec_state, &head, sizeof head);
         }
     be->ops->sync(be);
+    if (ids && !dev_argmax)
+        for (int32_t k = 0; k < b->n_out; k++) {
+            const float *row = logits + (size_t)k * (size_t)m->cfg.n_vocab;
+            int32_t id = kiln_runner_argmax_row(row, m->cfg.n_vocab);
+            ids[k] = id;
+        }
     return KILN_OK;
+}
+
+kiln_status kiln_runner_step(kiln_runner *r, const kiln_batch *b, float *logits, kiln_error *err) {
+    return runner_step(r, b, logits, NULL, err);
+}
+
+kiln_status kiln_runner_step_argmax(kiln_runner *r, const kiln_batch *b, int32_t *ids,
+                                    kiln_error *err) {
+    if (!ids) return kiln_error_set(err, KILN_ERR_INVALID_ARGUMENT, "runner: no ids buffer");
+    return runner_step(r, b, NULL, ids, err);
 }
 
 kiln_status kiln_model_forward_batch(const kiln_model *m, kiln_kv_pool *pool, kiln_backend *be,

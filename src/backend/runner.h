@@ -62,6 +62,16 @@ kiln_status kiln_runner_step(kiln_runner *r, const kiln_batch *batch, float *log
                              kiln_error *err);
 
 /**
+ * kiln_runner_step for greedy decoding: instead of logits, ids[k] = the argmax of out row k
+ * (sampler.h kiln_argmax: the lowest id among the largest finite logits, 0 when none is
+ * finite), or -1 when the row holds a NaN. On a backend with an argmax operation (the GPU) it
+ * runs there and only the ids are copied back; otherwise the runner takes it from the logits.
+ * Same checks and errors as kiln_runner_step.
+ */
+kiln_status kiln_runner_step_argmax(kiln_runner *r, const kiln_batch *batch, int32_t *ids,
+                                    kiln_error *err);
+
+/**
  * kiln_runner_step through a runner made for this batch alone (tests, tools): the same
  * checks, errors and bits. be is a backend context (backend.h kiln_backend_create); NULL makes
  * a one-thread CPU context for the call.

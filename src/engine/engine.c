@@ -211,10 +211,11 @@ kiln_status kiln_engine_create_debug(const kiln_model *m, const kiln_engine_para
     e->running = calloc((size_t)p.max_seqs, sizeof *e->running);
     e->b_tokens = malloc((size_t)p.step_tokens * sizeof *e->b_tokens);
     e->b_out = malloc((size_t)p.step_tokens * sizeof *e->b_out);
+    e->b_ids = malloc((size_t)p.step_tokens * sizeof *e->b_ids);
     e->b_seqs = calloc((size_t)p.max_seqs, sizeof *e->b_seqs);
     e->b_seq_of = calloc((size_t)p.max_seqs, sizeof *e->b_seq_of);
     e->draft_reqs = calloc((size_t)p.max_seqs, sizeof *e->draft_reqs);
-    if (!e->running || !e->b_tokens || !e->b_out || !e->b_seqs || !e->b_seq_of || !e->hit_blocks ||
+    if (!e->running || !e->b_tokens || !e->b_out || !e->b_ids || !e->b_seqs || !e->b_seq_of || !e->hit_blocks ||
         !e->draft_reqs) {
         st = kiln_error_set(err, KILN_ERR_OUT_OF_MEMORY, "out of memory (engine buffers)");
         goto fail;
@@ -301,6 +302,7 @@ void kiln_engine_destroy(kiln_engine *e) {
     free(e->running);
     free(e->b_tokens);
     free(e->b_out);
+    free(e->b_ids);
     free(e->b_seqs);
     free(e->b_seq_of);
     free(e->hit_blocks);

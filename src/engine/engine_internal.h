@@ -173,6 +173,14 @@ extern const kiln_seq_method kiln_method_spec;
 kiln_status kiln_seq_sample_row(kiln_engine *e, kiln_seq *s, const float *row, int32_t draft,
                                 int32_t *tok, bool *accepted, kiln_logprobs *lp,
                                 kiln_error *err);
+/** Whether s's next token is the plain argmax of its logits row: the plain method, one row,
+ *  a greedy sampler with no bias or penalty, no logprobs and no debug hooks. Such rows may be
+ *  decided on the device (kiln_runner_step_argmax). */
+bool kiln_seq_plain_greedy(const kiln_seq *s);
+/** The plain method's consume given the argmax of its row instead of the row (tok; -1: the
+ *  row held a NaN, an error as in kiln_seq_sample_row). */
+kiln_status kiln_seq_consume_argmax(kiln_engine *e, kiln_seq *s, int32_t tok, int32_t *n_keep,
+                                    kiln_error *err);
 /** Whether tok ends s's generation (an end-of-generation id unless ignore_eos, or a stop id). */
 bool kiln_seq_is_stop_token(const kiln_engine *e, const kiln_seq *s, int32_t tok);
 
@@ -271,6 +279,7 @@ struct kiln_engine {
     struct kiln_draft_req *draft_reqs; /* [max_seqs]: one step's requests to the drafter */
     int32_t *b_tokens;      /* [step_tokens] */
     int32_t *b_out;         /* [step_tokens] */
+    int32_t *b_ids;         /* [step_tokens]: a greedy step's argmax per out row (device) */
     kiln_batch_seq *b_seqs; /* [max_seqs] */
     kiln_seq **b_seq_of;    /* [max_seqs]: the sequence behind b_seqs[i] */
 

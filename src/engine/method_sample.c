@@ -79,18 +79,11 @@ kiln_status kiln_seq_sample_row(kiln_engine *e, kiln_seq *s, const float *logits
     return KILN_OK;
 }
 
-static kiln_status sample_consume(kiln_engine *e, kiln_seq *s, const float *logits,
-                                  int32_t n_logits, int32_t *n_keep, kiln_error *err) {
-    *n_keep = s->n_new;
-    if (n_logits != 1)
-        return kiln_error_set(err, KILN_ERR_INTERNAL, "sample: expected 1 logits row, got %d",
-                              n_logits);
+/* the sampled token tok (lp: its logprobs when asked for) joins s's output */
+static kiln_status sample_commit(kiln_engine *e, kiln_seq *s, int32_t tok,
+                                 const kiln_logprobs *lp, kiln_error *err) {
     kiln_req *r = s->req;
-    kiln_logprobs lp;
-    int32_t tok;
-    bool acc;
-    kiln_status st = kiln_seq_sample_row(e, s, logits, -1, &tok, &acc, &lp, err);
-    if (st) return st;
+    kiln_status st;
     int32_t index = s->n_generated++;
     if (kiln_seq_is_stop_token(e, s, tok)) {
         kiln_seq_finish(s, KILN_FINISH_STOP, KILN_OK, NULL);
@@ -98,12 +91,47 @@ static kiln_status sample_consume(kiln_engine *e, kiln_seq *s, const float *logi
     }
     if ((st = kiln_ivec_push(&s->tokens, tok)))
         return kiln_error_set(err, st, "out of memory (generated tokens)");
-    if ((st = kiln_stream_push_token(s->stream, tok, index, r->logprobs ? &lp : NULL, r->logprobs,
+    if ((st = kiln_stream_push_token(s->stream, tok, index, r->logprobs ? lp : NULL, r->logprobs,
                                      err)))
         return st;
     /* Stop strings are matched on the reading side (stream.c), which cancels the sequence. */
     if (s->n_generated >= r->max_tokens) kiln_seq_finish(s, KILN_FINISH_LENGTH, KILN_OK, NULL);
     return KILN_OK;
+}
+
+static kiln_status sample_consume(kiln_engine *e, kiln_seq *s, const float *logits,
+                                  int32_t n_logits, int32_t *n_keep, kiln_error *err) {
+    *n_keep = s->n_new;
+    if (n_logits != 1)
+        return kiln_error_set(err, KILN_ERR_INTERNAL, "sample: expected 1 logits row, got %d",
+                              n_logits);
+    kiln_logprobs lp;
+    int32_t tok;
+    bool acc;
+    kiln_status st = kiln_seq_sample_row(e, s, logits, -1, &tok, &acc, &lp, err);
+    if (st) return st;
+    return sample_commit(e, s, tok, &lp, err);
+}
+
+bool kiln_seq_plain_greedy(const kiln_seq *s) {
+    const kiln_req *r = s->req;
+    const kiln_sampler_params *p = &r->sampler;
+    return s->method == &kiln_method_sample && s->n_logits == 1 && !s->spec &&
+           p->temperature == 0.0f && p->n_bias == 0 &&
+           (p->repetition_penalty == 1.0f || !(p->repetition_penalty > 0.0f)) &&
+           p->presence_penalty == 0.0f && p->frequency_penalty == 0.0f && !r->logprobs &&
+           !r->debug.capture_logits && r->debug.fail_at_token <= 0 &&
+           r->debug.n_force_tokens <= 0;
+}
+
+kiln_status kiln_seq_consume_argmax(kiln_engine *e, kiln_seq *s, int32_t tok, int32_t *n_keep,
+                                    kiln_error *err) {
+    *n_keep = s->n_new;
+    if (tok < 0 || tok >= e->n_vocab)
+        return kiln_error_set(err, KILN_ERR_INTERNAL,
+                              "the model produced NaN logits at generated token %d",
+                              (int32_t)s->tokens.n - s->n_prompt);
+    return sample_commit(e, s, tok, NULL, err);
 }
 
 const kiln_seq_method kiln_method_sample = {

@@ -454,8 +454,12 @@ void kiln_engine_step(kiln_engine *e) {
     }
     if (ps.n_tokens == 0) return;
 
-    /* 4. Forward. */
+    /* 4. Forward. A step whose every logits row is a plain greedy decision is decided on
+     *    the device when the backend can (only the ids come back: kiln_runner_step_argmax). */
     kiln_error err = {0};
+    bool by_ids = ps.n_out > 0 && !e->be->ops->host_memory && e->be->ops->argmax;
+    for (int32_t i = 0; i < ps.n_seqs && by_ids; i++)
+        if (e->b_seq_of[i]->n_logits > 0 && !kiln_seq_plain_greedy(e->b_seq_of[i])) by_ids = false;
     kiln_status st = ensure_logits(e, ps.n_out, &err);
     if (st == KILN_OK) {
         kiln_batch b = {.n_tokens = ps.n_tokens,
@@ -464,7 +468,9 @@ void kiln_engine_step(kiln_engine *e) {
                         .seqs = e->b_seqs,
                         .n_out = ps.n_out,
                         .out = e->b_out};
-        st = kiln_runner_step(e->runner, &b, e->logits_buf, &err);
+        st = by_ids ? kiln_runner_step_argmax(e->runner, &b, e->b_ids, &err)
+                    : kiln_runner_step(e->runner, &b, e->logits_buf, &err);
+        if (st) by_ids = false; /* the fallback below fills logits */
         if (st && e->rec_state_floats == 0) {
             forward_each(e, &ps);
         } else if (st) {
@@ -503,8 +509,10 @@ void kiln_engine_step(kiln_engine *e) {
             }
         } else if (s->n_logits > 0) {
             kiln_error cerr = {0};
-            kiln_status cst = s->method->consume(
-                e, s, e->logits_buf + (size_t)s->out_row * e->n_vocab, s->n_logits, &n_keep, &cerr);
+            kiln_status cst =
+                by_ids ? kiln_seq_consume_argmax(e, s, e->b_ids[s->out_row], &n_keep, &cerr)
+                       : s->method->consume(e, s, e->logits_buf + (size_t)s->out_row * e->n_vocab,
+                                            s->n_logits, &n_keep, &cerr);
             if (cst) {
                 kiln_seq_finish(s, KILN_FINISH_ERROR, cst, cerr.message);
                 continue;

@@ -13,6 +13,11 @@
  *              x += post_ffn_norm?(ffn(norm(x)))
  *   logits = softcap?(Wout . norm(x))
  *
+ * Where the backend has the fused forms (backend.h matmul_add, matmul_glu, rope_kv_write) the
+ * model calls them instead of the sequences they fuse, with the same bits: the residual add
+ * into the output projection and the down projection (layers without a post-norm or a bias),
+ * the GLU into the gate/up matmul, RoPE into the KV write.
+ *
  * Every operation is row-wise, per (token, head), per (sequence, head) along the sequence's
  * own tokens, or a matmul with a fixed reduction order per output element, so a token's
  * result does not depend on the batch around it (DESIGN.md principle 3). MoE: a token's
@@ -20,6 +25,7 @@
  * the token's accumulator in ascending expert id (the order of transformers' expert loop),
  * whatever other tokens chose.
  */
+#include <stdbool.h>
 #include <string.h>
 
 #include "model/model.h"
@@ -68,8 +74,9 @@ static void norm_rows(const fwd *f, float *out, const float *x, const float *w, 
 
 /* ---- attention ------------------------------------------------------------------------ */
 
-/* o = attention block of layer l over xb (the normed input). */
-static void attention_layer(fwd *f, int l) {
+/* o = attention block of layer l over xb (the normed input); with add_x, x += o instead
+ * (o itself then unwritten), when the backend fuses it. Returns whether x was added to. */
+static bool attention_layer(fwd *f, int l, bool add_x) {
     const kiln_model_config *c = f->c;
     const kiln_layer_weights *L = &f->m->layers[l];
     const int32_t n = f->n, hd = c->head_dim;
@@ -85,13 +92,19 @@ static void attention_layer(fwd *f, int l) {
         f->op->head_rmsnorm(f->be, f->q, n, q_dim, c->n_head, hd, L->q_norm, c->norm_eps);
         f->op->head_rmsnorm(f->be, f->k, n, kv_dim, c->n_head_kv, hd, L->k_norm, c->norm_eps);
     }
-    if (c->rope_style != KILN_ROPE_NONE) {
-        const int adjacent = c->rope_style == KILN_ROPE_ADJACENT;
-        f->op->rope(f->be, f->q, q_dim, c->n_head, hd, c->rope_dim, L->inv_freq, adjacent, f->st);
-        f->op->rope(f->be, f->k, kv_dim, c->n_head_kv, hd, c->rope_dim, L->inv_freq, adjacent,
-                    f->st);
+    const int adjacent = c->rope_style == KILN_ROPE_ADJACENT;
+    if (c->rope_style != KILN_ROPE_NONE && f->op->rope_kv_write) {
+        f->op->rope_kv_write(f->be, f->pool, l, f->st, f->q, q_dim, c->n_head, f->k, f->v,
+                             c->n_head_kv, hd, c->rope_dim, L->inv_freq, adjacent);
+    } else {
+        if (c->rope_style != KILN_ROPE_NONE) {
+            f->op->rope(f->be, f->q, q_dim, c->n_head, hd, c->rope_dim, L->inv_freq, adjacent,
+                        f->st);
+            f->op->rope(f->be, f->k, kv_dim, c->n_head_kv, hd, c->rope_dim, L->inv_freq,
+                        adjacent, f->st);
+        }
+        f->op->kv_write(f->be, f->pool, l, f->st, f->k, f->v);
     }
-    f->op->kv_write(f->be, f->pool, l, f->st, f->k, f->v);
     kiln_attn_params ap = {l,
                            c->n_head,
                            c->n_head_kv,
@@ -102,8 +115,13 @@ static void attention_layer(fwd *f, int l) {
     if (c->attn_scale_inv_layer) ap.score_div *= (float)(l + 1);
     f->op->attention(f->be, f->pool, &ap, f->st, f->q, f->att);
     if (c->attn_out_gate) f->op->gate_sigmoid(f->be, f->att, f->gate, n * q_dim);
+    if (add_x && !L->bo && f->op->matmul_add) {
+        f->op->matmul_add(f->be, &L->wo, f->att, n, f->x);
+        return true;
+    }
     matmul(f, &L->wo, f->att, n, f->o);
     f->op->add_bias(f->be, f->o, L->bo, n, c->n_embd);
+    return false;
 }
 
 /* ---- gated delta net (Qwen3-Next linear attention) ------------------------------------ */
@@ -124,12 +142,23 @@ static void delta_net_layer(fwd *f, int l) {
 
 /* ---- FFN ------------------------------------------------------------------------------ */
 
-/* out[i] = down(act(gate x_i) * up x_i) for n rows of xin (g, u scratch of n * ff). */
-static void glu_ffn(fwd *f, const kiln_mat *wg, const kiln_mat *wu, const kiln_mat *wd,
-                    const float *xin, int32_t n, float *out) {
-    matmul3(f, wg, f->g, wu, f->u, NULL, NULL, xin, n);
-    f->op->glu(f->be, f->g, f->u, n * wg->n_out, (int)f->c->act);
+/* out[i] = down(act(gate x_i) * up x_i) for n rows of xin (g, u scratch of n * ff); with
+ * add_to non-NULL, add_to[i] += that instead when the backend fuses it (out unwritten).
+ * Returns whether it added. */
+static bool glu_ffn(fwd *f, const kiln_mat *wg, const kiln_mat *wu, const kiln_mat *wd,
+                    const float *xin, int32_t n, float *out, float *add_to) {
+    if (f->op->matmul_glu && wg->dtype == wu->dtype && wg->n_out == wu->n_out) {
+        f->op->matmul_glu(f->be, wg, wu, xin, n, (int)f->c->act, f->g);
+    } else {
+        matmul3(f, wg, f->g, wu, f->u, NULL, NULL, xin, n);
+        f->op->glu(f->be, f->g, f->u, n * wg->n_out, (int)f->c->act);
+    }
+    if (add_to && f->op->matmul_add) {
+        f->op->matmul_add(f->be, wd, f->g, n, add_to);
+        return true;
+    }
     matmul(f, wd, f->g, n, out);
+    return false;
 }
 
 /* routing, per token: softmax over the router logits, top-k (ties: lower id), then optionally
@@ -146,11 +175,11 @@ static void moe_ffn(fwd *f, int l) {
     for (int32_t e = 0; e < E; e++) {
         const int32_t m = f->op->moe_gather(f->be, f->xe, f->erow, f->xb, f->rsel, n, k, d, e);
         if (m == 0) continue;
-        glu_ffn(f, &L->exp_gate[e], &L->exp_up[e], &L->exp_down[e], f->xe, m, f->de);
+        glu_ffn(f, &L->exp_gate[e], &L->exp_up[e], &L->exp_down[e], f->xe, m, f->de, NULL);
         f->op->moe_scatter(f->be, f->acc, f->de, f->erow, f->rw, m, k, d);
     }
     if (c->n_ff_shexp > 0) {
-        glu_ffn(f, &L->shexp_gate, &L->shexp_up, &L->shexp_down, f->xb, n, f->de);
+        glu_ffn(f, &L->shexp_gate, &L->shexp_up, &L->shexp_down, f->xb, n, f->de, NULL);
         if (c->shexp_gate) matmul(f, &L->shexp_router, f->xb, n, f->rl); /* [n, 1] */
         f->op->moe_shared(f->be, f->o, f->acc, f->de, c->shexp_gate ? f->rl : NULL, n, d);
     } else {
@@ -158,14 +187,17 @@ static void moe_ffn(fwd *f, int l) {
     }
 }
 
-static void ffn_layer(fwd *f, int l) {
+/* o = the FFN of layer l over xb; with add_x, x += o instead when the backend fuses it.
+ * Returns whether x was added to. */
+static bool ffn_layer(fwd *f, int l, bool add_x) {
     const kiln_model_config *c = f->c;
     const kiln_layer_weights *L = &f->m->layers[l];
     const int32_t n = f->n;
     if (c->layer[l].moe) {
         moe_ffn(f, l);
     } else if (c->ffn_gated) {
-        glu_ffn(f, &L->w_gate, &L->w_up, &L->w_down, f->xb, n, f->o);
+        return glu_ffn(f, &L->w_gate, &L->w_up, &L->w_down, f->xb, n, f->o,
+                       add_x ? f->x : NULL);
     } else {
         matmul(f, &L->w_up, f->xb, n, f->u);
         f->op->add_bias(f->be, f->u, L->b_up, n, c->n_ff);
@@ -173,6 +205,7 @@ static void ffn_layer(fwd *f, int l) {
         matmul(f, &L->w_down, f->u, n, f->o);
         f->op->add_bias(f->be, f->o, L->b_down, n, c->n_embd);
     }
+    return false;
 }
 
 /* ---- activations ---------------------------------------------------------------------- */
@@ -267,17 +300,22 @@ void kiln_model_forward_step(const kiln_model *m, kiln_backend *be, kiln_kv_pool
     for (int l = 0; l < c->n_layer; l++) {
         const kiln_layer_weights *L = &m->layers[l];
         norm_rows(f, f->xb, f->x, L->attn_norm, L->attn_norm_b, n, d);
+        /* the residual adds may be fused into the last matmul (backend.h matmul_add) */
+        bool added = false;
         if (c->layer[l].mixer == KILN_MIXER_GATED_DELTA_NET)
             delta_net_layer(f, l);
         else
-            attention_layer(f, l);
-        if (L->post_attn_norm) norm_rows(f, f->o, f->o, L->post_attn_norm, NULL, n, d);
-        f->op->add(be, f->x, f->o, (int64_t)n * d);
+            added = attention_layer(f, l, !L->post_attn_norm);
+        if (!added) {
+            if (L->post_attn_norm) norm_rows(f, f->o, f->o, L->post_attn_norm, NULL, n, d);
+            f->op->add(be, f->x, f->o, (int64_t)n * d);
+        }
 
         norm_rows(f, f->xb, f->x, L->ffn_norm, L->ffn_norm_b, n, d);
-        ffn_layer(f, l);
-        if (L->post_ffn_norm) norm_rows(f, f->o, f->o, L->post_ffn_norm, NULL, n, d);
-        f->op->add(be, f->x, f->o, (int64_t)n * d);
+        if (!ffn_layer(f, l, !L->post_ffn_norm)) {
+            if (L->post_ffn_norm) norm_rows(f, f->o, f->o, L->post_ffn_norm, NULL, n, d);
+            f->op->add(be, f->x, f->o, (int64_t)n * d);
+        }
     }
 
     if (logits && b->n_out > 0) {

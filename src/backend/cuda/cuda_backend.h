@@ -5,11 +5,14 @@
  * device memory too (buf_alloc, arena_reserve); every operation is a kernel launch (or an async
  * copy) on the context's one stream, in call order, and sync waits for the stream.
  *
- * What runs here: embed (with learned positions), matmul over f32 / f16 / bf16 weights, RMS
- * and LayerNorm, the q/k head norm, RoPE (both pairings, partial rotary), bias and residual
- * adds, silu / gelu activations and GLUs, softcap, the head split and sigmoid gate, zero, copy,
- * row gathers, the KV row write (f32, f16, bf16 pages) and paged attention (prefill and
- * decode in one varlen call, causal, windows, softcaps, grouped-query heads). Not here yet:
+ * What runs here: embed (with learned positions), matmul over f32 / f16 / bf16 weights (one
+ * kernel for every row count, with residual-add and GLU epilogues: the fused forms of
+ * backend.h), RMS and LayerNorm, the q/k head norm, RoPE (both pairings, partial rotary; fused
+ * with the KV write), bias and residual adds, silu / gelu activations and GLUs, softcap, the
+ * head split and sigmoid gate, zero, copy, row gathers, the KV row write (f32, f16, bf16 pages),
+ * paged attention split over each sequence's keys (prefill and decode in one varlen call,
+ * causal, windows, softcaps, grouped-query heads), and greedy argmax. Decode steps run as CUDA
+ * graphs (cuda_backend.c). Not here yet:
  * the mixture-of-experts and gated-delta-net entries (NULL in the table: the runner and the
  * loader refuse those models with KILN_ERR_UNSUPPORTED) and quantized weights (q8_0, q4_0 ...:
  * refused at load). Kernels and their reduction orders: cuda_kernels.h.

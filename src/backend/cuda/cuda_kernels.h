@@ -68,14 +68,32 @@ typedef struct cu_mm_out {
 /**
  * y_i[t, o] = sum_k w_i[o, k] x[t, k] for each of the n weights, t < n_tok, o < n_out (x
  * [n_tok, n_in]); consecutive weights of one dtype and load path share a launch (4 at most).
- * One warp per output o and up to 8 rows t: lane l sums its k (k = 4l + 128j .. +3 when
- * n_in % 4 == 0 and w, x are 16-byte aligned, else k = l + 32j) with one fmaf chain from +0 in
- * ascending k, then the 32 lane sums are added by the xor-butterfly (offsets 16, 8, 4, 2, 1).
- * Each y[t, o] is that fixed function of row t of x and row o of w, whatever n_tok, the tiling
- * of rows or the other weights of the call.
+ * The order of every y[t, o] (cuda_matmul.cu): when n_in % 8 == 0 and w, x are 16-byte
+ * aligned, lane l of the warp owning o sums the 8-element chunks k = 8l + 256j .. +7 in one
+ * fmaf chain from +0 in ascending k; otherwise the elements k = l + 32j likewise; then the 32
+ * lane sums are added by the xor butterfly (offsets 16, 8, 4, 2, 1). Each y[t, o] is that fixed
+ * function of row t of x and row o of w, whatever n_tok, the rows a block holds (1, 2, 4 or 8:
+ * the decode path is the same kernel), or the other weights of the call.
  */
 cudaError_t kiln_cu_matmul_multi(cudaStream_t s, const cu_mm_out *outs, int n, int64_t n_in,
                                  const float *x, int32_t n_tok);
+
+/** y[t, o] += (x W^T)[t, o], the dot in kiln_cu_matmul_multi's order, then one add: the bits of
+ *  a matmul into a temporary followed by kiln_cu_add (the residual). y must not overlap x. */
+cudaError_t kiln_cu_matmul_add(cudaStream_t s, const cu_mm_out *out, int64_t n_in,
+                               const float *x, int32_t n_tok);
+
+/** y[t, o] = act(g) * u with g = (x Wg^T)[t, o], u = (x Wu^T)[t, o] each in
+ *  kiln_cu_matmul_multi's order and the glu kernel's arithmetic: the bits of the two matmuls
+ *  and kiln_cu_glu. w_gate and w_up are [n_out, n_in] of elem. */
+cudaError_t kiln_cu_matmul_glu(cudaStream_t s, float *y, const void *w_gate, const void *w_up,
+                               cu_elem elem, int64_t n_out, int64_t n_in, const float *x,
+                               int32_t n_tok, int act);
+
+/** The first milestone's matmul (k = 4l + 128j chunks, 8 warps of one output each), kept
+ *  for before/after timings (KILN_CUDA_KERNELS=v1); other bits than kiln_cu_matmul_multi. */
+cudaError_t kiln_cu_matmul_v1(cudaStream_t s, const cu_mm_out *outs, int n, int64_t n_in,
+                              const float *x, int32_t n_tok);
 
 /** Row norms of n_rows rows of d (kind 0 RMSNorm, 1 LayerNorm; w may be NULL for RMSNorm:
  *  w = 1; b NULL: no bias); out may be x. One block of 256 threads per row: thread t sums
@@ -115,20 +133,73 @@ cudaError_t kiln_cu_kv_write(cudaStream_t s, const cu_kv *kv, const cu_step *st,
 /** The largest head_dim kiln_cu_attention takes. */
 #define KILN_CU_ATTN_MAX_HEAD_DIM 512
 
+/** Keys per split of kiln_cu_attention. */
+#define KILN_CU_ATTN_SPLIT 128
+
+/** The most tokens a step may have for kiln_cu_attention's wide form. */
+#define KILN_CU_ATTN_WIDE_MAX_TOKENS 64
+
+/** Scratch of kiln_cu_attention's wide form: partials [n_tokens][n_head][s_grid][2 + hd] (at
+ *  most part_floats), one arrival counter per (token, KV head, head group) (at most cnt_ints,
+ *  zero at creation; each launch leaves them zero), and s_grid splits per token in the grid
+ *  (at least the step's largest split count; 0 or part NULL: the loop form). */
+typedef struct cu_att_split {
+    float *part;
+    size_t part_floats;
+    int32_t *cnt;
+    size_t cnt_ints;
+    int32_t s_grid;
+} cu_att_split;
+
+/** Floats of cu_att_split.part for n_tokens tokens of n_head heads of head_dim and up to
+ *  max_keys keys; ints of cu_att_split.cnt for n_tokens tokens of n_head heads. */
+size_t kiln_cu_attention_part_floats(int32_t n_tokens, int32_t n_head, int32_t head_dim,
+                                     int32_t max_keys);
+size_t kiln_cu_attention_cnt_ints(int32_t n_tokens, int32_t n_head);
+
 /**
  * Causal (optionally windowed) paged attention for every (token, query head) of the step, with
  * the semantics of ops.h kiln_attention_paged (score_div, softcap, the f16/bf16 operand
- * rounding of q and of the probabilities). One warp per (token, head), two passes over the
- * keys [begin, pos + 1): pass 1, lane l takes keys begin + l + 32j, each score one fmaf chain
- * over d ascending, keeping a running max and rescaled sum; the lanes' (max, sum) pairs merge
- * by the xor butterfly; pass 2 recomputes the scores, p = exp(s - max) / sum rounded to the
- * operand, and each lane accumulates its dims d = l + 32c over the keys in ascending order
- * (one fmaf chain each). Every output depends only on its token's query and its sequence's
- * keys, whatever else shares the step. head_dim <= KILN_CU_ATTN_MAX_HEAD_DIM.
+ * rounding of q and of the probabilities), split over the keys by the token's own key count:
+ * a token at position p attends to keys [b, p + 1) (b = 0, or p - window + 1), cut into
+ * S = ceil((p + 1 - b) / KILN_CU_ATTN_SPLIT) splits of KILN_CU_ATTN_SPLIT keys from b (the
+ * last shorter). Per split and query head: s_t = (q . k_t) / score_div (one fmaf chain over d
+ * ascending, q rounded to the page format), softcapped; m = max s_t; p_t = exp(s_t - m);
+ * l = sum p_t (lane j of a warp sums keys j + 32i in ascending i, then the xor butterfly);
+ * acc[d] = sum over keys ascending of round(p_t) v_t[d] (one fmaf chain). The splits are then
+ * folded in ascending order from (M, L, O) = (-inf, 0, 0): M' = max(M, m), O = O e^(M - M') +
+ * acc e^(m - M'), L likewise with l; out = O / L. The split shape, the order and so the bits
+ * depend only on the token's query and its own sequence's keys, never on the batch, on how
+ * many splits the grid holds (sp->s_grid) or on which form runs: the wide form (a block per
+ * split, the last to finish folding all, for steps of at most KILN_CU_ATTN_WIDE_MAX_TOKENS
+ * tokens whose partials sp's scratch holds) or the loop form
+ * (a block per (token, KV head) folding as it goes). sp may be NULL (the loop form).
+ * head_dim <= KILN_CU_ATTN_MAX_HEAD_DIM.
  */
 cudaError_t kiln_cu_attention(cudaStream_t s, const cu_kv *kv, const cu_step *st, int32_t n_head,
                               int32_t n_head_kv, int32_t head_dim, float score_div, float softcap,
-                              int32_t window, const float *q, float *out);
+                              int32_t window, const float *q, float *out, const cu_att_split *sp);
+
+/** The first milestone's attention (one warp per (token, head), two passes over all keys),
+ *  kept for before/after timings (KILN_CUDA_KERNELS=v1). */
+cudaError_t kiln_cu_attention_v1(cudaStream_t s, const cu_kv *kv, const cu_step *st,
+                                 int32_t n_head, int32_t n_head_kv, int32_t head_dim,
+                                 float score_div, float softcap, int32_t window, const float *q,
+                                 float *out);
+
+/** RoPE of q (n_head heads, row stride q_stride) and k (n_head_kv heads, stride kv_dim) at each
+ *  token's position, then k (rotated) and v written to the token's page row: the bits of
+ *  kiln_cu_rope on q and on k followed by kiln_cu_kv_write (k keeps its rotated values). */
+cudaError_t kiln_cu_rope_kv(cudaStream_t s, const cu_kv *kv, const cu_step *st, float *q,
+                            int64_t q_stride, int32_t n_head, float *k, const float *v,
+                            int32_t n_head_kv, int32_t head_dim, int32_t rot_dim,
+                            const float *inv_freq, int adjacent);
+
+/** Greedy decoding on the device: ids[r] = the index of the largest finite one of the n_vocab
+ *  logits of row r (the lowest among equals, 0 when none is finite: sampler.h kiln_argmax), or
+ *  -1 when the row holds a NaN, for n_rows rows. */
+cudaError_t kiln_cu_argmax(cudaStream_t s, int32_t *ids, const float *logits, int32_t n_rows,
+                           int64_t n_vocab);
 
 #ifdef __cplusplus
 }

@@ -1,16 +1,406 @@
 /*
  * cuda_matmul.cu - y = x W^T for f32 activations and f32 / f16 / bf16 weights (cuda_kernels.h
- * kiln_cu_matmul): a plain, batch-invariant kernel. A block of 8 warps covers 8 outputs and up
- * to R rows (R = 1 for one row, 8 otherwise); warp w owns output o = 8 * blockIdx.x + w, each
- * lane accumulates its share of k in one fmaf chain per row, and the lane sums meet in the
- * xor butterfly. The order of every y[t, o] is fixed by n_in and the alignment of w and x
- * alone: the rows a block holds, n_tok and R change nothing (each row has its own
- * accumulator and the same k sequence). Weights stream once per 8 rows; no tensor cores yet
- * (the fast GEMM is issue 16's next milestone).
+ * kiln_cu_matmul_multi, kiln_cu_matmul_add, kiln_cu_matmul_glu): one batch-invariant kernel
+ * for every number of rows, written to stream the weights at the memory roofline when the
+ * rows are few (decode: 1 .. 8 rows per block, every weight byte read once per block).
+ *
+ * The reduction order of every y[t, o] (the same for any n_tok, any row tiling R, any
+ * unrolling U, any number of outputs per warp or per launch):
+ *   - vector path (n_in % 8 == 0, w rows 16-byte aligned, x 16-byte aligned): lane l of the
+ *     warp that owns output o takes the 8-element chunks k = 8 l + 256 j .. 8 l + 256 j + 7
+ *     (j = 0, 1, ...), and sums w[o, k] * x[t, k] over them in one fmaf chain from +0, in
+ *     ascending k; then the 32 lane sums meet in the xor butterfly (offsets 16, 8, 4, 2, 1);
+ *   - scalar path (otherwise): the same with one element per chunk, k = l + 32 j.
+ * The row tile R (1, 2, 4 or 8 rows per block, by n_tok) decides only how many accumulators a
+ * lane keeps, and U how many chunks' loads are in flight before their fmaf: neither changes
+ * the chain. So a token's row computed in a one-token decode step is bitwise the row of the
+ * same token inside a prefill chunk.
+ *
+ * Memory: a block is 4 warps, each owning 2 weight rows (2 outputs; or, for the GLU form, the
+ * gate and up rows of one output), so each weight row is read by one warp, with 16-byte
+ * streaming loads (ld.global.nc.L1::no_allocate) U chunks deep: 2 x U x 16 bytes in flight
+ * per lane. x rows are read through L1 (__ldg), shared by the block's warps. No tensor cores:
+ * the FMA units bound it from about 8 rows (f32 activations: 2 flops per weight byte per row);
+ * tensor-core GEMMs with this order (or a decode path matched to theirs) are issue 16's next
+ * milestone.
  */
+#include <stdlib.h>
+#include <string.h>
+
 #include "backend/cuda/cuda_elem.cuh"
 
-#define CU_MM_WARPS 8
+#define MM_WARPS 4
+#define MM_OPW   2 /* weight rows per warp */
+
+enum { MM_STORE = 0, MM_ADD = 1, MM_GLU = 2 };
+
+/* up to CU_MM_MAX_OUTS weights of one dtype and one load path over the same x, in one launch:
+ * output j owns blocks [first[j], first[j + 1]) of the grid's y dimension (at most 65535 blocks:
+ * 524280 outputs per launch) */
+#define CU_MM_MAX_OUTS 4
+
+typedef struct mm_args {
+    float *y[CU_MM_MAX_OUTS];
+    const void *w[CU_MM_MAX_OUTS];
+    int64_t n_out[CU_MM_MAX_OUTS];
+    int64_t first[CU_MM_MAX_OUTS + 1];
+    const void *w_up; /* MM_GLU: the up weight (w[0] is the gate) */
+    int n;
+    int act; /* MM_GLU */
+    int64_t n_in;
+    const float *x;
+    int32_t n_tok;
+} mm_args;
+
+/* 8 weights from element k of a row (16-byte aligned): 16 bytes of f16 / bf16, 32 of f32 */
+template <int E> struct chunk8 {
+    uint4 v[E == CU_F32 ? 2 : 1];
+};
+
+/* volatile: the loads stay in program order, before the dependency wait (cu_pdl_wait) */
+__device__ __forceinline__ uint4 ld_stream(const void *p) {
+    uint4 v;
+    asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];"
+        : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+        : "l"(p));
+    return v;
+}
+
+template <int E> __device__ __forceinline__ chunk8<E> load_chunk(const void *row, int64_t k) {
+    chunk8<E> c;
+    if constexpr (E == CU_F32) {
+        const float *p = (const float *)row + k;
+        c.v[0] = ld_stream(p);
+        c.v[1] = ld_stream(p + 4);
+    } else {
+        c.v[0] = ld_stream((const uint16_t *)row + k);
+    }
+    return c;
+}
+
+/* the chunk's 8 weights as f32 (exact widening) */
+template <int E> __device__ __forceinline__ void widen(const chunk8<E> &c, float *w) {
+    if constexpr (E == CU_F32) {
+        const uint4 a = c.v[0], b = c.v[1];
+        w[0] = __uint_as_float(a.x), w[1] = __uint_as_float(a.y);
+        w[2] = __uint_as_float(a.z), w[3] = __uint_as_float(a.w);
+        w[4] = __uint_as_float(b.x), w[5] = __uint_as_float(b.y);
+        w[6] = __uint_as_float(b.z), w[7] = __uint_as_float(b.w);
+    } else {
+        const uint4 a = c.v[0];
+        w[0] = cu_half_lo(a.x, E), w[1] = cu_half_hi(a.x, E);
+        w[2] = cu_half_lo(a.y, E), w[3] = cu_half_hi(a.y, E);
+        w[4] = cu_half_lo(a.z, E), w[5] = cu_half_hi(a.z, E);
+        w[6] = cu_half_lo(a.w, E), w[7] = cu_half_hi(a.w, E);
+    }
+}
+
+/* the U chunks k0 + 256 u (u < U, k < n_in) of each valid weight row */
+template <int E, int U, int OPW>
+__device__ __forceinline__ void mm_load(chunk8<E> (&w)[U][OPW], const void *const *wr,
+                                        const bool *valid, int64_t k0, int64_t n_in) {
+#pragma unroll
+    for (int u = 0; u < U; u++)
+#pragma unroll
+        for (int i = 0; i < OPW; i++)
+            if (k0 + 256 * u < n_in && valid[i]) w[u][i] = load_chunk<E>(wr[i], k0 + 256 * u);
+}
+
+/* the fmafs of those chunks into the rows' accumulators, in ascending k */
+template <int E, int R, int U, int OPW>
+__device__ __forceinline__ void mm_fma(float (&acc)[OPW][R], const chunk8<E> (&w)[U][OPW],
+                                       const bool *valid, const float *xr, int64_t n_in, int nr,
+                                       int64_t k0) {
+#pragma unroll
+    for (int u = 0; u < U; u++) {
+        const int64_t k = k0 + 256 * u;
+        if (k >= n_in) break;
+        float wf[OPW][8];
+#pragma unroll
+        for (int i = 0; i < OPW; i++) {
+            if (valid[i])
+                widen<E>(w[u][i], wf[i]);
+            else
+#pragma unroll
+                for (int e = 0; e < 8; e++) wf[i][e] = 0.0f;
+        }
+#pragma unroll
+        for (int r = 0; r < R; r++)
+            if (r < nr) {
+                const float4 xa = __ldg((const float4 *)(xr + r * n_in + k));
+                const float4 xb = __ldg((const float4 *)(xr + r * n_in + k + 4));
+                const float xv[8] = {xa.x, xa.y, xa.z, xa.w, xb.x, xb.y, xb.z, xb.w};
+#pragma unroll
+                for (int i = 0; i < OPW; i++)
+#pragma unroll
+                    for (int e = 0; e < 8; e++) acc[i][r] = fmaf(wf[i][e], xv[e], acc[i][r]);
+            }
+    }
+}
+
+/* WARPS warps per block, OPW weight rows per warp, U chunks per group (two groups in flight):
+ * none of them changes the order of any output's sum */
+template <int E, int R, int MODE, bool VEC, int WARPS = MM_WARPS, int OPW = MM_OPW,
+          int U = (R <= 2 ? 4 : R == 4 ? 2 : 1)>
+__global__ void __launch_bounds__(WARPS * 32) k_matmul(mm_args a) {
+    /* programmatic dependent launch: the next kernel may start now (it waits for this one
+     * before it reads what this one writes); this one reads its weights at once and waits
+     * for the kernel before it only before reading x (and y) */
+    cu_pdl_launch_dependents();
+    /* grid: x the row groups (fastest, so that the groups sharing a weight block run together
+     * and read it from L2), y the weight blocks */
+    int j = 0;
+    while (j + 1 < a.n && (int64_t)blockIdx.y >= a.first[j + 1]) j++;
+    const int64_t n_out = a.n_out[j], n_in = a.n_in;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int64_t blk = (int64_t)blockIdx.y - a.first[j];
+    /* this warp's weight rows: outputs o[i] of w[j] (MM_GLU: gate and up rows of one output) */
+    int64_t o[OPW];
+    const void *wr[OPW];
+    bool valid[OPW];
+    const size_t esz = E == CU_F32 ? 4 : 2;
+#pragma unroll
+    for (int i = 0; i < OPW; i++) {
+        o[i] = MODE == MM_GLU ? blk * WARPS + warp : (blk * WARPS + warp) * OPW + i;
+        valid[i] = o[i] < n_out;
+        const void *base = MODE == MM_GLU && i == 1 ? a.w_up : a.w[j];
+        wr[i] = (const char *)base + (size_t)(valid[i] ? o[i] : 0) * (size_t)n_in * esz;
+    }
+    if (!valid[0]) {
+        cu_pdl_wait();
+        return;
+    }
+    const int64_t r0 = (int64_t)blockIdx.x * R;
+    const int nr = a.n_tok - r0 < R ? (int)(a.n_tok - r0) : R;
+    const float *xr = a.x + r0 * n_in;
+    float acc[OPW][R];
+#pragma unroll
+    for (int i = 0; i < OPW; i++)
+#pragma unroll
+        for (int r = 0; r < R; r++) acc[i][r] = 0.0f;
+    if (VEC) {
+        /* two groups of U chunks in turn: the next group's loads are in flight while the
+         * current one's fmafs run (the chain still takes the lane's chunks in ascending k) */
+        chunk8<E> wa[U][OPW], wb[U][OPW];
+        int64_t k0 = 8 * lane;
+        mm_load<E, U, OPW>(wa, wr, valid, k0, n_in);
+        cu_pdl_wait(); /* the weights are on their way; x may be read from here on */
+        while (k0 < n_in) {
+            const int64_t k1 = k0 + 256 * U;
+            if (k1 < n_in) mm_load<E, U, OPW>(wb, wr, valid, k1, n_in);
+            mm_fma<E, R, U, OPW>(acc, wa, valid, xr, n_in, nr, k0);
+            if (k1 >= n_in) break;
+            const int64_t k2 = k1 + 256 * U;
+            if (k2 < n_in) mm_load<E, U, OPW>(wa, wr, valid, k2, n_in);
+            mm_fma<E, R, U, OPW>(acc, wb, valid, xr, n_in, nr, k1);
+            k0 = k2;
+        }
+    } else {
+        cu_pdl_wait();
+        for (int64_t k = lane; k < n_in; k += 32) {
+            float wv[OPW];
+#pragma unroll
+            for (int i = 0; i < OPW; i++) wv[i] = valid[i] ? cu_load<E>(wr[i], k) : 0.0f;
+#pragma unroll
+            for (int r = 0; r < R; r++)
+                if (r < nr) {
+                    const float xv = xr[r * n_in + k];
+#pragma unroll
+                    for (int i = 0; i < OPW; i++) acc[i][r] = fmaf(wv[i], xv, acc[i][r]);
+                }
+        }
+    }
+#pragma unroll
+    for (int i = 0; i < OPW; i++)
+#pragma unroll
+        for (int r = 0; r < R; r++) acc[i][r] = cu_warp_sum(acc[i][r]);
+    if (lane != 0) return;
+    float *y = a.y[j];
+#pragma unroll
+    for (int r = 0; r < R; r++) {
+        if (r >= nr) break;
+        float *yr = y + (r0 + r) * n_out;
+        if (MODE == MM_GLU) {
+            yr[o[0]] = cu_glu_value(acc[0][r], acc[1][r], a.act);
+        } else {
+#pragma unroll
+            for (int i = 0; i < OPW; i++)
+                if (valid[i]) {
+                    if (MODE == MM_ADD)
+                        yr[o[i]] += acc[i][r];
+                    else
+                        yr[o[i]] = acc[i][r];
+                }
+        }
+    }
+}
+
+bool cu_pdl_enabled(void) {
+    static int on = -1;
+    if (on < 0) {
+        const char *e = getenv("KILN_CUDA_PDL");
+        on = !(e && !strcmp(e, "0"));
+    }
+    return on != 0;
+}
+
+/* launched with programmatic stream serialization: it may start while the kernel before it
+ * finishes (k_matmul waits for it before reading anything it wrote) */
+/* Launch shapes (gpu_matmul_bench's variant table on the H200, run 3 of bench/gpu/README.md:
+ * one row, 32 launches chained in a graph): SH_WIDE, 16 warps of one row each with groups of 2
+ * chunks, streamed the narrow and the long-row weights fastest (4096x4096: 10.7 us against
+ * 12.5, 4096x14336: 30.7 against 36.8); SH_PAIR, 4 warps of two rows with groups of 2, the
+ * others (6144x4096: 16.8 against 20.8; 14336x4096: 33.5 against 35.7); the output head was
+ * the same under all. Rows beyond one keep 4 warps of two rows. No shape changes the order. */
+enum { SH_DEF = 0, SH_WIDE = 1, SH_PAIR = 2 };
+
+static int mm_shape(int32_t n_tok, int64_t n_out_total, int64_t n_in, int mode) {
+    if (n_tok != 1) return SH_DEF;
+    if (mode == MM_GLU) return SH_PAIR; /* a warp holds the gate and up rows of one output */
+    return n_in >= 8192 || n_out_total <= 4096 ? SH_WIDE : SH_PAIR;
+}
+
+/* outputs per block of a shape */
+static int64_t mm_per_block(int shape, int mode) {
+    if (mode == MM_GLU) return MM_WARPS;
+    return shape == SH_WIDE ? 16 : MM_WARPS * MM_OPW;
+}
+
+/* launched with programmatic stream serialization: it may start while the kernel before it
+ * finishes (k_matmul waits for it before reading anything it wrote) */
+template <int E, int R, int MODE, int W = MM_WARPS, int O = MM_OPW,
+          int U = (R <= 2 ? 4 : R == 4 ? 2 : 1)>
+static void launch_r(cudaStream_t s, const mm_args &a, bool vec, dim3 grid) {
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid;
+    cfg.blockDim = dim3(W * 32);
+    cfg.stream = s;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = cu_pdl_enabled() ? 1 : 0;
+    if (vec)
+        cudaLaunchKernelEx(&cfg, k_matmul<E, R, MODE, true, W, O, U>, a);
+    else
+        cudaLaunchKernelEx(&cfg, k_matmul<E, R, MODE, false, W, O, U>, a);
+}
+
+/* the row tile: the smallest of 1, 2, 4, 8 that holds n_tok, else 8 with grid.x row groups */
+template <int E, int MODE>
+static cudaError_t launch(cudaStream_t s, const mm_args &a, bool vec, int shape) {
+    const int R = a.n_tok <= 1 ? 1 : a.n_tok <= 2 ? 2 : a.n_tok <= 4 ? 4 : 8;
+    const dim3 grid((unsigned)((a.n_tok + R - 1) / R), (unsigned)a.first[a.n]);
+    if (R == 1) {
+        if (shape == SH_WIDE && MODE != MM_GLU)
+            launch_r<E, 1, MODE, 16, 1, 2>(s, a, vec, grid);
+        else if (shape == SH_PAIR)
+            launch_r<E, 1, MODE, MM_WARPS, MM_OPW, 2>(s, a, vec, grid);
+        else
+            launch_r<E, 1, MODE>(s, a, vec, grid);
+    } else if (R == 2)
+        launch_r<E, 2, MODE>(s, a, vec, grid);
+    else if (R == 4)
+        launch_r<E, 4, MODE>(s, a, vec, grid);
+    else
+        launch_r<E, 8, MODE>(s, a, vec, grid);
+    return cudaGetLastError();
+}
+
+template <int MODE>
+static cudaError_t launch_e(cudaStream_t s, cu_elem e, const mm_args &a, bool vec, int shape) {
+    if (e == CU_F16) return launch<CU_F16, MODE>(s, a, vec, shape);
+    if (e == CU_BF16) return launch<CU_BF16, MODE>(s, a, vec, shape);
+    return launch<CU_F32, MODE>(s, a, vec, shape);
+}
+
+/* the row-load path of one weight: 16-byte vectors when n_in, w and x allow them */
+static bool vec_path(cu_elem e, const void *w, int64_t n_in, const float *x) {
+    (void)e;
+    return n_in % 8 == 0 && (uintptr_t)w % 16 == 0 && (uintptr_t)x % 16 == 0;
+}
+
+static bool grid_ok(int32_t n_tok, int64_t blocks) {
+    (void)n_tok;
+    return blocks <= 65535;
+}
+
+extern "C" cudaError_t kiln_cu_matmul_multi(cudaStream_t s, const cu_mm_out *outs, int n,
+                                            int64_t n_in, const float *x, int32_t n_tok) {
+    if (n_tok < 1) return cudaSuccess;
+    for (int i = 0; i < n;) {
+        /* a group: consecutive weights of one dtype and path, at most CU_MM_MAX_OUTS */
+        const cu_elem e = outs[i].w_elem;
+        const bool vec = vec_path(e, outs[i].w, n_in, x);
+        int64_t tot = 0;
+        for (int q = i; q < n && q < i + CU_MM_MAX_OUTS; q++) tot += outs[q].n_out;
+        const int shape = vec ? mm_shape(n_tok, tot, n_in, MM_STORE) : SH_DEF;
+        const int64_t per_block = mm_per_block(shape, MM_STORE);
+        mm_args a = {};
+        a.n_in = n_in;
+        a.x = x;
+        a.n_tok = n_tok;
+        int k = 0;
+        while (i < n && k < CU_MM_MAX_OUTS && outs[i].w_elem == e &&
+               vec_path(e, outs[i].w, n_in, x) == vec) {
+            a.y[k] = outs[i].y;
+            a.w[k] = outs[i].w;
+            a.n_out[k] = outs[i].n_out;
+            a.first[k + 1] = a.first[k] + (outs[i].n_out + per_block - 1) / per_block;
+            k++;
+            i++;
+        }
+        a.n = k;
+        if (a.first[k] == 0) continue;
+        if (!grid_ok(n_tok, a.first[k])) return cudaErrorInvalidConfiguration;
+        const cudaError_t err = launch_e<MM_STORE>(s, e, a, vec, shape);
+        if (err != cudaSuccess) return err;
+    }
+    return cudaSuccess;
+}
+
+extern "C" cudaError_t kiln_cu_matmul_add(cudaStream_t s, const cu_mm_out *out, int64_t n_in,
+                                          const float *x, int32_t n_tok) {
+    if (n_tok < 1 || out->n_out < 1) return cudaSuccess;
+    mm_args a = {};
+    a.n_in = n_in;
+    a.x = x;
+    a.n_tok = n_tok;
+    a.n = 1;
+    a.y[0] = out->y;
+    a.w[0] = out->w;
+    a.n_out[0] = out->n_out;
+    const bool vec = vec_path(out->w_elem, out->w, n_in, x);
+    const int shape = vec ? mm_shape(n_tok, out->n_out, n_in, MM_ADD) : SH_DEF;
+    const int64_t per_block = mm_per_block(shape, MM_ADD);
+    a.first[1] = (out->n_out + per_block - 1) / per_block;
+    if (!grid_ok(n_tok, a.first[1])) return cudaErrorInvalidConfiguration;
+    return launch_e<MM_ADD>(s, out->w_elem, a, vec, shape);
+}
+
+extern "C" cudaError_t kiln_cu_matmul_glu(cudaStream_t s, float *y, const void *w_gate,
+                                          const void *w_up, cu_elem elem, int64_t n_out,
+                                          int64_t n_in, const float *x, int32_t n_tok, int act) {
+    if (n_tok < 1 || n_out < 1) return cudaSuccess;
+    mm_args a = {};
+    a.n_in = n_in;
+    a.x = x;
+    a.n_tok = n_tok;
+    a.n = 1;
+    a.act = act;
+    a.y[0] = y;
+    a.w[0] = w_gate;
+    a.w_up = w_up;
+    a.n_out[0] = n_out;
+    a.first[1] = (n_out + MM_WARPS - 1) / MM_WARPS;
+    if (!grid_ok(n_tok, a.first[1])) return cudaErrorInvalidConfiguration;
+    const bool vec = vec_path(elem, w_gate, n_in, x) && vec_path(elem, w_up, n_in, x);
+    return launch_e<MM_GLU>(s, elem, a, vec, vec ? mm_shape(n_tok, n_out, n_in, MM_GLU) : SH_DEF);
+}
+
+/* ---- the first milestone's kernel, unchanged (KILN_CUDA_KERNELS=v1: before/after timings) ---- */
+
+#define MM1_WARPS 8
 
 /* 4 consecutive weights from element k (k % 4 == 0, row 16-byte aligned for f32, 8 for f16 and
  * bf16) */
@@ -34,9 +424,8 @@ template <int E> __device__ __forceinline__ void cu_load4(const void *row, int64
 
 /* up to CU_MM_MAX_OUTS weights of one dtype and one load path over the same x, in one launch:
  * output j owns blocks [first[j], first[j + 1]) of the grid's x dimension */
-#define CU_MM_MAX_OUTS 4
 
-typedef struct mm_args {
+typedef struct mm1_args {
     float *y[CU_MM_MAX_OUTS];
     const void *w[CU_MM_MAX_OUTS];
     int64_t n_out[CU_MM_MAX_OUTS];
@@ -45,15 +434,15 @@ typedef struct mm_args {
     int64_t n_in;
     const float *x;
     int32_t n_tok;
-} mm_args;
+} mm1_args;
 
 template <int E, int R, bool VEC>
-__global__ void __launch_bounds__(CU_MM_WARPS * 32) k_matmul(mm_args a) {
+__global__ void __launch_bounds__(MM1_WARPS * 32) k_matmul_v1(mm1_args a) {
     int j = 0;
     while (j + 1 < a.n && (int64_t)blockIdx.x >= a.first[j + 1]) j++;
     const int64_t n_out = a.n_out[j], n_in = a.n_in;
     const int lane = threadIdx.x & 31;
-    const int64_t o = ((int64_t)blockIdx.x - a.first[j]) * CU_MM_WARPS + (threadIdx.x >> 5);
+    const int64_t o = ((int64_t)blockIdx.x - a.first[j]) * MM1_WARPS + (threadIdx.x >> 5);
     if (o >= n_out) return;
     const int64_t r0 = (int64_t)blockIdx.y * R;
     const int nr = a.n_tok - r0 < R ? (int)(a.n_tok - r0) : R;
@@ -94,48 +483,48 @@ __global__ void __launch_bounds__(CU_MM_WARPS * 32) k_matmul(mm_args a) {
             if (r < nr) y[(r0 + r) * n_out + o] = acc[r];
 }
 
-template <int E> static cudaError_t launch(cudaStream_t s, const mm_args &a, bool vec) {
+template <int E> static cudaError_t launch_v1(cudaStream_t s, const mm1_args &a, bool vec) {
     const dim3 grid((unsigned)a.first[a.n], a.n_tok == 1 ? 1u : (unsigned)((a.n_tok + 7) / 8));
-    const dim3 block(CU_MM_WARPS * 32);
+    const dim3 block(MM1_WARPS * 32);
     if (a.n_tok == 1) {
         if (vec)
-            k_matmul<E, 1, true><<<grid, block, 0, s>>>(a);
+            k_matmul_v1<E, 1, true><<<grid, block, 0, s>>>(a);
         else
-            k_matmul<E, 1, false><<<grid, block, 0, s>>>(a);
+            k_matmul_v1<E, 1, false><<<grid, block, 0, s>>>(a);
     } else {
         if (vec)
-            k_matmul<E, 8, true><<<grid, block, 0, s>>>(a);
+            k_matmul_v1<E, 8, true><<<grid, block, 0, s>>>(a);
         else
-            k_matmul<E, 8, false><<<grid, block, 0, s>>>(a);
+            k_matmul_v1<E, 8, false><<<grid, block, 0, s>>>(a);
     }
     return cudaGetLastError();
 }
 
 /* the row-load path of one weight: 16-byte vectors when n_in, w and x allow them */
-static bool vec_path(cu_elem e, const void *w, int64_t n_in, const float *x) {
+static bool vec_path_v1(cu_elem e, const void *w, int64_t n_in, const float *x) {
     const size_t esz = e == CU_F32 ? 4 : 2;
     return n_in % 4 == 0 && (uintptr_t)w % (4 * esz) == 0 && (uintptr_t)x % 16 == 0;
 }
 
-extern "C" cudaError_t kiln_cu_matmul_multi(cudaStream_t s, const cu_mm_out *outs, int n,
+extern "C" cudaError_t kiln_cu_matmul_v1(cudaStream_t s, const cu_mm_out *outs, int n,
                                             int64_t n_in, const float *x, int32_t n_tok) {
     if (n_tok < 1) return cudaSuccess;
     if ((n_tok + 7) / 8 > 65535) return cudaErrorInvalidConfiguration;
     for (int i = 0; i < n;) {
         /* a group: consecutive weights of one dtype and path, at most CU_MM_MAX_OUTS */
         const cu_elem e = outs[i].w_elem;
-        const bool vec = vec_path(e, outs[i].w, n_in, x);
-        mm_args a = {};
+        const bool vec = vec_path_v1(e, outs[i].w, n_in, x);
+        mm1_args a = {};
         a.n_in = n_in;
         a.x = x;
         a.n_tok = n_tok;
         int k = 0;
         while (i < n && k < CU_MM_MAX_OUTS && outs[i].w_elem == e &&
-               vec_path(e, outs[i].w, n_in, x) == vec) {
+               vec_path_v1(e, outs[i].w, n_in, x) == vec) {
             a.y[k] = outs[i].y;
             a.w[k] = outs[i].w;
             a.n_out[k] = outs[i].n_out;
-            a.first[k + 1] = a.first[k] + (outs[i].n_out + CU_MM_WARPS - 1) / CU_MM_WARPS;
+            a.first[k + 1] = a.first[k] + (outs[i].n_out + MM1_WARPS - 1) / MM1_WARPS;
             k++;
             i++;
         }
@@ -144,11 +533,11 @@ extern "C" cudaError_t kiln_cu_matmul_multi(cudaStream_t s, const cu_mm_out *out
         if (a.first[k] > 0x7fffffff) return cudaErrorInvalidConfiguration;
         cudaError_t err;
         if (e == CU_F16)
-            err = launch<CU_F16>(s, a, vec);
+            err = launch_v1<CU_F16>(s, a, vec);
         else if (e == CU_BF16)
-            err = launch<CU_BF16>(s, a, vec);
+            err = launch_v1<CU_BF16>(s, a, vec);
         else
-            err = launch<CU_F32>(s, a, vec);
+            err = launch_v1<CU_F32>(s, a, vec);
         if (err != cudaSuccess) return err;
     }
     return cudaSuccess;

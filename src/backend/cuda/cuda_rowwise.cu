@@ -41,6 +41,7 @@ extern "C" cudaError_t kiln_cu_embed(cudaStream_t s, float *x, const void *tok, 
 /* ---- norms -------------------------------------------------------------------------------- */
 
 #define CU_NORM_THREADS 256
+#define CU_NORM_REGS    32 /* rows up to 8192 elements are held in registers */
 
 /* sum over the block (CU_NORM_THREADS threads): each warp's butterfly, then the 8 warp sums by
  * a butterfly in every warp; the same bits in every thread */
@@ -57,6 +58,8 @@ __global__ void __launch_bounds__(CU_NORM_THREADS)
     k_norm(float *out, const float *x, const float *w, const float *b, int64_t d, int kind,
            float eps) {
     __shared__ float sh[CU_NORM_THREADS / 32];
+    cu_pdl_wait(); /* launched programmatically: what the kernel ahead wrote is visible */
+    cu_pdl_launch_dependents(); /* the matmul after it may be scheduled (it waits for this) */
     const float *xr = x + (int64_t)blockIdx.x * d;
     float *orow = out + (int64_t)blockIdx.x * d;
     if (kind == 1) { /* LayerNorm: mean, then the biased variance, two passes */
@@ -77,6 +80,30 @@ __global__ void __launch_bounds__(CU_NORM_THREADS)
         return;
     }
     float ss = 0.0f;
+    if (d <= CU_NORM_THREADS * CU_NORM_REGS) {
+        /* the row's elements (and w's) loaded at once into registers: the same sums, without
+         * a load latency per element */
+        float xv[CU_NORM_REGS], wv[CU_NORM_REGS];
+#pragma unroll
+        for (int c = 0; c < CU_NORM_REGS; c++) {
+            const int64_t j = threadIdx.x + (int64_t)CU_NORM_THREADS * c;
+            xv[c] = j < d ? xr[j] : 0.0f;
+            wv[c] = j < d && w ? w[j] : 1.0f;
+        }
+#pragma unroll
+        for (int c = 0; c < CU_NORM_REGS; c++)
+            if (threadIdx.x + (int64_t)CU_NORM_THREADS * c < d) ss += xv[c] * xv[c];
+        ss = cu_block_sum(ss, sh);
+        ss /= (float)d;
+        ss += eps;
+        ss = 1.0f / sqrtf(ss);
+#pragma unroll
+        for (int c = 0; c < CU_NORM_REGS; c++) {
+            const int64_t j = threadIdx.x + (int64_t)CU_NORM_THREADS * c;
+            if (j < d) orow[j] = w ? wv[c] * (ss * xv[c]) : ss * xv[c];
+        }
+        return;
+    }
     for (int64_t j = threadIdx.x; j < d; j += CU_NORM_THREADS) ss += xr[j] * xr[j];
     ss = cu_block_sum(ss, sh);
     ss /= (float)d;
@@ -90,7 +117,16 @@ extern "C" cudaError_t kiln_cu_norm(cudaStream_t s, float *out, const float *x, 
                                     const float *b, int32_t n_rows, int64_t d, int kind,
                                     float eps) {
     if (n_rows < 1) return cudaSuccess;
-    k_norm<<<n_rows, CU_NORM_THREADS, 0, s>>>(out, x, w, b, d, kind, eps);
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3((unsigned)n_rows);
+    cfg.blockDim = dim3(CU_NORM_THREADS);
+    cfg.stream = s;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = cu_pdl_enabled() ? 1 : 0;
+    cudaLaunchKernelEx(&cfg, k_norm, out, x, w, b, d, kind, eps);
     return cudaGetLastError();
 }
 
@@ -150,16 +186,6 @@ extern "C" cudaError_t kiln_cu_rope(cudaStream_t s, float *x, int64_t stride, in
 
 /* ---- elementwise ---------------------------------------------------------------------------- */
 
-/* ops.c kiln_act_value */
-__device__ __forceinline__ float cu_act(float v, int act) {
-    if (act == CU_ACT_GELU_TANH) {
-        const float k = 0.7978845608028654f; /* sqrt(2 / pi) */
-        return 0.5f * v * (1.0f + tanhf(k * (v + 0.044715f * v * v * v)));
-    }
-    if (act == CU_ACT_GELU_ERF) return 0.5f * v * (1.0f + erff(v * 0.7071067811865476f));
-    return v * (1.0f / (1.0f + expf(-v)));
-}
-
 __global__ void k_add_bias(float *y, const float *bias, int64_t dim, int64_t n) {
     CU_GRID_STRIDE(i, n) y[i] += bias[i % dim];
 }
@@ -173,15 +199,7 @@ __global__ void k_act(float *x, int64_t n, int act) {
 }
 
 __global__ void k_glu(float *g, const float *u, int64_t n, int act) {
-    CU_GRID_STRIDE(i, n) {
-        if (act == CU_ACT_SILU) { /* ops.c kiln_swiglu_ref */
-            float v = g[i];
-            v *= 1.0f / (1.0f + expf(-v));
-            g[i] = v * u[i];
-        } else {
-            g[i] = cu_act(g[i], act) * u[i];
-        }
-    }
+    CU_GRID_STRIDE(i, n) g[i] = cu_glu_value(g[i], u[i], act);
 }
 
 __global__ void k_softcap(float *x, int64_t n, float cap) {
@@ -204,6 +222,7 @@ __global__ void k_gate_sigmoid(float *x, const float *gate, int64_t n) {
 
 __global__ void k_gather_rows(float *dst, const float *src, const int32_t *rows, int64_t d,
                               int64_t n) {
+    cu_pdl_launch_dependents();
     CU_GRID_STRIDE(i, n) dst[i] = src[(int64_t)rows[i / d] * d + i % d];
 }
 
@@ -259,5 +278,53 @@ extern "C" cudaError_t kiln_cu_gather_rows(cudaStream_t s, float *dst, const flo
     const int64_t n = (int64_t)n_rows * d;
     if (n < 1) return cudaSuccess;
     k_gather_rows<<<cu_ew_blocks(n), CU_EW_THREADS, 0, s>>>(dst, src, rows, d, n);
+    return cudaGetLastError();
+}
+
+/* ---- greedy argmax ------------------------------------------------------------------------ */
+
+/* one block per row: thread t scans i = t + 256 j keeping the first largest finite value
+ * (sampler.c kiln_argmax: non-finite logits skipped, the lowest index among equals), then the
+ * block merges (value, index) pairs preferring the larger value, then the lower index: the
+ * first maximum, whatever the order of the merge; -1 when the row holds a NaN */
+#define ARGMAX_THREADS 1024
+__global__ void __launch_bounds__(ARGMAX_THREADS) k_argmax(int32_t *ids, const float *logits, int64_t n) {
+    __shared__ float bv[ARGMAX_THREADS];
+    __shared__ int32_t bi[ARGMAX_THREADS];
+    const float *x = logits + (int64_t)blockIdx.x * n;
+    float v = -INFINITY;
+    int32_t best = -1;
+    int nan_seen = 0;
+#pragma unroll 8
+    for (int64_t i = threadIdx.x; i < n; i += ARGMAX_THREADS) {
+        const float xi = x[i];
+        nan_seen |= isnan(xi);
+        if (isfinite(xi) && (best < 0 || xi > v)) {
+            v = xi;
+            best = (int32_t)i;
+        }
+    }
+    bv[threadIdx.x] = v;
+    bi[threadIdx.x] = best;
+    nan_seen = __syncthreads_or(nan_seen);
+    for (int off = ARGMAX_THREADS / 2; off > 0; off >>= 1) {
+        if (threadIdx.x < off) {
+            const float ov = bv[threadIdx.x + off];
+            const int32_t oi = bi[threadIdx.x + off];
+            const int32_t mi = bi[threadIdx.x];
+            if (oi >= 0 && (mi < 0 || ov > bv[threadIdx.x] || (ov == bv[threadIdx.x] && oi < mi))) {
+                bv[threadIdx.x] = ov;
+                bi[threadIdx.x] = oi;
+            }
+        }
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) ids[blockIdx.x] = nan_seen ? -1 : bi[0] < 0 ? 0 : bi[0];
+}
+
+extern "C" cudaError_t kiln_cu_argmax(cudaStream_t s, int32_t *ids, const float *logits,
+                                      int32_t n_rows, int64_t n_vocab) {
+    if (n_rows < 1) return cudaSuccess;
+    k_argmax<<<n_rows, ARGMAX_THREADS, 0, s>>>(ids, logits, n_vocab);
     return cudaGetLastError();
 }
