@@ -47,8 +47,9 @@ static kiln_dtype kv_page_format(kiln_kv_type t) {
     }
 }
 
+/* a format the delayed transition converts into: anything but the plain f32 / f16 / bf16 */
 static bool is_quantized(kiln_dtype t) {
-    return t == KILN_DTYPE_Q8_0 || t == KILN_DTYPE_Q4_0;
+    return t != KILN_DTYPE_F32 && t != KILN_DTYPE_F16 && t != KILN_DTYPE_BF16;
 }
 
 /* the pool resolve_params lays out: main-class formats and blocks, and the f16 class of the

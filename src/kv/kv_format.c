@@ -132,15 +132,15 @@ static void q4_0_read(const void *src, float *dst, const kiln_kv_geom *g) {
 
 static const kiln_kv_format_traits g_formats[] = {
     {KILN_DTYPE_F32, "f32", 1, 4, KILN_KV_OPERAND_F32, NULL, f32_write, f32_read, f32_dot,
-     f32_axpy},
+     f32_axpy, NULL, NULL, true},
     {KILN_DTYPE_F16, "f16", 1, 2, KILN_KV_OPERAND_F16, NULL, f16_write, f16_read, f16_dot,
-     f16_axpy},
+     f16_axpy, NULL, NULL, true},
     {KILN_DTYPE_BF16, "bf16", 1, 2, KILN_KV_OPERAND_BF16, NULL, bf16_write, bf16_read, bf16_dot,
-     bf16_axpy},
+     bf16_axpy, NULL, NULL, true},
     {KILN_DTYPE_Q8_0, "q8_0", 32, sizeof(kiln_block_q8_0), KILN_KV_OPERAND_F16, NULL, q8_0_write,
-     q8_0_read, q8_0_dot, q8_0_axpy},
+     q8_0_read, q8_0_dot, q8_0_axpy, NULL, NULL, true},
     {KILN_DTYPE_Q4_0, "q4_0", 32, sizeof(kiln_block_q4_0), KILN_KV_OPERAND_F16, NULL, q4_0_write,
-     q4_0_read, q4_0_dot, q4_0_axpy},
+     q4_0_read, q4_0_dot, q4_0_axpy, NULL, NULL, true},
 };
 enum { N_FORMATS = sizeof g_formats / sizeof g_formats[0] };
 

@@ -49,6 +49,13 @@
  * Within one sequence all K blocks share an operand and all V blocks share an operand (the
  * delayed transition pairs f16 blocks with q8_0 / q4_0 ones, all F16); the K operand rounds q,
  * the V operand rounds p.
+ *
+ * Adding a format (a row of g_formats in kv_format.c): a kiln_dtype id (< KILN_DTYPE_COUNT, the
+ * pool stores it per block), a name for --kv-type, its bytes (block_elems / block_bytes, or a
+ * row_bytes function for per-head side data), write_row / read_row, the scalar dot / axpy the
+ * CPU reference attention calls, prep_q / finish_v when the format works in a transformed
+ * domain, and simd = false until backend/cpu/ops_avx512.c has a kernel for it (the reference
+ * then runs; batch invariance holds either way: each (token, head) is its own fixed order).
  */
 #ifndef KILN_KV_KV_FORMAT_H
 #define KILN_KV_KV_FORMAT_H
@@ -92,6 +99,18 @@ typedef struct kiln_kv_format_traits {
     float (*dot)(const void *row, int64_t e0, const float *qr, int32_t n);
     /** Scalar reference of acc[d] += p * x[e0 + d] for d < n (p already rounded). */
     void (*axpy)(float *acc, float p, const void *row, int64_t e0, int32_t n);
+    /** Optional (NULL: qr[d] = kiln_kv_operand_round(q[d], operand)): q of one head
+     *  (head_dim floats) as dot expects it, once per (token, head) and call; e.g. a format
+     *  storing rotated rows rotates q here (attention then computes q . k in the rotated
+     *  domain). K side only. */
+    void (*prep_q)(float *qr, const float *q, int32_t head_dim);
+    /** Optional (NULL: nothing): applied in place to one head's accumulated sum_t p_t v_t
+     *  (head_dim floats) after the last key, e.g. the inverse rotation of rotated V rows.
+     *  V side only. Every V block of one call must share it. */
+    void (*finish_v)(float *out, int32_t head_dim);
+    /** Whether the CPU backend's SIMD attention paths have a kernel for this format (the
+     *  formats of this file do); false: those calls run the scalar reference above. */
+    bool simd;
 } kiln_kv_format_traits;
 
 /** The traits of format t, or NULL when t is not a KV page format. */

@@ -206,7 +206,10 @@ void kiln_attention_paged_kv(float *out, const float *q, const kiln_attn_kv *kv,
     const int32_t n = n_keys - key_begin, bs = kv->block_size, hd = kv->head_dim;
     const kiln_kv_format_traits *fk = kiln_kv_format_of(kv->k_fmt[key_begin / bs]);
     const kiln_kv_format_traits *fv = kiln_kv_format_of(kv->v_fmt[key_begin / bs]);
-    for (int32_t d = 0; d < hd; d++) q_round[d] = kiln_kv_operand_round(q[d], fk->operand);
+    if (fk->prep_q)
+        fk->prep_q(q_round, q, hd);
+    else
+        for (int32_t d = 0; d < hd; d++) q_round[d] = kiln_kv_operand_round(q[d], fk->operand);
     int32_t cur = -1;
     size_t rb = 0;
     for (int32_t t = key_begin; t < n_keys; t++) {
@@ -222,6 +225,7 @@ void kiln_attention_paged_kv(float *out, const float *q, const kiln_attn_kv *kv,
     kiln_softmax(scores, n);
     memset(out, 0, (size_t)hd * sizeof *out);
     const kiln_kv_operand pop = fv->operand;
+    void (*finish)(float *, int32_t) = fv->finish_v;
     cur = -1;
     for (int32_t t = key_begin; t < n_keys; t++) {
         if (t / bs != cur) {
@@ -232,6 +236,23 @@ void kiln_attention_paged_kv(float *out, const float *q, const kiln_attn_kv *kv,
         const char *row = (const char *)kv->v_blocks[cur] + (size_t)(t % bs) * rb;
         fv->axpy(out, kiln_kv_operand_round(scores[t - key_begin], pop), row, kv->head_off, hd);
     }
+    if (finish) finish(out, hd);
+}
+
+/* whether every block a call reads has a format the AVX-512 kernel reads */
+static bool simd_formats(const kiln_attn_kv *kv, int32_t n_tok, const int32_t *begin,
+                         const int32_t *end) {
+    if (!kv->k_fmt) return true;
+    int32_t b0 = begin[0];
+    for (int32_t i = 0; i < n_tok; i++)
+        if (begin[i] < b0) b0 = begin[i];
+    const int32_t bl = (end[n_tok - 1] - 1) / kv->block_size;
+    for (int32_t b = b0 / kv->block_size; b <= bl; b++) {
+        const kiln_kv_format_traits *fk = kiln_kv_format_of(kv->k_fmt[b]);
+        const kiln_kv_format_traits *fv = kiln_kv_format_of(kv->v_fmt[b]);
+        if (!fk || !fv || !fk->simd || !fv->simd) return false;
+    }
+    return true;
 }
 
 size_t kiln_attention_group_scratch(int32_t n_tok, int32_t G, int32_t head_dim, int32_t max_keys) {
@@ -244,7 +265,7 @@ size_t kiln_attention_group_scratch(int32_t n_tok, int32_t G, int32_t head_dim, 
 void kiln_attention_group(float *out, int64_t out_stride, const float *q, int64_t q_stride,
                           int32_t G, int32_t n_tok, const int32_t *begin, const int32_t *end,
                           const kiln_attn_kv *kv, float score_div, float softcap, float *scratch) {
-    if (use_avx512() && kv->head_dim <= 512) {
+    if (use_avx512() && kv->head_dim <= 512 && simd_formats(kv, n_tok, begin, end)) {
         kiln_attention_group_avx512(out, out_stride, q, q_stride, G, n_tok, begin, end, kv,
                                     score_div, softcap, scratch);
         return;
