@@ -395,13 +395,14 @@ KA void attn_pv_tile(float *out, int64_t head_stride, const float *sc, int64_t s
     const float *p0 = sc - base;
     for (int32_t t = begin; t < end; t++) {
         const char *vr = (const char *)kv->v_blocks[blk] + (size_t)row * rb;
+        const int rlf = lf; /* this row's format */
         if (++row == kv->block_size) {
             row = 0, blk++;
             if (LF == LF_MIX && t + 1 < end) lf = lf_of(af->vf[blk]), rb = af->rb[lf];
         }
         __m512 v[4];
         _Pragma("GCC unroll 4") for (int c = 0; c < NCC; c++) v[c] =
-            load_row(vr, kv->head_off + 16 * (c0 + c), c0 + c == nc - 1 ? last : 0xFFFF, LF, lf);
+            load_row(vr, kv->head_off + 16 * (c0 + c), c0 + c == nc - 1 ? last : 0xFFFF, LF, rlf);
         _Pragma("GCC unroll 4") for (int h = 0; h < NH; h++) {
             const __m512 p = _mm512_set1_ps(p0[(size_t)h * sc_stride + t]);
             _Pragma("GCC unroll 4") for (int c = 0; c < NCC; c++) acc[h][c] =
