@@ -23,6 +23,8 @@ int kiln_cmd_convert(int argc, char **argv);
 int kiln_cmd_gen_model(int argc, char **argv);
 int kiln_cmd_bench(int argc, char **argv);
 int kiln_cmd_serve(int argc, char **argv);
+int kiln_cmd_perplexity(int argc, char **argv);
+int kiln_cmd_fit(int argc, char **argv);
 
 /** Print "kiln: error: <message>" to stderr and return KILN_EXIT_ERROR. */
 int cli_fail(const kiln_error *err);
@@ -191,5 +193,13 @@ typedef struct json_t json_t;
  *  reference. NULL o (a failed json_pack) or a failed dump prints "kiln: error: cannot build
  *  the JSON output" to stderr. Returns 0 or KILN_EXIT_ERROR. (common.c) */
 int cli_print_json(json_t *o);
+
+/** A KV page format by its name in the format traits table (kv/kv_format.h: "f32", "f16",
+ *  "bf16", and any format added there); false for anything else. (kv_names.c) */
+bool cli_parse_kv_format(const char *s, kiln_dtype *out);
+/** "f32, f16, bf16, ...": every format of the traits table, for error messages. */
+const char *cli_kv_format_names(void);
+/** The traits table's name of format t, "?" when t is not a format. */
+const char *cli_kv_format_name(kiln_dtype t);
 
 #endif
