@@ -102,6 +102,8 @@ enum {
     CLI_OPT_SPEC_NGRAM,
     CLI_OPT_DRAFT_MODEL,
     CLI_OPT_DEVICE, /* --device (run, bench): where the model's weights go (model params) */
+    CLI_OPT_MEMORY_BUDGET, /* --memory-budget SIZE: the KV pool from what weights and scratch
+                              leave (kiln_engine_params.memory_budget) */
 };
 
 /* The struct option entries of those options, for a command's option table. */
@@ -117,12 +119,13 @@ enum {
         {"max-seqs", required_argument, 0, CLI_OPT_MAX_SEQS},                                      \
         {"max-queue", required_argument, 0, CLI_OPT_MAX_QUEUE},                                    \
         {"no-prefix-cache", no_argument, 0, CLI_OPT_NO_PREFIX_CACHE},                              \
-        {"cache-dir", required_argument, 0, CLI_OPT_CACHE_DIR}, {                                  \
+        {"cache-dir", required_argument, 0, CLI_OPT_CACHE_DIR},                                    \
+        {"memory-budget", required_argument, 0, CLI_OPT_MEMORY_BUDGET}, {                          \
         "cache-disk-max", required_argument, 0, CLI_OPT_CACHE_DISK_MAX                             \
     }
 
 /** Apply engine option `opt` (a CLI_OPT_* code) with value `arg` to *ep, checking its range
- * (the limits kiln_engine_create enforces). --kv-memory and --cache-disk-max take sizes
+ * (the limits kiln_engine_create enforces). --kv-memory, --memory-budget and --cache-disk-max take sizes
  * (cli_parse_size: "512M", "16GiB", plain bytes); --no-prefix-cache sets no_prefix_cache
  * (arg unused); --cache-dir DIR sets cache_dir to arg (borrowed: argv outlives the engine's
  * creation), which must not be empty. Returns -1 when opt is not an engine option, 0 when
