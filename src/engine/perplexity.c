@@ -48,10 +48,6 @@ kiln_status kiln_perplexity(const kiln_model *m, kiln_backend *be, const int32_t
     if (!kiln_kv_format_of(p->kv_k) || !kiln_kv_format_of(p->kv_v))
         return kiln_error_set(err, KILN_ERR_INVALID_ARGUMENT,
                               "perplexity: the KV type is not a KV page format");
-    if (p->kv_k != p->kv_v)
-        return kiln_error_set(err, KILN_ERR_UNSUPPORTED,
-                              "perplexity: different K and V page formats are not supported by "
-                              "this build's KV pool");
     if (p->bos >= V)
         return kiln_error_set(err, KILN_ERR_INVALID_ARGUMENT,
                               "perplexity: bos id %d is outside the vocabulary (%d)", p->bos, V);
@@ -67,7 +63,7 @@ kiln_status kiln_perplexity(const kiln_model *m, kiln_backend *be, const int32_t
                             "perplexity: out of memory for %d x %d logits", n_second, V);
         goto done;
     }
-    if ((st = kiln_kv_seq_create(m, n_ctx, p->kv_k, &kv, err))) goto done;
+    if ((st = kiln_kv_seq_create_kv(m, be, n_ctx, p->kv_k, p->kv_v, &kv, err))) goto done;
     double t0 = now_s(), nll = 0.0, nll2 = 0.0;
     int64_t count = 0;
     for (int64_t c = 0; c < n_chunks; c++) {

@@ -30,7 +30,7 @@ typedef struct kiln_ppl_params {
     int32_t n_ctx;       /* >= 4 */
     int32_t max_chunks;  /* 0: every whole chunk */
     kiln_dtype kv_k;     /* KV page format of K rows (kv/kv_format.h) */
-    kiln_dtype kv_v;     /* of V rows; today it must equal kv_k */
+    kiln_dtype kv_v;     /* of V rows */
     int32_t bos;         /* >= 0: each chunk's first token becomes this id; -1: kept */
     /* optional: called after each chunk with the running perplexity */
     void (*progress)(void *user, int32_t chunk, int32_t n_chunks, double ppl);
@@ -50,12 +50,12 @@ typedef struct kiln_ppl_result {
 /**
  * Score tokens[0..n_tokens) as above with model m on backend be (borrowed; NULL: one CPU
  * thread), each chunk forwarded through kiln_model_forward over a private cache of n_ctx
- * positions in p->kv_k: the first half of the chunk without logits, the second with every
+ * positions with K rows in p->kv_k and V rows in p->kv_v (kiln_kv_seq_create_kv): the first half of the chunk without logits, the second with every
  * row's (batch invariance makes the split immaterial to the logits).
  * Errors: KILN_ERR_INVALID_ARGUMENT (NULL, n_ctx < 4 or past the model's learned positions,
  * fewer than n_ctx tokens, a token or bos outside the vocabulary, a format that is not a KV
- * page format), KILN_ERR_UNSUPPORTED (kv_v != kv_k), KILN_ERR_OUT_OF_MEMORY, and the
- * forward's errors.
+ * page format or cannot hold the model's rows: q8_0 / q4_0 need kv_dim % 32 == 0),
+ * KILN_ERR_OUT_OF_MEMORY, and the forward's errors.
  */
 kiln_status kiln_perplexity(const kiln_model *m, kiln_backend *be, const int32_t *tokens,
                             int64_t n_tokens, const kiln_ppl_params *p, kiln_ppl_result *out,

@@ -147,10 +147,7 @@ int64_t kiln_kv_fit_max_seqs(const kiln_kv_fit_layout *l, int64_t bytes, int64_t
 
 int64_t kiln_kv_fit_pool_block_bytes(int32_t n_layer, int64_t kv_dim, int32_t block_size,
                                      kiln_dtype k_format, kiln_dtype v_format) {
-    if (k_format == v_format) return kiln_kv_block_bytes(n_layer, kv_dim, block_size, k_format);
-    int64_t a = kiln_kv_block_bytes(n_layer, kv_dim, block_size, k_format);
-    int64_t b = kiln_kv_block_bytes(n_layer, kv_dim, block_size, v_format);
-    return a > 0 && b > 0 ? a / 2 + b / 2 : 0;
+    return kiln_kv_block_bytes_kv(n_layer, kv_dim, block_size, k_format, v_format);
 }
 
 double kiln_kv_fit_decode_tok_s(double bandwidth_bytes_per_s, double bytes_per_token) {
