@@ -8,7 +8,8 @@
 #   - kiln perplexity --ctx 512 with f16, q8_0, q4_0 (and f32) KV pages, and llama.cpp's
 #     llama-perplexity -c 512 -fa with -ctk/-ctv f16, q8_0, q4_0 (and f32 without -fa), with
 #     --no-escape (llama-perplexity otherwise rewrites backslash escapes such as "\n" inside
-#     the Python source before tokenizing) and -b 512 (one chunk per batch);
+#     the Python source before tokenizing), -b 512 (one chunk per batch) and
+#     --ppl-output-type 1 (its mean NLL to 6 decimals; ppl = exp of it);
 #   - TurboQuant configurations (kiln only) when the build knows `--kv-type turbo:...`
 #     (TURBO="turbo:k8v3 ..." to choose).
 # Prints a table of ppl and relative change from f16 per engine and format, and checks that
@@ -46,9 +47,13 @@ llama_run() { # format [extra...]
     local kv=$1; shift
     local lp="$LLAMA_CPP_DIR/build/bin/llama-perplexity" args=()
     [ -n "${CHUNKS:-}" ] && args=(--chunks "$CHUNKS")
+    # --ppl-output-type 1: per chunk "offset ppl mean-nll stderr" with the mean NLL to 6
+    # decimals (the default output rounds ppl to 4); ppl = exp(the last mean NLL)
     "$lp" -m "$gguf" -f "$text" -c "$ctx" -b "$ctx" -t "$threads" --no-escape -ctk "$kv" \
-        -ctv "$kv" "$@" "${args[@]}" > "$work/llama-$kv.log" 2>&1 || return 1
-    sed -n 's/.*Final estimate: PPL = \([0-9.]*\).*/\1/p' "$work/llama-$kv.log"
+        -ctv "$kv" --ppl-output-type 1 "$@" "${args[@]}" > "$work/llama-$kv.log" 2>&1 || return 1
+    grep -q "Final estimate" "$work/llama-$kv.log" || return 1
+    awk 'NF == 4 && $1 ~ /^[0-9]+$/ && $3 ~ /^[0-9.]+$/ { nll = $3 } END { printf "%.6f\n", exp(nll) }' \
+        "$work/llama-$kv.log"
 }
 formats=(f16 q8_0 q4_0 f32)
 for f in "${formats[@]}"; do

@@ -19,8 +19,9 @@ const char *kiln_kv_layer_kind_name(kiln_kv_layer_kind k) {
 }
 
 bool kiln_kv_fit_add(kiln_kv_fit_layout *l, kiln_kv_layer_kind kind, int32_t n_layers,
-                     int64_t kv_dim, int32_t window, int64_t state_bytes) {
-    if (!l || n_layers < 1) return false;
+                     int64_t kv_dim, int32_t head_dim, int32_t window, int64_t state_bytes) {
+    if (!l || n_layers < 1 || head_dim < 0 || (head_dim > 0 && kv_dim % head_dim)) return false;
+    if (head_dim == 0 || kind == KILN_KV_LAYER_RECURRENT) head_dim = (int32_t)kv_dim;
     if (kind != KILN_KV_LAYER_RECURRENT && kv_dim < 1) return false;
     if (kind == KILN_KV_LAYER_SLIDING && window < 1) return false;
     if (kind == KILN_KV_LAYER_RECURRENT && state_bytes < 0) return false;
@@ -32,7 +33,8 @@ bool kiln_kv_fit_add(kiln_kv_fit_layout *l, kiln_kv_layer_kind kind, int32_t n_l
             g->state_bytes += state_bytes;
             return true;
         }
-        if (g->kv_dim == kv_dim && (kind != KILN_KV_LAYER_SLIDING || g->window == window)) {
+        if (g->kv_dim == kv_dim && g->head_dim == head_dim &&
+            (kind != KILN_KV_LAYER_SLIDING || g->window == window)) {
             g->n_layers += n_layers;
             return true;
         }
@@ -43,6 +45,7 @@ bool kiln_kv_fit_add(kiln_kv_fit_layout *l, kiln_kv_layer_kind kind, int32_t n_l
     g->kind = kind;
     g->n_layers = n_layers;
     g->kv_dim = kind == KILN_KV_LAYER_RECURRENT ? 0 : kv_dim;
+    g->head_dim = kind == KILN_KV_LAYER_RECURRENT ? 0 : head_dim;
     g->window = kind == KILN_KV_LAYER_SLIDING ? window : 0;
     g->state_bytes = kind == KILN_KV_LAYER_RECURRENT ? state_bytes : 0;
     return true;
@@ -59,6 +62,13 @@ static int64_t sat_add(int64_t a, int64_t b) {
     return __builtin_add_overflow(a, b, &r) ? INT64_MAX : r;
 }
 
+static size_t row_bytes(kiln_dtype t, const kiln_kv_fit_group *g) {
+    kiln_kv_geom geom = {.kv_dim = g->kv_dim,
+                         .n_head_kv = (int32_t)(g->kv_dim / g->head_dim),
+                         .head_dim = g->head_dim};
+    return kiln_kv_format_row_bytes_geom(t, &geom);
+}
+
 static int64_t pad64(int64_t x) {
     return (x + KILN_KV_ALIGNMENT - 1) / KILN_KV_ALIGNMENT * KILN_KV_ALIGNMENT;
 }
@@ -67,8 +77,7 @@ int64_t kiln_kv_fit_group_bytes_per_token(const kiln_kv_fit_layout *l, int32_t g
     if (!l || gi < 0 || gi >= l->n_groups) return 0;
     const kiln_kv_fit_group *g = &l->g[gi];
     if (g->kind == KILN_KV_LAYER_RECURRENT) return 0;
-    size_t rk = kiln_kv_format_row_bytes(l->k_format, g->kv_dim);
-    size_t rv = kiln_kv_format_row_bytes(l->v_format, g->kv_dim);
+    size_t rk = row_bytes(l->k_format, g), rv = row_bytes(l->v_format, g);
     if (!rk || !rv) return 0;
     return sat_mul(g->n_layers, (int64_t)(rk + rv));
 }
@@ -77,8 +86,7 @@ int64_t kiln_kv_fit_group_block_bytes(const kiln_kv_fit_layout *l, int32_t gi) {
     if (!l || gi < 0 || gi >= l->n_groups || l->block_size < 1) return 0;
     const kiln_kv_fit_group *g = &l->g[gi];
     if (g->kind == KILN_KV_LAYER_RECURRENT) return 0;
-    size_t rk = kiln_kv_format_row_bytes(l->k_format, g->kv_dim);
-    size_t rv = kiln_kv_format_row_bytes(l->v_format, g->kv_dim);
+    size_t rk = row_bytes(l->k_format, g), rv = row_bytes(l->v_format, g);
     if (!rk || !rv) return 0;
     int64_t per_layer = sat_add(pad64(sat_mul(l->block_size, (int64_t)rk)),
                                 pad64(sat_mul(l->block_size, (int64_t)rv)));

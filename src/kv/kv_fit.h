@@ -39,6 +39,7 @@ typedef struct kiln_kv_fit_group {
     kiln_kv_layer_kind kind;
     int32_t n_layers;    /* >= 1 */
     int64_t kv_dim;      /* attention: n_head_kv * head_dim elements per K (and V) row */
+    int32_t head_dim;    /* attention: elements per KV head (a format's row geometry); 0: kv_dim */
     int32_t window;      /* sliding: W >= 1 */
     int64_t state_bytes; /* recurrent: bytes of one sequence's state for the whole group */
 } kiln_kv_fit_group;
@@ -53,13 +54,15 @@ typedef struct kiln_kv_fit_layout {
 } kiln_kv_fit_layout;
 
 /** Add n_layers of a kind to the layout, merged into an existing group of the same kind and
- *  geometry. False when the layout is full or an argument is out of range. */
+ *  geometry (head_dim: elements per KV head, 0 = kv_dim). False when the layout is full or an
+ *  argument is out of range. */
 bool kiln_kv_fit_add(kiln_kv_fit_layout *l, kiln_kv_layer_kind kind, int32_t n_layers,
-                     int64_t kv_dim, int32_t window, int64_t state_bytes);
+                     int64_t kv_dim, int32_t head_dim, int32_t window, int64_t state_bytes);
 
 /** Bytes per token of group g's K and V rows over all its layers, unpadded:
- *  n_layers * (row_bytes(k_format, kv_dim) + row_bytes(v_format, kv_dim)); 0 for recurrent
- *  groups and invalid formats. */
+ *  n_layers * (row_bytes(k_format) + row_bytes(v_format)) for the group's row geometry
+ *  (kiln_kv_format_row_bytes_geom); 0 for recurrent groups and formats that cannot hold the
+ *  rows. */
 int64_t kiln_kv_fit_group_bytes_per_token(const kiln_kv_fit_layout *l, int32_t g);
 
 /** Bytes of one block of group g (all its layers, K and V, padded regions). */

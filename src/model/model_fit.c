@@ -42,11 +42,12 @@ bool kiln_model_kv_layout(const kiln_model *m, int32_t block_size, kiln_dtype k_
             int64_t floats = conv_dim * (c->ssm_conv_kernel - 1) +
                              (int64_t)c->ssm_n_v_heads * c->ssm_k_head_dim * c->ssm_v_head_dim;
             if (!header) floats += KILN_MODEL_STATE_HEADER_FLOATS, header = true;
-            ok = kiln_kv_fit_add(out, KILN_KV_LAYER_RECURRENT, 1, 0, 0, floats * 4);
+            ok = kiln_kv_fit_add(out, KILN_KV_LAYER_RECURRENT, 1, 0, 0, 0, floats * 4);
         } else if (lc->sliding_window > 0) {
-            ok = kiln_kv_fit_add(out, KILN_KV_LAYER_SLIDING, 1, kv_dim, lc->sliding_window, 0);
+            ok = kiln_kv_fit_add(out, KILN_KV_LAYER_SLIDING, 1, kv_dim, c->head_dim,
+                                 lc->sliding_window, 0);
         } else {
-            ok = kiln_kv_fit_add(out, KILN_KV_LAYER_FULL, 1, kv_dim, 0, 0);
+            ok = kiln_kv_fit_add(out, KILN_KV_LAYER_FULL, 1, kv_dim, c->head_dim, 0, 0);
         }
         if (!ok) return false;
     }
