@@ -419,6 +419,13 @@ typedef struct kiln_engine_params {
                                       create: same size, same token texts, same end-of-generation
                                       ids; KILN_ERR_INVALID_ARGUMENT names the first difference) */
     int64_t draft_kv_tokens;     /* the draft model's KV pool in positions; 0 = the target's */
+    /* Memory budget in bytes for the whole engine (`kiln serve --memory-budget`): when > 0 the
+     * KV pool gets what is left after the weights (the model's, and the draft model's) and
+     * the step scratch: kv_memory = memory_budget - weights - scratch, rounded down to whole
+     * blocks, the arithmetic `kiln fit` prints (src/model/model_fit.h). Excludes kv_memory and
+     * kv_tokens; KILN_ERR_INVALID_ARGUMENT when what is left holds no block (the message
+     * gives the three figures). The draft model's own KV pool is not counted. 0: unused. */
+    int64_t memory_budget;
 } kiln_engine_params;
 
 /** All zero: every field takes its default. */

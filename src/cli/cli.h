@@ -23,6 +23,8 @@ int kiln_cmd_convert(int argc, char **argv);
 int kiln_cmd_gen_model(int argc, char **argv);
 int kiln_cmd_bench(int argc, char **argv);
 int kiln_cmd_serve(int argc, char **argv);
+int kiln_cmd_perplexity(int argc, char **argv);
+int kiln_cmd_fit(int argc, char **argv);
 
 /** Print "kiln: error: <message>" to stderr and return KILN_EXIT_ERROR. */
 int cli_fail(const kiln_error *err);
@@ -100,6 +102,8 @@ enum {
     CLI_OPT_SPEC_NGRAM,
     CLI_OPT_DRAFT_MODEL,
     CLI_OPT_DEVICE, /* --device (run, bench): where the model's weights go (model params) */
+    CLI_OPT_MEMORY_BUDGET, /* --memory-budget SIZE: the KV pool from what weights and scratch
+                              leave (kiln_engine_params.memory_budget) */
     CLI_OPT_KV_TYPE_K,
     CLI_OPT_KV_TYPE_V,
     CLI_OPT_KV_QUANT_START,
@@ -121,12 +125,13 @@ enum {
         {"max-seqs", required_argument, 0, CLI_OPT_MAX_SEQS},                                      \
         {"max-queue", required_argument, 0, CLI_OPT_MAX_QUEUE},                                    \
         {"no-prefix-cache", no_argument, 0, CLI_OPT_NO_PREFIX_CACHE},                              \
-        {"cache-dir", required_argument, 0, CLI_OPT_CACHE_DIR}, {                                  \
+        {"cache-dir", required_argument, 0, CLI_OPT_CACHE_DIR},                                    \
+        {"memory-budget", required_argument, 0, CLI_OPT_MEMORY_BUDGET}, {                          \
         "cache-disk-max", required_argument, 0, CLI_OPT_CACHE_DISK_MAX                             \
     }
 
 /** Apply engine option `opt` (a CLI_OPT_* code) with value `arg` to *ep, checking its range
- * (the limits kiln_engine_create enforces). --kv-memory and --cache-disk-max take sizes
+ * (the limits kiln_engine_create enforces). --kv-memory, --memory-budget and --cache-disk-max take sizes
  * (cli_parse_size: "512M", "16GiB", plain bytes); --no-prefix-cache sets no_prefix_cache
  * (arg unused); --cache-dir DIR sets cache_dir to arg (borrowed: argv outlives the engine's
  * creation), which must not be empty. Returns -1 when opt is not an engine option, 0 when
@@ -197,5 +202,13 @@ typedef struct json_t json_t;
  *  reference. NULL o (a failed json_pack) or a failed dump prints "kiln: error: cannot build
  *  the JSON output" to stderr. Returns 0 or KILN_EXIT_ERROR. (common.c) */
 int cli_print_json(json_t *o);
+
+/** A KV page format by its name in the format traits table (kv/kv_format.h: "f32", "f16",
+ *  "bf16", and any format added there); false for anything else. (kv_names.c) */
+bool cli_parse_kv_format(const char *s, kiln_dtype *out);
+/** "f32, f16, bf16, ...": every format of the traits table, for error messages. */
+const char *cli_kv_format_names(void);
+/** The traits table's name of format t, "?" when t is not a format. */
+const char *cli_kv_format_name(kiln_dtype t);
 
 #endif

@@ -24,11 +24,15 @@
  *     _compute_llama3_parameters); a runtime divides each inverse frequency by its factor.
  * Weight matrices become --type (default: the checkpoint's own dtype per tensor, lossless);
  * those whose rows do not split into the type's blocks, and every 1-D tensor (norms,
- * biases), are stored as f32. The tokenizer is not converted yet: a directory with
- * tokenizer.json / tokenizer.model gets a note and a GGUF without tokenizer metadata, unless
- * --vocab FILE names a GGUF whose tokenizer.ggml.* keys (with exactly vocab_size tokens) are
- * copied in. llama.cpp refuses a file without tokenizer.ggml.model; kiln loads it (token
- * ids only).
+ * biases), are stored as f32.
+ * Tokenizer: a directory with tokenizer.json gets its tokenizer as GGUF metadata
+ * (tokenizer/hf_to_gguf.h: tokenizer.ggml.model "gpt2", .pre, .tokens, .token_type, .merges,
+ * special ids, add_bos/add_eos, tokenizer.chat_template), checked after writing: kiln reads
+ * the GGUF's tokenizer back and must encode a probe text as it does from tokenizer.json (a
+ * mismatch is an error). Tokenizers it cannot write (SentencePiece-style, WordPiece, unknown
+ * pre-tokenizers) are refused with the reason; --vocab FILE instead copies the
+ * tokenizer.ggml.* keys of a GGUF (exactly vocab_size tokens), and --no-tokenizer writes none
+ * (llama.cpp refuses such a file; kiln loads it for token ids).
  */
 #include <getopt.h>
 #include <jansson.h>
@@ -44,11 +48,15 @@
 #include "format/gguf_write.h"
 #include "format/safetensors.h"
 #include "format/json_file.h"
+#include "tokenizer/hf_to_gguf.h"
+#include "tokenizer/hf_tokenizer.h"
+#include "tokenizer/tokenizer.h"
 #include "util/error.h"
 
 static void convert_usage(FILE *f) {
     fprintf(f,
-            "usage: kiln convert HF_DIR OUT.gguf [--type TYPE] [--vocab FILE] [-t N]\n"
+            "usage: kiln convert HF_DIR OUT.gguf [--type TYPE] [--vocab FILE | --no-tokenizer]\n"
+            "                    [-t N]\n"
             "\n"
             "Converts a Hugging Face checkpoint directory (config.json and model.safetensors,\n"
             "or a sharded model.safetensors.index.json) of a Llama-family model (model_type\n"
@@ -61,10 +69,14 @@ static void convert_usage(FILE *f) {
             "                   matrices whose rows do not split into blocks stay f32\n"
             "  --vocab FILE     copy the tokenizer (tokenizer.ggml.* keys) of this GGUF, whose\n"
             "                   token count must equal vocab_size\n"
+            "  --no-tokenizer   write no tokenizer metadata (llama.cpp then refuses the file)\n"
             "  -t, --threads N  threads (default: physical cores)\n"
             "\n"
-            "The checkpoint's own tokenizer is not converted yet: without --vocab the GGUF has\n"
-            "no tokenizer metadata (kiln loads it for token ids; llama.cpp needs a tokenizer).\n");
+            "The directory's tokenizer.json (byte-level BPE with GPT-2, Llama 3 or Qwen2\n"
+            "pre-tokenization) becomes the GGUF's tokenizer.ggml.* metadata and\n"
+            "tokenizer.chat_template (from tokenizer_config.json), which llama.cpp reads; kiln\n"
+            "checks that the written tokenizer encodes a probe text as tokenizer.json does.\n"
+            "Other tokenizers are refused with the reason (use --vocab or --no-tokenizer).\n");
 }
 
 typedef enum { ARCH_LLAMA, ARCH_QWEN2 } conv_arch;
@@ -378,15 +390,61 @@ static kiln_status set_metadata(kiln_gguf_writer *w, const hf_cfg *c, const char
     return kiln_gguf_writer_set_file_type(w, file_type, err);
 }
 
+/* A probe text for the round trip: code, contractions, digits, runs of spaces and newlines,
+ * punctuation, several scripts, an emoji and the special-token texts left unparsed. */
+static const char g_probe[] =
+    "def f(x, y=3):\n    return x**2 + y  # it's 12345 o'clock\n\n\n\t\tclass A:\n"
+    "  \"\"\"Doc.\"\"\"   \n    pass\r\n"
+    "Hello world! I'm here, you're there; we'll see. 3.14159 1,000,000 ...\n"
+    "\xc3\xa9t\xc3\xa9 na\xc3\xafve \xd0\x9f\xd1\x80\xd0\xb8\xd0\xb2\xd0\xb5\xd1\x82 "
+    "\xe4\xbd\xa0\xe5\xa5\xbd\xe4\xb8\x96\xe7\x95\x8c \xf0\x9f\x98\x80 "
+    "<|endoftext|> <s> </s>   \n";
+
+/* The written GGUF's tokenizer must encode the probe text (with and without specials) as
+ * kiln's tokenizer.json loader does. */
+static kiln_status check_tokenizer(const char *dir, const char *gguf_path, kiln_error *err) {
+    kiln_gguf *g = NULL;
+    kiln_tokenizer *tg = NULL, *th = NULL;
+    kiln_ivec a = {0}, b = {0};
+    kiln_status st = kiln_gguf_open(gguf_path, &g, err);
+    if (!st) st = kiln_tokenizer_from_gguf(g, &tg, err);
+    if (!st) st = kiln_tokenizer_from_hf_dir(dir, &th, err);
+    for (int pass = 0; pass < 2 && !st; pass++) {
+        bool special = pass == 1;
+        a.n = b.n = 0;
+        st = kiln_tokenizer_encode(th, g_probe, sizeof g_probe - 1, special, special, &a, err);
+        if (!st)
+            st = kiln_tokenizer_encode(tg, g_probe, sizeof g_probe - 1, special, special, &b, err);
+        if (st) break;
+        size_t i = 0;
+        while (i < a.n && i < b.n && a.data[i] == b.data[i]) i++;
+        if (i < a.n || i < b.n)
+            st = kiln_error_set(err, KILN_ERR_INTERNAL,
+                                "%s: the written tokenizer encodes the probe text differently "
+                                "from %s/tokenizer.json (%s specials: %zu vs %zu ids, first "
+                                "difference at id %zu: %d vs %d)",
+                                gguf_path, dir, special ? "with" : "without", b.n, a.n, i,
+                                i < b.n ? b.data[i] : -1, i < a.n ? a.data[i] : -1);
+    }
+    kiln_ivec_free(&a);
+    kiln_ivec_free(&b);
+    kiln_tokenizer_destroy(tg);
+    kiln_tokenizer_destroy(th);
+    kiln_gguf_close(g);
+    return st;
+}
+
 int kiln_cmd_convert(int argc, char **argv) {
     static const struct option opts[] = {
         {"type", required_argument, 0, 'T'},
         {"vocab", required_argument, 0, 'V'},
+        {"no-tokenizer", no_argument, 0, 'N'},
         {"threads", required_argument, 0, 't'},
         {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0},
     };
     const char *type_arg = NULL, *vocab_path = NULL;
+    bool no_tokenizer = false;
     int64_t threads = 0;
     optind = 1;
     opterr = 0;
@@ -398,6 +456,9 @@ int kiln_cmd_convert(int argc, char **argv) {
             break;
         case 'V':
             vocab_path = optarg;
+            break;
+        case 'N':
+            no_tokenizer = true;
             break;
         case 't':
             if (!cli_parse_i64(optarg, 1, 512, &threads))
@@ -415,6 +476,8 @@ int kiln_cmd_convert(int argc, char **argv) {
         return cli_usage_error("convert", "expected HF_DIR OUT.gguf (got %d arguments)",
                                argc - optind);
     const char *dir = argv[optind], *out_path = argv[optind + 1];
+    if (no_tokenizer && vocab_path)
+        return cli_usage_error("convert", "--vocab and --no-tokenizer exclude each other");
     if (cli_clobbers_input(out_path, dir) || cli_clobbers_input(out_path, vocab_path))
         return cli_usage_error(
             "convert", "OUT.gguf '%s' is one of the input files; write to a new path", out_path);
@@ -560,19 +623,34 @@ int kiln_cmd_convert(int argc, char **argv) {
     }
     char tokp[4200];
     snprintf(tokp, sizeof tokp, "%s/tokenizer.json", dir);
-    bool has_tok = access(tokp, R_OK) == 0;
+    bool has_json = access(tokp, F_OK) == 0;
     snprintf(tokp, sizeof tokp, "%s/tokenizer.model", dir);
-    has_tok = has_tok || access(tokp, R_OK) == 0;
-    if (has_tok && !vocab)
-        fprintf(stderr,
-                "kiln convert: note: the tokenizer in %s is not converted (not supported "
-                "yet); the GGUF has no tokenizer metadata\n",
+    bool has_spm = access(tokp, F_OK) == 0;
+    bool carry = !vocab && !no_tokenizer && has_json;
+    if (!vocab && !no_tokenizer && !has_json && has_spm) {
+        s = kiln_error_set(&err, KILN_ERR_UNSUPPORTED,
+                           "%s: only tokenizer.model (SentencePiece) is there, which convert does "
+                           "not read: give --vocab FILE (a GGUF with this vocabulary) or "
+                           "--no-tokenizer",
+                           dir);
+        goto fail;
+    }
+    if (!vocab && !no_tokenizer && !has_json)
+        fprintf(stderr, "kiln convert: note: %s has no tokenizer.json; the GGUF has no tokenizer "
+                        "metadata\n",
                 dir);
 
     /* file type: that of the first weight matrix (token_embd) */
     s = kiln_gguf_writer_create(&w, &err);
     if (s == KILN_OK) s = set_metadata(w, &c, dir, p.t[0].dtype, &err);
     if (s == KILN_OK && vocab) s = kiln_gguf_writer_copy_kv(w, vocab, "tokenizer.ggml.", &err);
+    kiln_hf_gguf_info tinfo = {0};
+    if (s == KILN_OK && carry) {
+        s = kiln_hf_tokenizer_to_gguf(dir, c.n_vocab, w, &tinfo, &err);
+        if (s != KILN_OK)
+            kiln_error_prefix(&err, "tokenizer (give --vocab FILE or --no-tokenizer to convert "
+                                    "without it): ");
+    }
     for (size_t i = 0; i < p.n && s == KILN_OK; i++)
         s = kiln_gguf_writer_add_tensor(w, p.t[i].name, p.t[i].dtype, p.t[i].n_dims, p.t[i].ne,
                                         &err);
@@ -593,7 +671,14 @@ int kiln_cmd_convert(int argc, char **argv) {
         s = kiln_gguf_writer_write_rows(w, plan_row, &rs, t->ne[1] * t->ne[2] * t->ne[3], tp, &err);
     }
     if (s == KILN_OK) s = kiln_gguf_writer_finish(w, &err);
+    if (s == KILN_OK && carry && (s = check_tokenizer(dir, out_path, &err)) != KILN_OK)
+        unlink(out_path);
     if (s != KILN_OK) goto fail;
+    if (carry) {
+        printf("%s: tokenizer: %s (pre %s), %d tokens (%d named), %d merges\n", out_path,
+               tinfo.model, tinfo.pre, tinfo.n_tokens, tinfo.n_named, tinfo.n_merges);
+        if (tinfo.note) fprintf(stderr, "kiln convert: note: %s\n", tinfo.note);
+    }
     printf("%s: %s, %zu tensors, weights %s%s (%.1f s)\n", out_path, c.arch_name, p.n,
            want_type ? kiln_dtype_name(type) : "as in the checkpoint",
            c.llama3 ? ", llama3 rope_freqs" : "", (cli_now_ms() - t0) / 1e3);

@@ -253,8 +253,11 @@ int cli_engine_option(const char *cmd, int opt, const char *arg, kiln_engine_par
         {CLI_OPT_MAX_SEQS, "--max-seqs", 1, 1 << 16},
         {CLI_OPT_MAX_QUEUE, "--max-queue", 1, 1 << 24},
     };
-    if (opt == CLI_OPT_KV_MEMORY || opt == CLI_OPT_CACHE_DISK_MAX) {
-        const char *name = opt == CLI_OPT_KV_MEMORY ? "--kv-memory" : "--cache-disk-max";
+    if (opt == CLI_OPT_KV_MEMORY || opt == CLI_OPT_CACHE_DISK_MAX ||
+        opt == CLI_OPT_MEMORY_BUDGET) {
+        const char *name = opt == CLI_OPT_KV_MEMORY       ? "--kv-memory"
+                           : opt == CLI_OPT_MEMORY_BUDGET ? "--memory-budget"
+                                                          : "--cache-disk-max";
         int64_t v;
         if (!cli_parse_size(arg, 1, INT64_MAX, &v))
             return cli_usage_error(cmd,
@@ -264,6 +267,8 @@ int cli_engine_option(const char *cmd, int opt, const char *arg, kiln_engine_par
                                    name, arg);
         if (opt == CLI_OPT_KV_MEMORY)
             ep->kv_memory = v;
+        else if (opt == CLI_OPT_MEMORY_BUDGET)
+            ep->memory_budget = v;
         else
             ep->cache_disk_max = v;
         return 0;

@@ -20,6 +20,8 @@ static void usage(FILE *f) {
             "  quantize  rewrite a GGUF model with its weights in another type (q8_0, q4_0, ...)\n"
             "  convert   convert a Hugging Face checkpoint directory to GGUF\n"
             "  gen-model write a model with random weights and real shapes (GGUF)\n"
+            "  perplexity  perplexity of a text file, llama-perplexity's method\n"
+            "  fit       memory a model needs: weights, KV per token, longest context, sequences\n"
             "\n"
             "Run 'kiln <command> --help' for the options of a command.\n",
             KILN_VERSION);
@@ -48,6 +50,8 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "quantize")) return kiln_cmd_quantize(argc - 1, argv + 1);
     if (!strcmp(cmd, "convert")) return kiln_cmd_convert(argc - 1, argv + 1);
     if (!strcmp(cmd, "gen-model")) return kiln_cmd_gen_model(argc - 1, argv + 1);
+    if (!strcmp(cmd, "perplexity")) return kiln_cmd_perplexity(argc - 1, argv + 1);
+    if (!strcmp(cmd, "fit")) return kiln_cmd_fit(argc - 1, argv + 1);
     fprintf(stderr, "kiln: unknown command '%s'\n\n", cmd);
     usage(stderr);
     return KILN_EXIT_USAGE;

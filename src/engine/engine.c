@@ -13,6 +13,7 @@
 
 #include "engine/drafter.h"
 #include "engine/engine_internal.h"
+#include "model/model_fit.h"
 #include "engine/spec.h"
 #include "kv/kv_format.h"
 #include "util/threadpool.h"
@@ -82,6 +83,7 @@ static kiln_status resolve_params(const kiln_model *m, const kiln_engine_params 
     CHECK_RANGE(spec_ngram_min, 0, 64)
     CHECK_RANGE(spec_ngram_max, 0, 64)
     CHECK_RANGE(draft_kv_tokens, 0, INT32_MAX)
+    CHECK_RANGE(memory_budget, 0, INT64_MAX)
 #undef CHECK_RANGE
     if (p->spec < KILN_SPEC_DEFAULT || p->spec > KILN_SPEC_RANDOM)
         return kiln_error_set(err, KILN_ERR_INVALID_ARGUMENT,
@@ -153,6 +155,24 @@ static kiln_status resolve_params(const kiln_model *m, const kiln_engine_params 
         return kiln_error_set(err, KILN_ERR_INVALID_ARGUMENT,
                               "cannot size a KV block (n_layer %d, kv_dim %lld, block_size %d)",
                               m->cfg.n_layer, (long long)kv_dim, p->block_size);
+    if (p->memory_budget > 0) {
+        if (p->kv_memory > 0 || p->kv_tokens > 0)
+            return kiln_error_set(err, KILN_ERR_INVALID_ARGUMENT,
+                                  "memory_budget excludes kv_memory and kv_tokens (it sizes the "
+                                  "KV pool itself)");
+        int64_t weights = kiln_model_weights_bytes(m) +
+                          (p->draft_model ? kiln_model_weights_bytes(p->draft_model) : 0);
+        int64_t scratch = kiln_model_scratch_bytes(m, p->step_tokens, p->n_ctx);
+        int64_t left = p->memory_budget - weights - scratch;
+        if (left < block_bytes)
+            return kiln_error_set(err, KILN_ERR_INVALID_ARGUMENT,
+                                  "memory_budget of %lld bytes leaves %lld for the KV pool after "
+                                  "%lld bytes of weights and %lld of scratch: less than one KV "
+                                  "block (%lld bytes)",
+                                  (long long)p->memory_budget, (long long)left, (long long)weights,
+                                  (long long)scratch, (long long)block_bytes);
+        p->kv_memory = left;
+    }
     if (p->kv_memory > 0) {
         int64_t nb = p->kv_memory / block_bytes;
         *n_blocks = nb > INT32_MAX ? INT32_MAX : (int32_t)nb;

@@ -18,7 +18,8 @@
  * transformers' whenever the GGUF loads.
  * Also: --type f16 / q8_0 conversions stay close (f16: 1e-2, q8_0: 0.1 relative to the largest
  * logit), and bad input (unknown model_type, a stray tensor, a missing tensor) is refused
- * with a message naming the problem; a directory with a tokenizer.json converts with a note;
+ * with a message naming the problem; a directory without a tokenizer converts with a note
+ * (tokenizer.json carrying: test_gguf_convert_tokenizer);
  * --vocab copies another GGUF's tokenizer.ggml.* keys when the token counts agree.
  */
 #include <jansson.h>
@@ -274,7 +275,7 @@ static const char *make_hf_dir(const char *name, const char *model_type, bool st
 static void test_bad_input(void) {
     char errbuf[4096];
     char ok[1024]; /* gw_path's buffers are reused: keep a copy */
-    snprintf(ok, sizeof ok, "%s", make_hf_dir("hf-ok", "llama", false, false, true));
+    snprintf(ok, sizeof ok, "%s", make_hf_dir("hf-ok", "llama", false, false, false));
     const char *a0[] = {"convert", ok, gw_path("ok.gguf"), NULL};
     CHECK(run_kiln(a0, errbuf, sizeof errbuf) == 0 && strstr(errbuf, "tokenizer"));
     kiln_error e = {0};
