@@ -538,15 +538,41 @@ void kiln_turbo_prepare_query(const kiln_turbo *t, const float *q, float *qp) {
     }
 }
 
+float kiln_turbo_dot_f32(const float *a, const float *b, int32_t n) {
+    float l[16] = {0};
+    for (int32_t j = 0; j < n; j += 16) {
+        const int32_t m = n - j < 16 ? n - j : 16;
+        for (int32_t k = 0; k < m; k++) {
+            const float p = a[j + k] * b[j + k];
+            l[k] = l[k] + p;
+        }
+    }
+    for (int32_t w = 8; w >= 1; w /= 2)
+        for (int32_t k = 0; k < w; k++) l[k] = l[k] + l[k + w];
+    return l[0];
+}
+
 float kiln_turbo_dot(const kiln_turbo *t, const float *qp, const void *row) {
     const int32_t d = t->d;
     float yr[KILN_TURBO_MAX_HEAD_DIM], zr[KILN_TURBO_MAX_HEAD_DIM];
     kiln_turbo_decode_rotated(t, row, yr, zr);
-    float s = 0;
-    for (int32_t i = 0; i < d; i++) s += yr[i] * qp[i];
-    if (t->spec.qjl)
-        for (int32_t i = 0; i < d; i++) s += zr[i] * qp[d + i];
+    float s = kiln_turbo_dot_f32(yr, qp, d);
+    if (t->spec.qjl) s += kiln_turbo_dot_f32(zr, qp + d, d);
     return s;
+}
+
+int32_t kiln_turbo_dtype_of(kiln_turbo_spec s) {
+    if (!kiln_turbo_spec_valid(s)) return -1;
+    return KILN_KV_TURBO_DTYPE_BASE + 2 * (s.bits - 1) + (s.qjl ? 1 : 0);
+}
+
+bool kiln_turbo_spec_of_dtype(int32_t id, kiln_turbo_spec *s) {
+    if (id < KILN_KV_TURBO_DTYPE_BASE || id >= KILN_KV_TURBO_DTYPE_END) return false;
+    if (s) {
+        s->bits = (id - KILN_KV_TURBO_DTYPE_BASE) / 2 + 1;
+        s->qjl = (id - KILN_KV_TURBO_DTYPE_BASE) % 2 != 0;
+    }
+    return true;
 }
 
 void kiln_turbo_accumulate(const kiln_turbo *t, float w, const void *row, float *acc) {

@@ -158,9 +158,15 @@ int32_t kiln_turbo_work_floats(const kiln_turbo *t);
  *  rotated domain, computed once per (token, head) and then dotted with every key row. */
 void kiln_turbo_prepare_query(const kiln_turbo *t, const float *q, float *qp);
 
-/** The estimate of q . x for a row of x and qp from kiln_turbo_prepare_query(q): norm * (qp[0:d] .
- *  c[idx] + gamma * qp[d:2d] . z), the sums sequential in j from 0. */
+/** The estimate of q . x for a row of x and qp from kiln_turbo_prepare_query(q):
+ *  kiln_turbo_dot_f32(yr, qp, d) (+ kiln_turbo_dot_f32(zr, qp + d, d) with QJL) for the row's
+ *  kiln_turbo_decode_rotated yr, zr: norm * (c[idx] . qp[0:d] + gamma * z . qp[d:2d]). */
 float kiln_turbo_dot(const kiln_turbo *t, const float *qp, const void *row);
+
+/** sum_j a[j] b[j] (n a multiple of 8) in a fixed order: 16 lane sums (lane j % 16, each a
+ *  chain of f32 multiply then add, no fused multiply-add), folded pairwise (lane l += lane
+ *  l + 8, then + 4, + 2, + 1). The attention kernels use exactly this order on every path. */
+float kiln_turbo_dot_f32(const float *a, const float *b, int32_t n);
 
 /** Decode a row into the rotated domain: yr[j] = norm * c[idx_j]; with QJL also
  *  zr[j] = +-norm * gamma (the sign of z_j), so that kiln_turbo_dot == yr . qp[0:d] +
@@ -173,5 +179,16 @@ void kiln_turbo_accumulate(const kiln_turbo *t, float w, const void *row, float 
 /** out[d] = Pi^T (acc[0:d] + sqrt(pi/2)/d * S^T acc[d:2d]): the original-domain value of an
  *  accumulated weighted sum of rows (acc is left unchanged). */
 void kiln_turbo_finish(const kiln_turbo *t, const float *acc, float *out);
+
+/* KV page format ids (kiln_dtype values, kv/kv_format.h) of TurboQuant rows: outside the
+ * GGML id space that kiln_dtype mirrors (no weight tensor has them), one per spec:
+ * KILN_KV_TURBO_DTYPE_BASE + 2 * (bits - 1) + qjl, so 64 .. 79. */
+#define KILN_KV_TURBO_DTYPE_BASE 64
+#define KILN_KV_TURBO_DTYPE_END  (KILN_KV_TURBO_DTYPE_BASE + 2 * KILN_TURBO_MAX_BITS)
+
+/** The page format id of spec s (-1 when s is invalid). */
+int32_t kiln_turbo_dtype_of(kiln_turbo_spec s);
+/** Whether id is a TurboQuant page format id; if so and s is non-NULL, *s = its spec. */
+bool kiln_turbo_spec_of_dtype(int32_t id, kiln_turbo_spec *s);
 
 #endif
