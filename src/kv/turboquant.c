@@ -539,26 +539,15 @@ void kiln_turbo_prepare_query(const kiln_turbo *t, const float *q, float *qp) {
 }
 
 float kiln_turbo_dot_f32(const float *a, const float *b, int32_t n) {
-    float l[16] = {0};
-    for (int32_t j = 0; j < n; j += 16) {
-        const int32_t m = n - j < 16 ? n - j : 16;
-        for (int32_t k = 0; k < m; k++) {
-            const float p = a[j + k] * b[j + k];
-            l[k] = l[k] + p;
-        }
-    }
-    for (int32_t w = 8; w >= 1; w /= 2)
-        for (int32_t k = 0; k < w; k++) l[k] = l[k] + l[k + w];
-    return l[0];
+    float s = 0.0f;
+    for (int32_t j = 0; j < n; j++) s = fmaf(a[j], b[j], s);
+    return s;
 }
 
 float kiln_turbo_dot(const kiln_turbo *t, const float *qp, const void *row) {
-    const int32_t d = t->d;
-    float yr[KILN_TURBO_MAX_HEAD_DIM], zr[KILN_TURBO_MAX_HEAD_DIM];
-    kiln_turbo_decode_rotated(t, row, yr, zr);
-    float s = kiln_turbo_dot_f32(yr, qp, d);
-    if (t->spec.qjl) s += kiln_turbo_dot_f32(zr, qp + d, d);
-    return s;
+    float dec[2 * KILN_TURBO_MAX_HEAD_DIM];
+    kiln_turbo_decode_rotated(t, row, dec, dec + t->d);
+    return kiln_turbo_dot_f32(dec, qp, kiln_turbo_work_floats(t));
 }
 
 int32_t kiln_turbo_dtype_of(kiln_turbo_spec s) {
@@ -579,9 +568,9 @@ void kiln_turbo_accumulate(const kiln_turbo *t, float w, const void *row, float 
     const int32_t d = t->d;
     float yr[KILN_TURBO_MAX_HEAD_DIM], zr[KILN_TURBO_MAX_HEAD_DIM];
     kiln_turbo_decode_rotated(t, row, yr, zr);
-    for (int32_t i = 0; i < d; i++) acc[i] += w * yr[i];
+    for (int32_t i = 0; i < d; i++) acc[i] = fmaf(w, yr[i], acc[i]);
     if (t->spec.qjl)
-        for (int32_t i = 0; i < d; i++) acc[d + i] += w * zr[i];
+        for (int32_t i = 0; i < d; i++) acc[d + i] = fmaf(w, zr[i], acc[i + d]);
 }
 
 void kiln_turbo_finish(const kiln_turbo *t, const float *acc, float *out) {

@@ -159,13 +159,13 @@ int32_t kiln_turbo_work_floats(const kiln_turbo *t);
 void kiln_turbo_prepare_query(const kiln_turbo *t, const float *q, float *qp);
 
 /** The estimate of q . x for a row of x and qp from kiln_turbo_prepare_query(q):
- *  kiln_turbo_dot_f32(yr, qp, d) (+ kiln_turbo_dot_f32(zr, qp + d, d) with QJL) for the row's
- *  kiln_turbo_decode_rotated yr, zr: norm * (c[idx] . qp[0:d] + gamma * z . qp[d:2d]). */
+ *  kiln_turbo_dot_f32 over the row's kiln_turbo_decode_rotated values (yr, then zr with QJL)
+ *  and qp[0 : work_floats]: norm * (c[idx] . qp[0:d] + gamma * z . qp[d:2d]). */
 float kiln_turbo_dot(const kiln_turbo *t, const float *qp, const void *row);
 
-/** sum_j a[j] b[j] (n a multiple of 8) in a fixed order: 16 lane sums (lane j % 16, each a
- *  chain of f32 multiply then add, no fused multiply-add), folded pairwise (lane l += lane
- *  l + 8, then + 4, + 2, + 1). The attention kernels use exactly this order on every path. */
+/** sum_j a[j] b[j] for j = 0 .. n-1 as one fused multiply-add chain from +0 in ascending j
+ *  (s = fmaf(a[j], b[j], s)): the order the attention kernels use on every path (one key per
+ *  SIMD lane there). */
 float kiln_turbo_dot_f32(const float *a, const float *b, int32_t n);
 
 /** Decode a row into the rotated domain: yr[j] = norm * c[idx_j]; with QJL also
@@ -173,7 +173,7 @@ float kiln_turbo_dot_f32(const float *a, const float *b, int32_t n);
  *  zr . qp[d:2d] in the same order. zr may be NULL without QJL. */
 void kiln_turbo_decode_rotated(const kiln_turbo *t, const void *row, float *yr, float *zr);
 
-/** acc[kiln_turbo_work_floats] += w * (the row's decode_rotated yr, zr). */
+/** acc[j] = fmaf(w, (the row's decode_rotated yr, zr)[j], acc[j]) for j < work_floats. */
 void kiln_turbo_accumulate(const kiln_turbo *t, float w, const void *row, float *acc);
 
 /** out[d] = Pi^T (acc[0:d] + sqrt(pi/2)/d * S^T acc[d:2d]): the original-domain value of an

@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "backend/cpu/attn_turbo.h"
+#include "backend/cpu/cpu.h"
 #include "test.h"
 
 static uint64_t rs = 99;
@@ -66,6 +67,8 @@ static void free_pages(pages *p) {
     free(p->vb);
 }
 
+static int g_path = 0; /* 0: the active path, 1: scalar, 2: AVX-512 */
+
 static void run(const kiln_turbo *tk, const kiln_turbo *tv, const pages *p, int g, int ntok, int gh,
                 const int32_t *begin, const int32_t *end, const float *q, int64_t qs, float *out,
                 int64_t os, float softcap) {
@@ -73,7 +76,12 @@ static void run(const kiln_turbo *tk, const kiln_turbo *tv, const pages *p, int 
         (const void *const *)p->kb, (const void *const *)p->vb, p->bs, NKV, g, tk, tv};
     float *scr =
         aligned_alloc(64, kiln_attention_turbo_scratch(ntok, gh, D, T) * sizeof(float) + 64);
-    kiln_attention_turbo(out, os, q, qs, gh, ntok, begin, end, &kv, sqrtf((float)D), softcap, scr);
+    if (g_path == 0)
+        kiln_attention_turbo(out, os, q, qs, gh, ntok, begin, end, &kv, sqrtf((float)D), softcap,
+                             scr);
+    else
+        kiln_attention_turbo_path(out, os, q, qs, gh, ntok, begin, end, &kv, sqrtf((float)D),
+                                  softcap, scr, g_path == 2);
     free(scr);
 }
 
@@ -157,6 +165,17 @@ static void check_config(int kb, bool kq, int vb, bool vq, double exact_tol, flo
            "rms %.3f (bound %.2f), max %.3f (max |out| %.2f)\n",
            kb, kq ? "q" : "", vb, vq ? "q" : "", softcap, worst_ref, rel, exact_tol, worst_exact,
            mag);
+    /* the scalar and AVX-512 paths: same bits */
+    for (int path = 1; path <= (kiln_simd_supported(KILN_SIMD_AVX512) ? 2 : 1); path++) {
+        static float o3[NTOK * NKV * G * D];
+        g_path = path;
+        for (int g = 0; g < NKV; g++)
+            run(tk, tv, &p16, g, NTOK, G, begin, end, q + g * G * D, qs, o3 + g * G * D, qs,
+                softcap);
+        g_path = 0;
+        CHECKF(memcmp(o3, out, sizeof o3) == 0, "k%dv%d: the %s path differs", kb, vb,
+               path == 1 ? "scalar" : "AVX-512");
+    }
     /* other block sizes and another head's pages changed: same bits */
     const int32_t sizes[] = {1, 7, 32};
     for (size_t si = 0; si < 3; si++) {

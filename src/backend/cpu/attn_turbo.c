@@ -1,8 +1,10 @@
 /* attn_turbo.c - paged attention over TurboQuant pages (attn_turbo.h). */
 #include "backend/cpu/attn_turbo.h"
 
+#include <math.h>
 #include <string.h>
 
+#include "backend/cpu/cpu.h"
 #include "backend/cpu/ops.h"
 
 static size_t round16(size_t n) {
@@ -10,9 +12,23 @@ static size_t round16(size_t n) {
 }
 
 size_t kiln_attention_turbo_scratch(int32_t n_tok, int32_t G, int32_t head_dim, int32_t max_keys) {
-    const size_t rows = (size_t)n_tok * (size_t)G;
-    return rows * round16(2 * (size_t)head_dim) * 2 + rows * round16((size_t)max_keys) +
-           round16(2 * (size_t)head_dim) + 16;
+    const size_t rows = (size_t)n_tok * (size_t)G, w = round16(2 * (size_t)head_dim);
+    /* qp and acc per row, scores per row, a transposed K chunk, a V chunk, one decoded row */
+    return rows * w * 2 + rows * round16((size_t)max_keys + 16) + 16 * w * 2 + w + 16;
+}
+
+void kiln_turbo_scores16_ref(const float *Kt, int32_t wk, const float *qp, float *s16) {
+    for (int l = 0; l < 16; l++) {
+        float s = 0.0f;
+        for (int32_t j = 0; j < wk; j++) s = fmaf(qp[j], Kt[(size_t)j * 16 + l], s);
+        s16[l] = s;
+    }
+}
+
+void kiln_turbo_pv16_ref(float *acc, int32_t wv, const float *Vc, size_t vstride, const float *p,
+                         int lo, int hi) {
+    for (int t = lo; t < hi; t++)
+        for (int32_t j = 0; j < wv; j++) acc[j] = fmaf(p[t], Vc[(size_t)t * vstride + j], acc[j]);
 }
 
 static const unsigned char *row_at(const void *const *blocks, int32_t bs, size_t row_bytes,
@@ -21,64 +37,85 @@ static const unsigned char *row_at(const void *const *blocks, int32_t bs, size_t
            (size_t)head * head_bytes;
 }
 
-void kiln_attention_turbo(float *out, int64_t out_stride, const float *q, int64_t q_stride,
-                          int32_t G, int32_t n_tok, const int32_t *begin, const int32_t *end,
-                          const kiln_attn_turbo_kv *kv, float score_div, float softcap,
-                          float *scratch) {
+void kiln_attention_turbo_path(float *out, int64_t out_stride, const float *q, int64_t q_stride,
+                               int32_t G, int32_t n_tok, const int32_t *begin, const int32_t *end,
+                               const kiln_attn_turbo_kv *kv, float score_div, float softcap,
+                               float *scratch, bool simd) {
     const kiln_turbo *tk = kv->k, *tv = kv->v;
     const int32_t d = kiln_turbo_head_dim(tk), bs = kv->block_size;
     const kiln_turbo_spec sk = kiln_turbo_get_spec(tk), sv = kiln_turbo_get_spec(tv);
     const size_t hbk = kiln_turbo_head_bytes(d, sk), hbv = kiln_turbo_head_bytes(d, sv);
     const size_t rbk = hbk * (size_t)kv->n_head_kv, rbv = hbv * (size_t)kv->n_head_kv;
     const int32_t wk = kiln_turbo_work_floats(tk), wv = kiln_turbo_work_floats(tv);
-    const int32_t kmin = begin[0], kmax = end[n_tok - 1];
-    const size_t rows = (size_t)n_tok * (size_t)G, wstride = round16(2 * (size_t)d);
-    const size_t sstride = round16((size_t)(kmax - kmin));
-    float *qp = scratch, *acc = qp + rows * wstride, *sc = acc + rows * wstride;
-    float *dec = sc + rows * sstride; /* [2d]: yr then zr of the row being read */
+    const int32_t kmin = begin[0], kmax = end[n_tok - 1], base = kmin & ~15;
+    const size_t rows = (size_t)n_tok * (size_t)G, w = round16(2 * (size_t)d);
+    const size_t sstride = round16((size_t)(kmax - base) + 16);
+    float *qp = scratch, *acc = qp + rows * w, *sc = acc + rows * w;
+    float *Kt = sc + rows * sstride, *Vc = Kt + 16 * w, *dec = Vc + 16 * w;
+    void (*scores16)(const float *, int32_t, const float *, float *) =
+        simd ? kiln_turbo_scores16_avx512 : kiln_turbo_scores16_ref;
+    void (*pv16)(float *, int32_t, const float *, size_t, const float *, int, int) =
+        simd ? kiln_turbo_pv16_avx512 : kiln_turbo_pv16_ref;
 
     for (int32_t i = 0; i < n_tok; i++)
-        for (int32_t h = 0; h < G; h++)
+        for (int32_t h = 0; h < G; h++) {
             kiln_turbo_prepare_query(tk, q + i * q_stride + (int64_t)h * d,
-                                     qp + ((size_t)i * G + h) * wstride);
-    /* scores: each key row decoded once, dotted with every (token, head) that sees it */
-    for (int32_t t = kmin; t < kmax; t++) {
-        kiln_turbo_decode_rotated(tk, row_at(kv->k_blocks, bs, rbk, hbk, kv->head, t), dec,
-                                  dec + d);
+                                     qp + ((size_t)i * G + h) * w);
+            memset(acc + ((size_t)i * G + h) * w, 0, sizeof(float) * (size_t)wv);
+        }
+    /* scores: chunks of 16 keys at absolute positions, each row decoded once into the
+     * transposed chunk Kt[j][lane] and dotted with every (token, head) whose range meets it */
+    for (int32_t t0 = base; t0 < kmax; t0 += 16) {
+        const int lo = t0 < kmin ? kmin - t0 : 0, hi = kmax - t0 < 16 ? kmax - t0 : 16;
+        memset(Kt, 0, sizeof(float) * 16 * (size_t)wk);
+        for (int l = lo; l < hi; l++) {
+            kiln_turbo_decode_rotated(tk, row_at(kv->k_blocks, bs, rbk, hbk, kv->head, t0 + l), dec,
+                                      dec + d);
+            for (int32_t j = 0; j < wk; j++) Kt[(size_t)j * 16 + l] = dec[j];
+        }
         for (int32_t i = 0; i < n_tok; i++) {
-            if (t < begin[i] || t >= end[i]) continue;
+            if (end[i] <= t0 + lo || begin[i] >= t0 + hi) continue;
             for (int32_t h = 0; h < G; h++) {
-                const float *qq = qp + ((size_t)i * G + h) * wstride;
-                float s = kiln_turbo_dot_f32(dec, qq, d);
-                if (wk > d) s += kiln_turbo_dot_f32(dec + d, qq + d, d);
-                sc[((size_t)i * G + h) * sstride + (size_t)(t - kmin)] = s / score_div;
+                const size_t r = (size_t)i * G + h;
+                scores16(Kt, wk, qp + r * w, sc + r * sstride + (size_t)(t0 - base));
             }
         }
     }
     for (size_t r = 0; r < rows; r++) {
         const int32_t i = (int32_t)(r / (size_t)G);
-        float *s = sc + r * sstride + (begin[i] - kmin);
+        float *s = sc + r * sstride + (begin[i] - base);
         const int64_t n = end[i] - begin[i];
+        for (int64_t t = 0; t < n; t++) s[t] = s[t] / score_div;
         if (softcap > 0.0f) kiln_softcap(s, n, softcap);
         kiln_softmax(s, n);
-        memset(acc + r * wstride, 0, sizeof(float) * (size_t)wv);
     }
-    /* p . v in the rotated domain, ascending t per (token, head) */
-    for (int32_t t = kmin; t < kmax; t++) {
-        kiln_turbo_decode_rotated(tv, row_at(kv->v_blocks, bs, rbv, hbv, kv->head, t), dec,
-                                  dec + d);
+    /* p . v in the rotated domain: chunks of 16 decoded V rows, each (token, head) adding its
+     * keys in ascending order (element-wise fused multiply-adds) */
+    for (int32_t t0 = base; t0 < kmax; t0 += 16) {
+        const int lo = t0 < kmin ? kmin - t0 : 0, hi = kmax - t0 < 16 ? kmax - t0 : 16;
+        for (int l = lo; l < hi; l++)
+            kiln_turbo_decode_rotated(tv, row_at(kv->v_blocks, bs, rbv, hbv, kv->head, t0 + l),
+                                      Vc + (size_t)l * w, Vc + (size_t)l * w + d);
         for (int32_t i = 0; i < n_tok; i++) {
-            if (t < begin[i] || t >= end[i]) continue;
+            const int a = begin[i] > t0 + lo ? begin[i] - t0 : lo;
+            const int b = end[i] < t0 + hi ? end[i] - t0 : hi;
+            if (a >= b) continue;
             for (int32_t h = 0; h < G; h++) {
                 const size_t r = (size_t)i * G + h;
-                const float p = sc[r * sstride + (size_t)(t - kmin)];
-                float *a = acc + r * wstride;
-                for (int32_t j = 0; j < wv; j++) a[j] = a[j] + p * dec[j];
+                pv16(acc + r * w, wv, Vc, w, sc + r * sstride + (size_t)(t0 - base), a, b);
             }
         }
     }
     for (int32_t i = 0; i < n_tok; i++)
         for (int32_t h = 0; h < G; h++)
-            kiln_turbo_finish(tv, acc + ((size_t)i * G + h) * wstride,
+            kiln_turbo_finish(tv, acc + ((size_t)i * G + h) * w,
                               out + i * out_stride + (int64_t)h * d);
+}
+
+void kiln_attention_turbo(float *out, int64_t out_stride, const float *q, int64_t q_stride,
+                          int32_t G, int32_t n_tok, const int32_t *begin, const int32_t *end,
+                          const kiln_attn_turbo_kv *kv, float score_div, float softcap,
+                          float *scratch) {
+    kiln_attention_turbo_path(out, out_stride, q, q_stride, G, n_tok, begin, end, kv, score_div,
+                              softcap, scratch, kiln_simd_active() == KILN_SIMD_AVX512);
 }

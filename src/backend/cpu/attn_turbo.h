@@ -14,6 +14,7 @@
 #ifndef KILN_BACKEND_CPU_ATTN_TURBO_H
 #define KILN_BACKEND_CPU_ATTN_TURBO_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -44,5 +45,22 @@ void kiln_attention_turbo(float *out, int64_t out_stride, const float *q, int64_
                           int32_t G, int32_t n_tok, const int32_t *begin, const int32_t *end,
                           const kiln_attn_turbo_kv *kv, float score_div, float softcap,
                           float *scratch);
+
+/** kiln_attention_turbo on a chosen path: simd true uses the AVX-512 inner loops (the caller
+ *  checked the CPU), false the scalar ones; both give the same bits (tests/cpu). */
+void kiln_attention_turbo_path(float *out, int64_t out_stride, const float *q, int64_t q_stride,
+                               int32_t G, int32_t n_tok, const int32_t *begin, const int32_t *end,
+                               const kiln_attn_turbo_kv *kv, float score_div, float softcap,
+                               float *scratch, bool simd);
+
+/* Inner loops (scalar reference, and AVX-512 in attn_turbo_avx512.c, bitwise equal):
+ * s16[l] = one fused multiply-add chain from +0 over j < wk of qp[j] * Kt[j * 16 + l];
+ * acc[j] = fmaf(p[t], Vc[t * vstride + j], acc[j]) for t = lo .. hi-1 ascending, j < wv. */
+void kiln_turbo_scores16_ref(const float *Kt, int32_t wk, const float *qp, float *s16);
+void kiln_turbo_scores16_avx512(const float *Kt, int32_t wk, const float *qp, float *s16);
+void kiln_turbo_pv16_ref(float *acc, int32_t wv, const float *Vc, size_t vstride, const float *p,
+                         int lo, int hi);
+void kiln_turbo_pv16_avx512(float *acc, int32_t wv, const float *Vc, size_t vstride, const float *p,
+                            int lo, int hi);
 
 #endif
