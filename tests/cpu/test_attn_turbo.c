@@ -29,7 +29,8 @@ static float nrand(void) {
     return (float)(sqrt(-2.0 * log(urand())) * cos(2.0 * M_PI * urand()));
 }
 
-enum { NKV = 2, G = 4, D = 64, T = 70, NTOK = 5 };
+enum { NKV = 2, G = 4, DMAX = 64, T = 70, NTOK = 5 };
+static int D = 64; /* head_dim of the current check */
 
 typedef struct pages {
     int32_t bs, nb;
@@ -89,7 +90,7 @@ static void check_config(int kb, bool kq, int vb, bool vq, double exact_tol, flo
     const kiln_turbo_spec sk = {kb, kq}, sv = {vb, vq};
     const kiln_turbo *tk = kiln_turbo_shared(D, sk), *tv = kiln_turbo_shared(D, sv);
     REQUIRE(tk && tv);
-    static float k[T * NKV * D], v[T * NKV * D], q[NTOK * NKV * G * D];
+    static float k[T * NKV * DMAX], v[T * NKV * DMAX], q[NTOK * NKV * G * DMAX];
     for (size_t i = 0; i < sizeof k / sizeof k[0]; i++) k[i] = nrand() * 1.5f + 0.3f;
     for (size_t i = 0; i < sizeof v / sizeof v[0]; i++) v[i] = nrand();
     for (size_t i = 0; i < sizeof q / sizeof q[0]; i++) q[i] = nrand();
@@ -100,7 +101,7 @@ static void check_config(int kb, bool kq, int vb, bool vq, double exact_tol, flo
         begin[i] = i < 2 ? 0 : end[i] - 40 > 0 ? end[i] - 40 : 0;
     }
     pages p16 = make_pages(tk, tv, k, v, 16);
-    static float out[NTOK * NKV * G * D], alone[D];
+    static float out[NTOK * NKV * G * DMAX], alone[DMAX];
     for (int g = 0; g < NKV; g++)
         run(tk, tv, &p16, g, NTOK, G, begin, end, q + g * G * D, qs, out + g * G * D, qs, softcap);
     /* reference from the module's reads, and exact attention */
@@ -110,7 +111,7 @@ static void check_config(int kb, bool kq, int vb, bool vq, double exact_tol, flo
             for (int h = 0; h < G; h++) {
                 const float *qq = q + (size_t)i * qs + (g * G + h) * D;
                 const float *o = out + (size_t)i * qs + (g * G + h) * D;
-                float qp[2 * D], xr[D];
+                float qp[2 * DMAX], xr[DMAX];
                 double s[T], se[T], mx = -1e300, mxe = -1e300;
                 kiln_turbo_prepare_query(tk, qq, qp);
                 for (int t = begin[i]; t < end[i]; t++) {
@@ -128,7 +129,7 @@ static void check_config(int kb, bool kq, int vb, bool vq, double exact_tol, flo
                     if (s[t] > mx) mx = s[t];
                     if (se[t] > mxe) mxe = se[t];
                 }
-                double z = 0, ze = 0, ref[D] = {0}, ex[D] = {0};
+                double z = 0, ze = 0, ref[DMAX] = {0}, ex[DMAX] = {0};
                 for (int t = begin[i]; t < end[i]; t++) {
                     z += exp(s[t] - mx);
                     ze += exp(se[t] - mxe);
@@ -152,7 +153,7 @@ static void check_config(int kb, bool kq, int vb, bool vq, double exact_tol, flo
                 }
                 /* alone: one token, one head */
                 run(tk, tv, &p16, g, 1, 1, &begin[i], &end[i], qq, qs, alone, D, softcap);
-                CHECKF(memcmp(alone, o, sizeof alone) == 0,
+                CHECKF(memcmp(alone, o, sizeof(float) * (size_t)D) == 0,
                        "k%d%sv%d%s token %d head %d,%d: alone differs from the group", kb,
                        kq ? "q" : "", vb, vq ? "q" : "", i, g, h);
             }
@@ -161,20 +162,20 @@ static void check_config(int kb, bool kq, int vb, bool vq, double exact_tol, flo
     const double rel = sqrt(e2 / x2);
     CHECKF(rel <= exact_tol, "k%d%sv%d%s: vs exact attention: relative rms error %.3g > %.3g", kb,
            kq ? "q" : "", vb, vq ? "q" : "", rel, exact_tol);
-    printf("k%d%sv%d%s softcap %g: vs module reference %.2e; vs exact f32 attention: relative "
+    printf("d=%d k%d%sv%d%s softcap %g: vs module reference %.2e; vs exact f32 attention: relative "
            "rms %.3f (bound %.2f), max %.3f (max |out| %.2f)\n",
-           kb, kq ? "q" : "", vb, vq ? "q" : "", softcap, worst_ref, rel, exact_tol, worst_exact,
+           D, kb, kq ? "q" : "", vb, vq ? "q" : "", softcap, worst_ref, rel, exact_tol, worst_exact,
            mag);
     /* the scalar and AVX-512 paths: same bits */
     for (int path = 1; path <= (kiln_simd_supported(KILN_SIMD_AVX512) ? 2 : 1); path++) {
-        static float o3[NTOK * NKV * G * D];
+        static float o3[NTOK * NKV * G * DMAX];
         g_path = path;
         for (int g = 0; g < NKV; g++)
             run(tk, tv, &p16, g, NTOK, G, begin, end, q + g * G * D, qs, o3 + g * G * D, qs,
                 softcap);
         g_path = 0;
-        CHECKF(memcmp(o3, out, sizeof o3) == 0, "k%dv%d: the %s path differs", kb, vb,
-               path == 1 ? "scalar" : "AVX-512");
+        CHECKF(memcmp(o3, out, sizeof(float) * (size_t)(NTOK * NKV * G * D)) == 0,
+               "k%dv%d: the %s path differs", kb, vb, path == 1 ? "scalar" : "AVX-512");
     }
     /* other block sizes and another head's pages changed: same bits */
     const int32_t sizes[] = {1, 7, 32};
@@ -183,7 +184,7 @@ static void check_config(int kb, bool kq, int vb, bool vq, double exact_tol, flo
             for (int t = 0; t < T; t++)
                 for (int j = 0; j < D; j++) k[((size_t)t * NKV + 1) * D + j] = nrand();
         pages pb = make_pages(tk, tv, k, v, sizes[si]);
-        static float o2[NTOK * NKV * G * D];
+        static float o2[NTOK * NKV * G * DMAX];
         run(tk, tv, &pb, 0, NTOK, G, begin, end, q, qs, o2, qs, softcap);
         bool same = true;
         for (int i = 0; i < NTOK; i++)
@@ -195,6 +196,15 @@ static void check_config(int kb, bool kq, int vb, bool vq, double exact_tol, flo
 }
 
 int main(void) {
+    /* head sizes of the HF references (8, 16) with every codebook lookup kind: a register
+     * permute (<= 4 bits), a two-register permute (5), a gather (6-8), and QJL signs */
+    D = 8;
+    check_config(8, true, 5, false, 0.6, 0);
+    check_config(3, false, 6, true, 0.6, 0);
+    D = 16;
+    check_config(7, false, 2, false, 0.6, 0);
+    check_config(5, true, 8, true, 0.6, 0);
+    D = 64;
     check_config(8, false, 8, false, 0.02, 0);
     check_config(8, false, 3, false, 0.25, 0);
     check_config(4, false, 4, false, 0.25, 0);

@@ -56,6 +56,22 @@ void kiln_attention_turbo_path(float *out, int64_t out_stride, const float *q, i
 /* Inner loops (scalar reference, and AVX-512 in attn_turbo_avx512.c, bitwise equal):
  * s16[l] = one fused multiply-add chain from +0 over j < wk of qp[j] * Kt[j * 16 + l];
  * acc[j] = fmaf(p[t], Vc[t * vstride + j], acc[j]) for t = lo .. hi-1 ascending, j < wv. */
+/* Decoding: Kt[j * 16 + l] = the decoded rotated row rows[l] (kiln_turbo_decode_rotated's yr,
+ * zr) element j < work_floats, 0 for lanes outside [lo, hi); tmp: 16 * round16(2d) floats.
+ * vrows: dst + i * stride [0 : work_floats] = the decoded rows[i], i < n. */
+void kiln_turbo_kchunk_ref(const kiln_turbo *t, const unsigned char *const *rows, int lo, int hi,
+                           float *Kt, float *tmp);
+void kiln_turbo_kchunk_avx512(const kiln_turbo *t, const unsigned char *const *rows, int lo, int hi,
+                              float *Kt, float *tmp);
+void kiln_turbo_vrows_ref(const kiln_turbo *t, const unsigned char *const *rows, int n, float *dst,
+                          size_t stride);
+void kiln_turbo_vrows_avx512(const kiln_turbo *t, const unsigned char *const *rows, int n,
+                             float *dst, size_t stride);
+/* s[0:n] = softmax(s) (n >= 1): max; e_t = exp(s_t - max) by a fixed Cody-Waite + degree-6
+ * polynomial (fused multiply-adds; 0 below -87); sum in 16 lanes t % 16 folded pairwise
+ * (8, 4, 2, 1); s_t = e_t / sum. */
+void kiln_turbo_softmax_ref(float *s, int32_t n);
+void kiln_turbo_softmax_avx512(float *s, int32_t n);
 void kiln_turbo_scores16_ref(const float *Kt, int32_t wk, const float *qp, float *s16);
 void kiln_turbo_scores16_avx512(const float *Kt, int32_t wk, const float *qp, float *s16);
 void kiln_turbo_pv16_ref(float *acc, int32_t wv, const float *Vc, size_t vstride, const float *p,
