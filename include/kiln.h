@@ -354,6 +354,10 @@ typedef enum kiln_kv_type {
     KILN_KV_F32 = 0,
     KILN_KV_F16 = 1,  /* half the memory; attention runs on f16 operands with f32 sums */
     KILN_KV_BF16 = 2, /* half the memory; attention runs on bf16 operands with f32 sums */
+    KILN_KV_Q8_0 = 3, /* ggml's q8_0 blocks (34 bytes per 32 values: 0.53x f16); attention runs
+                         on f16-rounded q and probabilities with each value int8 * scale,
+                         f32 sums. Needs n_head_kv * head_dim % 32 == 0. CPU backend only. */
+    KILN_KV_Q4_0 = 4, /* ggml's q4_0 blocks (18 bytes per 32 values: 0.28x f16); as q8_0 */
 } kiln_kv_type;
 
 typedef struct kiln_engine_params {
@@ -362,7 +366,22 @@ typedef struct kiln_engine_params {
      * (16 * n_ctx positions) or 2 GiB, whichever is smaller, but at least one full context. */
     int64_t kv_memory;
     int32_t kv_tokens;
-    kiln_kv_type kv_type;  /* default KILN_KV_F32 */
+    kiln_kv_type kv_type;  /* K and V storage; default KILN_KV_F32 */
+    /* K's and V's storage by name ("f32", "f16", "bf16", "q8_0", "q4_0"), overriding kv_type
+     * for that side; NULL or "" = kv_type. An unknown name is KILN_ERR_INVALID_ARGUMENT naming
+     * the field. Borrowed for kiln_engine_create only; kiln_engine_get_params returns the
+     * formats in use here (static strings). */
+    const char *kv_type_k, *kv_type_v;
+    /* Delayed KV quantization (DESIGN.md "Delayed quantization"): 0 = K and V are stored in
+     * their formats from the first token. N > 0 with a quantized K or V format (q8_0, q4_0):
+     * a sequence's blocks are written in f16 and stay f16 until the sequence is longer than N
+     * tokens (its logits until then are bitwise those of kv_type f16); from then on, at each
+     * step's commit, its committed full f16 blocks are converted to the K / V formats and the
+     * f16 block goes back to the pool (new blocks, the partial last block and the speculative
+     * suffix stay f16 until they are full and committed). The pool's memory is split: f16
+     * blocks for up to max_seqs sequences of N + 2 blocks' positions, at most half of it, and
+     * the rest in the quantized formats. Ignored (0) when neither side is quantized. */
+    int32_t kv_quant_start;
     int32_t block_size;    /* positions per KV block; 0 = 16 */
     int32_t step_tokens;   /* tokens per forward step (decode first, then prefill); 0 = 512 */
     int32_t prefill_chunk; /* most prompt tokens one sequence feeds per step; 0 = step_tokens */
@@ -455,6 +474,14 @@ typedef struct kiln_engine_stats {
     int64_t spec_drafted;        /* draft tokens fed for verification */
     int64_t spec_accepted;       /* of those, the ones accepted */
     int64_t fill_tokens;         /* asserted fill tokens appended without sampling */
+    /* KV memory and formats (kv_quant_start): bytes the pool's storage holds; blocks held
+     * (used or cached) of the quantized (main) class and of the f16 class of the delayed
+     * transition, and their totals; blocks converted so far. Without kv_quant_start every
+     * block is main. */
+    int64_t kv_bytes;
+    int32_t kv_blocks_main_held, kv_blocks_hi_held;
+    int32_t kv_blocks_main_total, kv_blocks_hi_total;
+    int64_t kv_blocks_converted;
 } kiln_engine_stats;
 
 /** Fill *out (all zero for a NULL engine). Any thread; the counters are read one by one, so

@@ -70,6 +70,25 @@ static kiln_status check_placement(const kiln_model *m, const kiln_backend *be,
                                   "cannot read it",
                                   pb->ops->name, op->name);
     }
+    if (!op->host_memory) {
+        /* quantized KV pages and the delayed transition's mixed pages are read by the CPU
+         * backend only (kv/kv_format.h) */
+        for (int cls = 0; cls < KILN_KV_N_CLASSES; cls++) {
+            const kiln_dtype fk = kiln_kv_pool_class_format_k(pool, cls);
+            const kiln_dtype fv = kiln_kv_pool_class_format_v(pool, cls);
+            if (fk == KILN_DTYPE_COUNT) continue;
+            const bool plain = (fk == KILN_DTYPE_F32 || fk == KILN_DTYPE_F16 ||
+                                fk == KILN_DTYPE_BF16) &&
+                               fv == fk;
+            if (!plain || cls == KILN_KV_CLASS_HI)
+                return kiln_error_set(
+                    err, KILN_ERR_UNSUPPORTED,
+                    "forward: the %s backend does not read %s/%s KV pages%s yet; use --kv-type "
+                    "f16, bf16 or f32 (the same for K and V, no --kv-quant-start) or the CPU",
+                    op->name, kiln_dtype_name(fk), kiln_dtype_name(fv),
+                    cls == KILN_KV_CLASS_HI ? " (the delayed transition)" : "");
+        }
+    }
     if (kiln_config_has_moe(&m->cfg) &&
         (!op->moe_route || !op->moe_gather || !op->moe_scatter || !op->moe_shared))
         return kiln_error_set(err, KILN_ERR_UNSUPPORTED,
@@ -347,6 +366,12 @@ kiln_status kiln_kv_seq_create(const kiln_model *m, int32_t n_ctx, kiln_dtype dt
 
 kiln_status kiln_kv_seq_create_on(const kiln_model *m, kiln_backend *be, int32_t n_ctx,
                                   kiln_dtype dtype, kiln_kv_seq **out, kiln_error *err) {
+    return kiln_kv_seq_create_kv(m, be, n_ctx, dtype, dtype, out, err);
+}
+
+kiln_status kiln_kv_seq_create_kv(const kiln_model *m, kiln_backend *be, int32_t n_ctx,
+                                  kiln_dtype dtype, kiln_dtype dtype_v, kiln_kv_seq **out,
+                                  kiln_error *err) {
     *out = NULL;
     if (n_ctx < 1)
         return kiln_error_set(err, KILN_ERR_INVALID_ARGUMENT, "n_ctx must be >= 1 (got %d)", n_ctx);
@@ -363,7 +388,12 @@ kiln_status kiln_kv_seq_create_on(const kiln_model *m, kiln_backend *be, int32_t
         .n_blocks = kiln_kv_blocks_for_tokens(n_ctx, KILN_KV_DEFAULT_BLOCK_SIZE),
         .dtype = dtype,
         .backend = be,
+        .head_dim = m->cfg.head_dim,
     };
+    if (dtype_v != dtype) {
+        pp.dtype_v_set = true;
+        pp.dtype_v = dtype_v;
+    }
     kiln_status st = kiln_kv_pool_create(&pp, &kv->pool, err);
     if (st == KILN_OK) st = kiln_block_table_reserve(&kv->table, kv->pool, n_ctx, err);
     if (st == KILN_OK && m->state_floats > 0) {

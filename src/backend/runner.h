@@ -103,6 +103,12 @@ kiln_status kiln_kv_seq_create(const kiln_model *m, int32_t n_ctx, kiln_dtype dt
  *  state on a backend without host memory (its state is not kept on a device yet). */
 kiln_status kiln_kv_seq_create_on(const kiln_model *m, kiln_backend *be, int32_t n_ctx,
                                   kiln_dtype dtype, kiln_kv_seq **out, kiln_error *err);
+/** kiln_kv_seq_create_on with K rows in dtype and V rows in dtype_v (kv/kv_format.h: f32, f16,
+ *  bf16, q8_0, q4_0). Errors: as kiln_kv_seq_create; KILN_ERR_INVALID_ARGUMENT when a format
+ *  cannot hold the model's KV rows (q8_0 / q4_0 need kv_dim % 32 == 0; the message names it). */
+kiln_status kiln_kv_seq_create_kv(const kiln_model *m, kiln_backend *be, int32_t n_ctx,
+                                  kiln_dtype dtype, kiln_dtype dtype_v, kiln_kv_seq **out,
+                                  kiln_error *err);
 void kiln_kv_seq_destroy(kiln_kv_seq *kv);
 
 /**

@@ -100,6 +100,9 @@ enum {
     CLI_OPT_SPEC_NGRAM,
     CLI_OPT_DRAFT_MODEL,
     CLI_OPT_DEVICE, /* --device (run, bench): where the model's weights go (model params) */
+    CLI_OPT_KV_TYPE_K,
+    CLI_OPT_KV_TYPE_V,
+    CLI_OPT_KV_QUANT_START,
 };
 
 /* The struct option entries of those options, for a command's option table. */
@@ -107,6 +110,9 @@ enum {
     {"threads", required_argument, 0, CLI_OPT_THREADS},                                            \
         {"ctx", required_argument, 0, CLI_OPT_CTX},                                                \
         {"kv-type", required_argument, 0, CLI_OPT_KV_TYPE},                                        \
+        {"kv-type-k", required_argument, 0, CLI_OPT_KV_TYPE_K},                                    \
+        {"kv-type-v", required_argument, 0, CLI_OPT_KV_TYPE_V},                                    \
+        {"kv-quant-start", required_argument, 0, CLI_OPT_KV_QUANT_START},                          \
         {"kv-memory", required_argument, 0, CLI_OPT_KV_MEMORY},                                    \
         {"kv-tokens", required_argument, 0, CLI_OPT_KV_TOKENS},                                    \
         {"block-size", required_argument, 0, CLI_OPT_BLOCK_SIZE},                                  \

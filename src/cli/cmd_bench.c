@@ -48,7 +48,12 @@ static void bench_usage(FILE *f) {
         "      --prompt-tokens N   prompt length of every request (default 128)\n"
         "      --gen-tokens N      tokens generated per request (default 128)\n"
         "  -t, --threads N         compute threads (default: physical cores; 1 below ~4M weights)\n"
-        "      --kv-type T         KV cache storage, f32 (default), f16 or bf16\n"
+        "      --kv-type T         KV cache storage, K and V: f32 (default), f16, bf16,\n"
+        "                          q8_0 or q4_0 (ggml blocks of 32; kv_dim %% 32 == 0)\n"
+        "      --kv-type-k T       K's storage (overrides --kv-type for K)\n"
+        "      --kv-type-v T       V's storage (overrides --kv-type for V)\n"
+        "      --kv-quant-start N  keep blocks in f16 until a sequence passes N tokens,\n"
+        "                          then convert its full blocks (default 0: from the start)\n"
         "      --kv-memory SIZE    KV pool size: bytes, or with K/M/G/T or KB/MB/GB/TB\n"
         "                          (default: enough for the largest level)\n"
         "      --kv-tokens N       KV pool size in positions\n"
@@ -445,10 +450,11 @@ int kiln_cmd_bench(int argc, char **argv) {
             if (i == 0) {
                 kiln_engine_stats st;
                 kiln_engine_get_stats(e, &st);
-                printf("kiln bench: %s | prompt %lld, gen %lld tokens | %d threads | KV %s, %d "
-                       "blocks of %d | step %d tokens\n",
+                printf("kiln bench: %s | prompt %lld, gen %lld tokens | %d threads | KV %s/%s, "
+                       "%d blocks of %d, %.1f bytes/token | step %d tokens\n",
                        model_path, (long long)prompt_tokens, (long long)gen_tokens, n_threads,
-                       cli_kv_type_name(ep.kv_type), st.kv_blocks_total, st.block_size,
+                       used.kv_type_k, used.kv_type_v, st.kv_blocks_total, st.block_size,
+                       (double)st.kv_bytes / ((double)st.kv_blocks_total * st.block_size),
                        ep.step_tokens ? ep.step_tokens : 512);
                 printf("%11s %8s %8s %14s %16s %12s %12s %12s %11s %8s\n", "concurrency", "wall s",
                        "CPU s", "total gen t/s", "per-req gen t/s", "prefill t/s", "TTFT p50 ms",
@@ -479,6 +485,14 @@ int kiln_cmd_bench(int argc, char **argv) {
                               (json_int_t)gen_tokens, "threads", n_threads, "kv_type",
                               cli_kv_type_name(ep.kv_type), "kv_blocks_total", st.kv_blocks_total,
                               "block_size", st.block_size, "levels", arr);
+        /* the formats in use and the pool's bytes (both block classes) */
+        json_object_set_new(o, "kv_type_k", json_string(used.kv_type_k));
+        json_object_set_new(o, "kv_type_v", json_string(used.kv_type_v));
+        json_object_set_new(o, "kv_quant_start", json_integer(used.kv_quant_start));
+        json_object_set_new(o, "kv_bytes", json_integer(st.kv_bytes));
+        json_object_set_new(o, "kv_bytes_per_token",
+                            json_real((double)st.kv_bytes /
+                                      ((double)st.kv_blocks_total * st.block_size)));
         if (cli_print_json(o)) rc = KILN_EXIT_ERROR;
     }
 done:

@@ -11,10 +11,12 @@
 
 static void logits_usage(FILE *f) {
     fprintf(f, "usage: kiln logits -m MODEL (--ids 1,2,3 | -p PROMPT) -o OUT.safetensors\n"
-               "                   [--tokenizer FILE] [-t N] [--kv-type f32|f16|bf16]\n"
+               "                   [--tokenizer FILE] [-t N] [--kv-type T] [--kv-type-k T]\n"
+               "                   [--kv-type-v T]\n"
                "\n"
                "Runs one forward over the tokens and writes input_ids [T] (I32) and\n"
-               "logits [T, n_vocab] (F32) for every position.\n");
+               "logits [T, n_vocab] (F32) for every position. KV storage T: f32 (default),\n"
+               "f16, bf16, q8_0 or q4_0 (--kv-type for K and V; -k / -v override one side).\n");
 }
 
 static int parse_ids(const char *s, kiln_ivec *ids) {
@@ -42,13 +44,15 @@ int kiln_cmd_logits(int argc, char **argv) {
         {"output", required_argument, 0, 'o'},
         {"threads", required_argument, 0, 't'},
         {"kv-type", required_argument, 0, 'K'},
+        {"kv-type-k", required_argument, 0, 'k'},
+        {"kv-type-v", required_argument, 0, 'v'},
         {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0},
     };
     const char *model_path = NULL, *ids_arg = NULL, *prompt = NULL, *out_path = NULL;
     kiln_model_load_params lp = {0};
     int64_t threads = 0;
-    kiln_dtype kv_type = KILN_DTYPE_F32;
+    kiln_dtype kv_type = KILN_DTYPE_F32, kv_k = KILN_DTYPE_COUNT, kv_v = KILN_DTYPE_COUNT;
     optind = 1;
     opterr = 0;
     int c;
@@ -76,8 +80,17 @@ int kiln_cmd_logits(int argc, char **argv) {
             break;
         case 'K':
             if (!cli_parse_kv_type(optarg, &kv_type))
-                return cli_usage_error("logits", "--kv-type must be f32, f16 or bf16 (got '%s')",
+                return cli_usage_error("logits",
+                                       "--kv-type must be f32, f16, bf16, q8_0 or q4_0 (got '%s')",
                                        optarg);
+            break;
+        case 'k':
+        case 'v':
+            if (!cli_parse_kv_type(optarg, c == 'k' ? &kv_k : &kv_v))
+                return cli_usage_error("logits",
+                                       "--kv-type-%c must be f32, f16, bf16, q8_0 or q4_0 (got "
+                                       "'%s')",
+                                       c, optarg);
             break;
         case 'h':
             logits_usage(stdout);
@@ -123,7 +136,9 @@ int kiln_cmd_logits(int argc, char **argv) {
         rc = cli_fail(&err);
         goto done;
     }
-    if (kiln_kv_seq_create(m, (int32_t)T, kv_type, &kv, &err) != KILN_OK ||
+    if (kv_k == KILN_DTYPE_COUNT) kv_k = kv_type;
+    if (kv_v == KILN_DTYPE_COUNT) kv_v = kv_type;
+    if (kiln_kv_seq_create_kv(m, NULL, (int32_t)T, kv_k, kv_v, &kv, &err) != KILN_OK ||
         kiln_model_forward(m, kv, be, ids.data, (int32_t)T, 0, true, logits, &err) != KILN_OK) {
         rc = cli_fail(&err);
         goto done;

@@ -13,6 +13,7 @@
 #include <time.h>
 
 #include "cli/cli.h"
+#include "kv/kv_format.h"
 #include "util/error.h"
 
 int cli_fail(const kiln_error *err) {
@@ -154,7 +155,18 @@ double cli_now_ms(void) {
 }
 
 const char *cli_kv_type_name(kiln_kv_type t) {
-    return t == KILN_KV_F16 ? "f16" : t == KILN_KV_BF16 ? "bf16" : "f32";
+    switch (t) {
+    case KILN_KV_F16:
+        return "f16";
+    case KILN_KV_BF16:
+        return "bf16";
+    case KILN_KV_Q8_0:
+        return "q8_0";
+    case KILN_KV_Q4_0:
+        return "q4_0";
+    default:
+        return "f32";
+    }
 }
 
 int cli_backend(int n, kiln_backend **be) {
@@ -167,14 +179,9 @@ int cli_backend(int n, kiln_backend **be) {
 }
 
 bool cli_parse_kv_type(const char *s, kiln_dtype *out) {
-    if (!strcmp(s, "f32"))
-        *out = KILN_DTYPE_F32;
-    else if (!strcmp(s, "f16"))
-        *out = KILN_DTYPE_F16;
-    else if (!strcmp(s, "bf16"))
-        *out = KILN_DTYPE_BF16;
-    else
-        return false;
+    const kiln_kv_format_traits *f = kiln_kv_format_by_name(s);
+    if (!f) return false;
+    *out = f->dtype;
     return true;
 }
 
@@ -273,10 +280,31 @@ int cli_engine_option(const char *cmd, int opt, const char *arg, kiln_engine_par
     if (opt == CLI_OPT_KV_TYPE) {
         kiln_dtype t;
         if (!cli_parse_kv_type(arg, &t))
-            return cli_usage_error(cmd, "--kv-type must be f32, f16 or bf16 (got '%s')", arg);
+            return cli_usage_error(cmd, "--kv-type must be %s (got '%s')", kiln_kv_format_names(),
+                                   arg);
         ep->kv_type = t == KILN_DTYPE_F16    ? KILN_KV_F16
                       : t == KILN_DTYPE_BF16 ? KILN_KV_BF16
+                      : t == KILN_DTYPE_Q8_0 ? KILN_KV_Q8_0
+                      : t == KILN_DTYPE_Q4_0 ? KILN_KV_Q4_0
                                              : KILN_KV_F32;
+        return 0;
+    }
+    if (opt == CLI_OPT_KV_TYPE_K || opt == CLI_OPT_KV_TYPE_V) {
+        const char *name = opt == CLI_OPT_KV_TYPE_K ? "--kv-type-k" : "--kv-type-v";
+        kiln_dtype t;
+        if (!arg || !cli_parse_kv_type(arg, &t))
+            return cli_usage_error(cmd, "%s must be %s (got '%s')", name, kiln_kv_format_names(),
+                                   arg ? arg : "");
+        *(opt == CLI_OPT_KV_TYPE_K ? &ep->kv_type_k : &ep->kv_type_v) = arg;
+        return 0;
+    }
+    if (opt == CLI_OPT_KV_QUANT_START) {
+        int64_t v;
+        if (!cli_parse_i64(arg, 0, 1 << 24, &v))
+            return cli_usage_error(cmd,
+                                   "--kv-quant-start must be an integer in [0, %d] (got '%s')",
+                                   1 << 24, arg);
+        ep->kv_quant_start = (int32_t)v;
         return 0;
     }
     for (size_t i = 0; i < sizeof lim / sizeof lim[0]; i++) {

@@ -14,6 +14,7 @@
 #include "engine/drafter.h"
 #include "engine/engine_internal.h"
 #include "engine/spec.h"
+#include "kv/kv_format.h"
 #include "util/threadpool.h"
 #include "util/error.h"
 
@@ -32,11 +33,36 @@ kiln_engine_params kiln_engine_default_params(void) {
 
 /* The KV page format (kv/kv_format.h) of a public kv_type (validated by resolve_params). */
 static kiln_dtype kv_page_format(kiln_kv_type t) {
-    return t == KILN_KV_F16 ? KILN_DTYPE_F16 : t == KILN_KV_BF16 ? KILN_DTYPE_BF16 : KILN_DTYPE_F32;
+    switch (t) {
+    case KILN_KV_F16:
+        return KILN_DTYPE_F16;
+    case KILN_KV_BF16:
+        return KILN_DTYPE_BF16;
+    case KILN_KV_Q8_0:
+        return KILN_DTYPE_Q8_0;
+    case KILN_KV_Q4_0:
+        return KILN_DTYPE_Q4_0;
+    default:
+        return KILN_DTYPE_F32;
+    }
 }
 
+/* a format the delayed transition converts into: anything but the plain f32 / f16 / bf16 */
+static bool is_quantized(kiln_dtype t) {
+    return t != KILN_DTYPE_F32 && t != KILN_DTYPE_F16 && t != KILN_DTYPE_BF16;
+}
+
+/* the pool resolve_params lays out: main-class formats and blocks, and the f16 class of the
+ * delayed transition (n_hi 0: none) */
+typedef struct kv_layout {
+    kiln_dtype fk, fv;
+    int32_t n_main, n_hi;
+} kv_layout;
+
 static kiln_status resolve_params(const kiln_model *m, const kiln_engine_params *in,
-                                  kiln_engine_params *p, int32_t *n_blocks, kiln_error *err) {
+                                  kiln_engine_params *p, kv_layout *lay, kiln_error *err) {
+    int32_t *n_blocks = &lay->n_main;
+    lay->n_hi = 0;
     *p = in ? *in : kiln_engine_default_params();
 #define CHECK_RANGE(field, lo, hi)                                                                 \
     if (p->field < (lo) || p->field > (hi))                                                        \
@@ -70,10 +96,35 @@ static kiln_status resolve_params(const kiln_model *m, const kiln_engine_params 
     if (p->spec == KILN_SPEC_DRAFT && !p->draft_model)
         return kiln_error_set(err, KILN_ERR_INVALID_ARGUMENT,
                               "spec is KILN_SPEC_DRAFT but no draft_model is given");
-    if (p->kv_type != KILN_KV_F32 && p->kv_type != KILN_KV_F16 && p->kv_type != KILN_KV_BF16)
+    if (p->kv_type < KILN_KV_F32 || p->kv_type > KILN_KV_Q4_0)
         return kiln_error_set(err, KILN_ERR_INVALID_ARGUMENT,
-                              "kv_type must be KILN_KV_F32, KILN_KV_F16 or KILN_KV_BF16 (got %d)",
+                              "kv_type must be KILN_KV_F32, KILN_KV_F16, KILN_KV_BF16, "
+                              "KILN_KV_Q8_0 or KILN_KV_Q4_0 (got %d)",
                               (int)p->kv_type);
+    if (p->kv_quant_start < 0)
+        return kiln_error_set(err, KILN_ERR_INVALID_ARGUMENT,
+                              "kv_quant_start must be >= 0 (got %d)", p->kv_quant_start);
+    lay->fk = lay->fv = kv_page_format(p->kv_type);
+    for (int side = 0; side < 2; side++) {
+        const char *name = side ? p->kv_type_v : p->kv_type_k;
+        if (!name || !name[0]) continue;
+        const kiln_kv_format_traits *f = kiln_kv_format_by_name(name);
+        if (!f)
+            return kiln_error_set(err, KILN_ERR_INVALID_ARGUMENT,
+                                  "%s must be one of %s (got '%s')",
+                                  side ? "kv_type_v" : "kv_type_k", kiln_kv_format_names(), name);
+        *(side ? &lay->fv : &lay->fk) = f->dtype;
+    }
+    {
+        const kiln_kv_geom g = {(int64_t)m->cfg.n_head_kv * m->cfg.head_dim, m->cfg.n_head_kv,
+                                m->cfg.head_dim};
+        kiln_status fs = kiln_kv_format_check(lay->fk, &g, "kv_type_k (--kv-type-k)", err);
+        if (!fs) fs = kiln_kv_format_check(lay->fv, &g, "kv_type_v (--kv-type-v)", err);
+        if (fs) return fs;
+    }
+    if (!is_quantized(lay->fk) && !is_quantized(lay->fv)) p->kv_quant_start = 0;
+    p->kv_type_k = kiln_kv_format_of(lay->fk)->name;
+    p->kv_type_v = kiln_kv_format_of(lay->fv)->name;
     if (!p->block_size) p->block_size = KILN_KV_DEFAULT_BLOCK_SIZE;
     if (!p->step_tokens) p->step_tokens = DEFAULT_STEP_TOKENS;
     if (!p->prefill_chunk || p->prefill_chunk > p->step_tokens) p->prefill_chunk = p->step_tokens;
@@ -95,16 +146,16 @@ static kiln_status resolve_params(const kiln_model *m, const kiln_engine_params 
                               "embeddings for",
                               p->n_ctx, m->cfg.n_ctx_train);
 
-    kiln_dtype dt = kv_page_format(p->kv_type);
     int64_t kv_dim = (int64_t)m->cfg.n_head_kv * m->cfg.head_dim;
-    int64_t block_bytes = kiln_kv_block_bytes(m->cfg.n_layer, kv_dim, p->block_size, dt);
+    int64_t block_bytes =
+        kiln_kv_block_bytes_kv(m->cfg.n_layer, kv_dim, p->block_size, lay->fk, lay->fv);
     if (block_bytes <= 0)
         return kiln_error_set(err, KILN_ERR_INVALID_ARGUMENT,
                               "cannot size a KV block (n_layer %d, kv_dim %lld, block_size %d)",
                               m->cfg.n_layer, (long long)kv_dim, p->block_size);
     if (p->kv_memory > 0) {
-        *n_blocks =
-            kiln_kv_pool_blocks_for_budget(m->cfg.n_layer, kv_dim, p->block_size, dt, p->kv_memory);
+        int64_t nb = p->kv_memory / block_bytes;
+        *n_blocks = nb > INT32_MAX ? INT32_MAX : (int32_t)nb;
         if (*n_blocks < 1)
             return kiln_error_set(err, KILN_ERR_INVALID_ARGUMENT,
                                   "kv_memory of %lld bytes is smaller than one KV block "
@@ -121,10 +172,32 @@ static kiln_status resolve_params(const kiln_model *m, const kiln_engine_params 
         if (tokens > INT32_MAX) tokens = INT32_MAX;
         *n_blocks = kiln_kv_blocks_for_tokens((int32_t)tokens, p->block_size);
     }
+    int64_t budget = (int64_t)*n_blocks * block_bytes;
+    if (p->kv_quant_start > 0) {
+        /* the f16 class: max_seqs sequences of N positions plus 4 blocks (the partial block,
+         * a speculative suffix) each, at most half the budget, at least one such sequence */
+        const int64_t hi_bb =
+            kiln_kv_block_bytes(m->cfg.n_layer, kv_dim, p->block_size, KILN_DTYPE_F16);
+        const int64_t per_seq = kiln_kv_blocks_for_tokens(p->kv_quant_start, p->block_size) + 4;
+        int64_t want = per_seq * p->max_seqs, cap = budget / 2 / hi_bb;
+        if (want > cap) want = cap;
+        if (want < per_seq)
+            return kiln_error_set(err, KILN_ERR_INVALID_ARGUMENT,
+                                  "kv_quant_start %d needs f16 KV blocks for at least one sequence "
+                                  "of %d positions (%lld blocks of %lld bytes) in half of the KV "
+                                  "pool's %lld bytes; raise kv_memory / kv_tokens or lower "
+                                  "kv_quant_start",
+                                  p->kv_quant_start, p->kv_quant_start, (long long)per_seq,
+                                  (long long)hi_bb, (long long)budget);
+        lay->n_hi = (int32_t)want;
+        *n_blocks = (int32_t)((budget - want * hi_bb) / block_bytes);
+        if (*n_blocks < 1) *n_blocks = 1;
+        budget = (int64_t)*n_blocks * block_bytes + want * hi_bb;
+    }
     /* the pool as built, for kiln_engine_get_params */
-    int64_t pool_tokens = (int64_t)*n_blocks * p->block_size;
+    int64_t pool_tokens = ((int64_t)*n_blocks + lay->n_hi) * p->block_size;
     p->kv_tokens = pool_tokens > INT32_MAX ? INT32_MAX : (int32_t)pool_tokens;
-    p->kv_memory = (int64_t)*n_blocks * block_bytes;
+    p->kv_memory = budget;
     return KILN_OK;
 }
 
@@ -137,8 +210,9 @@ kiln_status kiln_engine_create_debug(const kiln_model *m, const kiln_engine_para
     *out = NULL;
     if (!m) return kiln_error_set(err, KILN_ERR_INVALID_ARGUMENT, "model must not be NULL");
     kiln_engine_params p;
-    int32_t n_blocks = 0;
-    kiln_status st = resolve_params(m, params, &p, &n_blocks, err);
+    kv_layout lay = {0};
+    kiln_status st = resolve_params(m, params, &p, &lay, err);
+    const int32_t n_blocks = lay.n_main + lay.n_hi;
     if (st) return st;
 
     kiln_engine *e = calloc(1, sizeof *e);
@@ -175,8 +249,13 @@ kiln_status kiln_engine_create_debug(const kiln_model *m, const kiln_engine_para
         .n_layer = m->cfg.n_layer,
         .kv_dim = (int64_t)m->cfg.n_head_kv * m->cfg.head_dim,
         .block_size = p.block_size,
-        .n_blocks = n_blocks,
-        .dtype = kv_page_format(p.kv_type),
+        .n_blocks = lay.n_main,
+        .dtype = lay.fk,
+        .dtype_v_set = lay.fv != lay.fk,
+        .dtype_v = lay.fv,
+        .head_dim = m->cfg.head_dim,
+        .n_blocks_hi = lay.n_hi,
+        .dtype_hi = KILN_DTYPE_F16,
     };
     /* the engine computes where the model's weights are (kiln_model_params.device) */
     const kiln_backend_params bp = kiln_model_backend_params(m, p.n_threads);
@@ -398,6 +477,12 @@ void kiln_engine_get_stats(const kiln_engine *e, kiln_engine_stats *out) {
     out->n_requests_finished = atomic_load(&((kiln_engine *)e)->st_finished);
     kiln_engine *me = (kiln_engine *)e;
     out->kv_blocks_cached = ps.cached;
+    out->kv_bytes = kiln_kv_pool_storage_bytes(e->pool);
+    out->kv_blocks_main_held = ps.class_held[KILN_KV_CLASS_MAIN];
+    out->kv_blocks_hi_held = ps.class_held[KILN_KV_CLASS_HI];
+    out->kv_blocks_main_total = ps.class_blocks[KILN_KV_CLASS_MAIN];
+    out->kv_blocks_hi_total = ps.class_blocks[KILN_KV_CLASS_HI];
+    out->kv_blocks_converted = ps.converted;
     out->kv_evictions = ps.evictions;
     out->prefix_hit_requests = atomic_load(&me->st_hit_req);
     out->prefix_miss_requests = atomic_load(&me->st_miss_req);

@@ -321,6 +321,10 @@ bool kiln_engine_prefix_share(kiln_engine *e, kiln_seq *s, const int32_t *blocks
 /** After a commit: index s's newly full blocks, and for recurrent models attach the state as
  *  a checkpoint when n_computed sits on a block boundary. */
 void kiln_engine_prefix_commit(kiln_engine *e, kiln_seq *s);
+/** The delayed KV transition at s's commit (kv_transition.c): once s is longer than
+ *  kv_quant_start positions, convert its committed full f16 blocks into the quantized class
+ *  and release the f16 ones. No-op without kv_quant_start. */
+void kiln_engine_kv_transition(kiln_engine *e, kiln_seq *s);
 /** After s->n_computed moved back (a rollback): forget the hashes, registrations and decode
  *  checkpoint of blocks past it (their tokens may change). */
 void kiln_engine_prefix_rollback(kiln_engine *e, kiln_seq *s);

@@ -53,14 +53,16 @@ kiln_status kiln_engine_prefix_init(kiln_engine *e, kiln_error *err) {
     }
     char numerics[128] = "";
     if (e->be->ops->numerics) e->be->ops->numerics(e->be, numerics, sizeof numerics);
-    const kiln_dtype fmt = kiln_kv_pool_dtype(e->pool);
+    /* the format blocks are indexed under: the write class's (new blocks; with the delayed
+     * transition, f16, whose originals stay indexed after conversion, kv_transition.c) */
+    const kiln_dtype fmt = kiln_kv_pool_dtype(e->pool), fmt_v = kiln_kv_pool_dtype_v(e->pool);
     XXH3_state_t st;
     XXH3_64bits_reset(&st);
     static const char tag[] = "kiln prefix namespace v1";
     XXH3_64bits_update(&st, tag, sizeof tag);
     XXH3_64bits_update(&st, &fp, sizeof fp);
-    const int32_t geo[2] = {(int32_t)fmt, e->p.block_size};
-    XXH3_64bits_update(&st, geo, sizeof geo);
+    const int32_t geo[3] = {(int32_t)fmt, e->p.block_size, (int32_t)fmt_v};
+    XXH3_64bits_update(&st, geo, fmt_v == fmt ? 2 * sizeof geo[0] : sizeof geo);
     XXH3_64bits_update(&st, numerics, strlen(numerics) + 1);
     const uint64_t ns = XXH3_64bits_digest(&st);
     kiln_status s = kiln_prefix_cache_create(
@@ -68,8 +70,10 @@ kiln_status kiln_engine_prefix_init(kiln_engine *e, kiln_error *err) {
     if (s) return s;
     e->ckpt_bytes_max = e->p.kv_memory / 4 > CKPT_BYTES_MIN ? e->p.kv_memory / 4 : CKPT_BYTES_MIN;
     const kiln_model_config *c = &e->model->cfg;
-    e->disk_kv_bytes = 2 * (int64_t)c->n_layer * e->p.block_size *
-                       (int64_t)kiln_kv_format_row_bytes(fmt, (int64_t)c->n_head_kv * c->head_dim);
+    const int64_t kv_dim = (int64_t)c->n_head_kv * c->head_dim;
+    e->disk_kv_bytes = (int64_t)c->n_layer * e->p.block_size *
+                       (int64_t)(kiln_kv_format_row_bytes(fmt, kv_dim) +
+                                 kiln_kv_format_row_bytes(fmt_v, kv_dim));
     if (e->rec_state_floats > 0 && !e->be->ops->host_memory)
         kiln_log_warn("prefix cache: this model's recurrent state lives in device memory, which "
                       "is not checkpointed yet; its prompts are computed, never shared");

@@ -18,27 +18,32 @@
 
 #include "engine/engine_internal.h"
 #include "kv/disk_tier.h"
+#include "kv/kv_format.h"
 #include "util/error.h"
 
-static size_t rows_bytes(const kiln_engine *e) {
-    return (size_t)(e->disk_kv_bytes / (2 * (int64_t)e->model->cfg.n_layer));
+/* one layer's K (or V) rows of a block in the write class's formats (the indexed blocks') */
+static size_t rows_bytes(const kiln_engine *e, int v) {
+    const int64_t kv_dim = (int64_t)e->model->cfg.n_head_kv * e->model->cfg.head_dim;
+    return (size_t)e->p.block_size *
+           kiln_kv_format_row_bytes(v ? kiln_kv_pool_dtype_v(e->pool) : kiln_kv_pool_dtype(e->pool),
+                                    kv_dim);
 }
 
 static void gather(kiln_engine *e, int32_t block, uint8_t *out) {
-    const size_t rb = rows_bytes(e);
+    const size_t rk = rows_bytes(e, 0), rv = rows_bytes(e, 1);
     for (int32_t l = 0; l < e->model->cfg.n_layer; l++) {
-        e->be->ops->download(e->be, out, kiln_kv_pool_k(e->pool, l, block), rb);
-        e->be->ops->download(e->be, out + rb, kiln_kv_pool_v(e->pool, l, block), rb);
-        out += 2 * rb;
+        e->be->ops->download(e->be, out, kiln_kv_pool_k(e->pool, l, block), rk);
+        e->be->ops->download(e->be, out + rk, kiln_kv_pool_v(e->pool, l, block), rv);
+        out += rk + rv;
     }
 }
 
 static void scatter(kiln_engine *e, int32_t block, const uint8_t *in) {
-    const size_t rb = rows_bytes(e);
+    const size_t rk = rows_bytes(e, 0), rv = rows_bytes(e, 1);
     for (int32_t l = 0; l < e->model->cfg.n_layer; l++) {
-        e->be->ops->upload(e->be, kiln_kv_pool_k(e->pool, l, block), in, rb);
-        e->be->ops->upload(e->be, kiln_kv_pool_v(e->pool, l, block), in + rb, rb);
-        in += 2 * rb;
+        e->be->ops->upload(e->be, kiln_kv_pool_k(e->pool, l, block), in, rk);
+        e->be->ops->upload(e->be, kiln_kv_pool_v(e->pool, l, block), in + rk, rv);
+        in += rk + rv;
     }
 }
 
@@ -59,7 +64,11 @@ kiln_status kiln_engine_prefix_disk_open(kiln_engine *e, uint64_t fingerprint, k
         .max_bytes = e->p.cache_disk_max,
         .fingerprint = fingerprint,
         .ns = kiln_prefix_cache_namespace(e->pcache),
-        .page_format = (int32_t)kiln_kv_pool_dtype(e->pool),
+        /* K's format, with V's in the next byte when they differ */
+        .page_format = kiln_kv_pool_dtype_v(e->pool) == kiln_kv_pool_dtype(e->pool)
+                           ? (int32_t)kiln_kv_pool_dtype(e->pool)
+                           : (int32_t)kiln_kv_pool_dtype(e->pool) |
+                                 (int32_t)kiln_kv_pool_dtype_v(e->pool) << 8,
         .n_layer = c->n_layer,
         .kv_dim = (int64_t)c->n_head_kv * c->head_dim,
         .block_size = e->p.block_size,

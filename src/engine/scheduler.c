@@ -528,6 +528,7 @@ void kiln_engine_step(kiln_engine *e) {
             kiln_engine_prefix_rollback(e, s);
         }
         kiln_engine_prefix_commit(e, s);
+        kiln_engine_kv_transition(e, s);
     }
     atomic_fetch_add(&e->st_prefill, n_pre);
     atomic_fetch_add(&e->st_decode, n_dec_tok);

@@ -1013,8 +1013,9 @@ kiln_status kiln_disk_tier_open(const kiln_disk_tier_params *p, kiln_disk_tier *
     FIELD_CHECK(p->state_bytes >= 0, "state_bytes must be >= 0");
     FIELD_CHECK(p->n_layer >= 1, "n_layer must be >= 1");
     FIELD_CHECK(p->kv_dim >= 1, "kv_dim must be >= 1");
-    FIELD_CHECK(p->page_format >= 0 && p->page_format < KILN_DTYPE_COUNT,
-                "page_format is not a kiln_dtype");
+    FIELD_CHECK(p->page_format >= 0 && (p->page_format & 0xFF) < KILN_DTYPE_COUNT &&
+                    (p->page_format >> 8) < KILN_DTYPE_COUNT,
+                "page_format is not a kiln_dtype (or K | V << 8)");
     FIELD_CHECK(p->max_bytes >= 0, "max_bytes must be >= 0");
     FIELD_CHECK(p->queue_max_bytes >= 0, "queue_max_bytes must be >= 0");
     FIELD_CHECK(p->retry_ms >= 0, "retry_ms must be >= 0");

@@ -25,6 +25,7 @@
 #define KILN_KV_KV_POOL_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "kiln.h"
@@ -41,11 +42,24 @@ typedef struct kiln_kv_pool_params {
     int32_t n_layer;       /* >= 1 */
     int64_t kv_dim;        /* n_head_kv * head_dim, >= 1 */
     int32_t block_size;    /* tokens per block; 0 = KILN_KV_DEFAULT_BLOCK_SIZE */
-    int32_t n_blocks;      /* >= 1 */
-    kiln_dtype dtype;      /* a KV page format (kv/kv_format.h): F32, F16 or BF16 */
+    int32_t n_blocks;      /* >= 1: blocks of the main class */
+    kiln_dtype dtype;      /* K's page format (kv/kv_format.h), and V's unless dtype_v_set */
     kiln_backend *backend; /* borrowed, must outlive the pool; storage is allocated through
                               it (buf_alloc). NULL: host memory (aligned_alloc) */
+    bool dtype_v_set;      /* V rows use dtype_v instead of dtype */
+    kiln_dtype dtype_v;
+    int32_t head_dim;      /* elements per KV head (0: kv_dim, one head): a format's geometry */
+    /* The delayed transition (DESIGN.md "Delayed quantization"): n_blocks_hi > 0 adds a second
+     * class of n_blocks_hi blocks, ids n_blocks .. n_blocks + n_blocks_hi - 1, whose K and V
+     * rows are in dtype_hi. kiln_kv_pool_alloc then takes new blocks from it (the write
+     * class); kiln_kv_pool_alloc_class(pool, KILN_KV_CLASS_MAIN) takes the main class, into
+     * which the engine converts a sequence's committed full blocks. */
+    int32_t n_blocks_hi;
+    kiln_dtype dtype_hi;
 } kiln_kv_pool_params;
+
+/* Block classes: each has its own storage, free list and LRU, and one K and one V format. */
+enum { KILN_KV_CLASS_MAIN = 0, KILN_KV_CLASS_HI = 1, KILN_KV_N_CLASSES = 2 };
 
 typedef struct kiln_kv_pool_stats {
     int32_t n_blocks;  /* total */
@@ -55,6 +69,11 @@ typedef struct kiln_kv_pool_stats {
     int32_t peak;      /* max of used since creation or the last kiln_kv_pool_reset_peak */
     int32_t reserved_; /* 0: explicit padding, so two stats compare with memcmp */
     int64_t evictions; /* cached blocks handed out again by kiln_kv_pool_alloc */
+    /* per class (KILN_KV_CLASS_MAIN, _HI): blocks held (used + cached) and total; a pool
+     * without a hi class has held[1] = blocks[1] = 0 */
+    int32_t class_held[KILN_KV_N_CLASSES];
+    int32_t class_blocks[KILN_KV_N_CLASSES];
+    int64_t converted; /* blocks converted into the main class (kiln_kv_pool_note_converted) */
 } kiln_kv_pool_stats;
 
 /**
@@ -75,8 +94,9 @@ typedef struct kiln_kv_pool_hooks {
 } kiln_kv_pool_hooks;
 
 /**
- * Allocate the pool's storage (2 * n_layer * n_blocks * block_size * kv_dim elements, plus
- * per-region padding to KILN_KV_ALIGNMENT bytes; exactly n_blocks * kiln_kv_block_bytes()).
+ * Allocate the pool's storage: per class, n_layer * blocks * block_size rows of K and of V in
+ * the class's formats, each (layer, block) region padded to KILN_KV_ALIGNMENT bytes; exactly
+ * n_blocks * kiln_kv_block_bytes_kv(dtype, dtype_v) + n_blocks_hi * kiln_kv_block_bytes(dtype_hi).
  * All blocks start free. *out is set only on success.
  * Errors: KILN_ERR_INVALID_ARGUMENT (NULL p/out, or a field out of range, named in the
  * message), KILN_ERR_OUT_OF_MEMORY (the size overflows, or the allocation failed; the
@@ -94,6 +114,11 @@ void kiln_kv_pool_destroy(kiln_kv_pool *pool);
  * (n_layer < 1, kv_dim < 1, block_size < 0, dtype not a KV page format) or when the size overflows.
  */
 int64_t kiln_kv_block_bytes(int32_t n_layer, int64_t kv_dim, int32_t block_size, kiln_dtype dtype);
+/** kiln_kv_block_bytes with K rows in k_dtype and V rows in v_dtype (each region padded):
+ *  n_layer * (round_up(block_size * row_bytes(k), 64) + round_up(block_size * row_bytes(v), 64)).
+ *  0 as for kiln_kv_block_bytes, and when kv_dim is not a multiple of a format's block. */
+int64_t kiln_kv_block_bytes_kv(int32_t n_layer, int64_t kv_dim, int32_t block_size,
+                               kiln_dtype k_dtype, kiln_dtype v_dtype);
 
 /** Blocks needed to hold n_tokens positions: ceil(n_tokens / block_size); 0 for n_tokens <= 0
  *  or block_size <= 0. Never overflows. */
@@ -108,7 +133,21 @@ int32_t kiln_kv_blocks_for_tokens(int32_t n_tokens, int32_t block_size);
 int32_t kiln_kv_pool_blocks_for_budget(int32_t n_layer, int64_t kv_dim, int32_t block_size,
                                        kiln_dtype dtype, int64_t bytes);
 
-/** Take a block (refcount 1, format tag = the pool's dtype, not cached): a free one (LIFO, so
+/** Take a block of class cls (refcount 1, not cached): as kiln_kv_pool_alloc, from that
+ *  class's free list, else its LRU. -1 when the class has neither or does not exist. */
+int32_t kiln_kv_pool_alloc_class(kiln_kv_pool *pool, int cls);
+/** The class of `block` (KILN_KV_CLASS_MAIN or _HI); -1 out of range. */
+int kiln_kv_pool_block_class(const kiln_kv_pool *pool, int32_t block);
+/** The class kiln_kv_pool_alloc takes from: _HI when the pool has one, else _MAIN. */
+int kiln_kv_pool_write_class(const kiln_kv_pool *pool);
+/** Blocks of class cls kiln_kv_pool_alloc_class can hand out now (free + cached). */
+int32_t kiln_kv_pool_n_available_class(const kiln_kv_pool *pool, int cls);
+/** Count one conversion in the stats (the engine's delayed transition). */
+void kiln_kv_pool_note_converted(kiln_kv_pool *pool);
+/** K (or V) format of class cls; KILN_DTYPE_COUNT when it does not exist. */
+kiln_dtype kiln_kv_pool_class_format_k(const kiln_kv_pool *pool, int cls);
+kiln_dtype kiln_kv_pool_class_format_v(const kiln_kv_pool *pool, int cls);
+/** Take a block of the write class (refcount 1, format = that class's, not cached): a free one (LIFO, so
  *  a just-freed block is reused first), else the least recently idle cached block, evicted
  *  (hooks.on_evict is called first); -1 when there is neither (or pool is NULL). O(1).
  *  Updates used/cached/peak/evictions. */
@@ -126,7 +165,8 @@ void kiln_kv_pool_set_cached(kiln_kv_pool *pool, int32_t block, bool cached);
 bool kiln_kv_pool_is_cached(const kiln_kv_pool *pool, int32_t block);
 /** Install (or, with NULL, remove) the prefix cache's hooks. One set per pool. */
 void kiln_kv_pool_set_hooks(kiln_kv_pool *pool, const kiln_kv_pool_hooks *hooks);
-/** Blocks kiln_kv_pool_alloc can hand out now: free + cached. Any thread. 0 for NULL. */
+/** Blocks kiln_kv_pool_alloc can hand out now: free + cached of the write class. Any thread.
+ *  0 for NULL. */
 int32_t kiln_kv_pool_n_available(const kiln_kv_pool *pool);
 /** Add an owner to a used block. O(1). A free or out-of-range block, or a refcount at
  *  INT32_MAX, is an invariant violation: ignored and counted. */
@@ -137,10 +177,19 @@ void kiln_kv_pool_ref(kiln_kv_pool *pool, int32_t block);
 void kiln_kv_pool_unref(kiln_kv_pool *pool, int32_t block);
 /** Owners of `block` (0 when free); -1 for a NULL pool or an out-of-range block. */
 int32_t kiln_kv_pool_refcount(const kiln_kv_pool *pool, int32_t block);
-/** Format tag of `block`: the dtype its pages are stored in (today the pool's dtype; later
- *  quantized page formats, DESIGN.md "Page formats"). KILN_DTYPE_COUNT for a NULL pool or an
- *  out-of-range block. Meaningful only while the block is used. */
+/** Format of `block`'s K pages (its class's; DESIGN.md "Page formats"). KILN_DTYPE_COUNT for
+ *  a NULL pool or an out-of-range block. */
 kiln_dtype kiln_kv_pool_block_format(const kiln_kv_pool *pool, int32_t block);
+/** Format of `block`'s K (or V) pages, as kiln_kv_pool_block_format. */
+kiln_dtype kiln_kv_pool_block_format_k(const kiln_kv_pool *pool, int32_t block);
+kiln_dtype kiln_kv_pool_block_format_v(const kiln_kv_pool *pool, int32_t block);
+/** Bytes of one K (or V) row of `block`'s format (0: bad block). */
+size_t kiln_kv_pool_row_bytes_k(const kiln_kv_pool *pool, int32_t block);
+size_t kiln_kv_pool_row_bytes_v(const kiln_kv_pool *pool, int32_t block);
+/** Elements per KV head (the params' head_dim, or kv_dim). */
+int32_t kiln_kv_pool_head_dim(const kiln_kv_pool *pool);
+/** Bytes of storage the pool holds (K and V, both classes). */
+int64_t kiln_kv_pool_storage_bytes(const kiln_kv_pool *pool);
 
 /** Free blocks now (neither used nor cached). Safe from any thread. 0 for NULL. */
 int32_t kiln_kv_pool_n_free(const kiln_kv_pool *pool);
@@ -155,15 +204,18 @@ int64_t kiln_kv_pool_invariant_violations(const kiln_kv_pool *pool);
 int32_t kiln_kv_pool_block_size(const kiln_kv_pool *pool);
 int64_t kiln_kv_pool_kv_dim(const kiln_kv_pool *pool);
 int32_t kiln_kv_pool_n_layer(const kiln_kv_pool *pool);
+/** The write class's K format (what new blocks are written in). */
 kiln_dtype kiln_kv_pool_dtype(const kiln_kv_pool *pool);
-/** Total blocks in the pool (0 for NULL). */
+/** The write class's V format. */
+kiln_dtype kiln_kv_pool_dtype_v(const kiln_kv_pool *pool);
+/** Total blocks in the pool, both classes (0 for NULL). */
 int32_t kiln_kv_pool_n_blocks(const kiln_kv_pool *pool);
 /** The backend context the storage was allocated through (kiln_kv_pool_params.backend,
  *  borrowed), or NULL for host memory (or a NULL pool). */
 kiln_backend *kiln_kv_pool_backend(const kiln_kv_pool *pool);
 
-/** Base of K (or V) rows of `block` in `layer`: block_size rows of kv_dim elements of the
- *  block's format (kv/kv_format.h: float, or uint16_t f16/bf16), KILN_KV_ALIGNMENT-aligned,
+/** Base of K (or V) rows of `block` in `layer`: block_size rows of the block's K (V) format
+ *  (kv/kv_format.h; kiln_kv_pool_row_bytes_k / _v bytes each), KILN_KV_ALIGNMENT-aligned,
  *  in backend memory (host memory for the CPU backend or no backend). Row r holds position
  *  block_index*block_size + r, where block_index is the block's index in a sequence's table.
  *  NULL for a NULL pool or an out-of-range layer/block. */

@@ -195,7 +195,9 @@ static void test_attention(void) {
                                            kv_dim,
                                            hd,
                                            hd,
-                                           f16};
+                                           f16,
+                                           NULL,
+                                           NULL};
                         /* all tokens in one call */
                         float *scr = scratch_for(nk, G, hd, nk);
                         kiln_attention_group(got, q_stride, Q + hd * G, q_stride, G, nk, begin, end,
@@ -250,7 +252,9 @@ static void test_attention(void) {
                                                 kv_dim,
                                                 hd,
                                                 hd,
-                                                f16};
+                                                f16,
+                                                NULL,
+                                                NULL};
                             int32_t b0 = 0, e0 = nk - b;
                             float *scr3 = scratch_for(1, G, hd, e0);
                             kiln_attention_group(alt, q_stride, Q + i * q_stride + hd * G, q_stride,
@@ -292,7 +296,7 @@ static void test_operand_rounding(void) {
         kvstore s = make_store(K, V, 2, hd, bs, op);
         float ref[64], got[64];
         ref_one(ref, Q, &s, bs, hd, hd, 0, 0, 2, 1.0f, 0.0f, op);
-        kiln_attn_kv kv = {(const void *const *)s.kb, (const void *const *)s.vb, bs, hd, 0, hd, op};
+        kiln_attn_kv kv = {(const void *const *)s.kb, (const void *const *)s.vb, bs, hd, 0, hd, op, NULL, NULL};
         int32_t b0 = 0, e0 = 2;
         float *scr = scratch_for(1, 1, hd, 2);
         kiln_attention_group(got, hd, Q, hd, 1, 1, &b0, &e0, &kv, 1.0f, 0.0f, scr);

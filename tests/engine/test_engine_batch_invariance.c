@@ -13,7 +13,8 @@
  * Independent anchor: for the f32 models the greedy tokens of the alone run must equal
  * llama2.c run.c's (../shared/golden/llama2c-greedy.json); the second target's prompt is a
  * golden prompt plus the first 100 golden tokens, so its greedy continuation must be the
- * golden tokens that follow. For the Hugging Face reference checkpoints (other families:
+ * golden tokens that follow. Each KV page format (f16, bf16, q8_0, q4_0, and K / V in
+ * different formats) is checked alone against the crowd within its own configuration. For the Hugging Face reference checkpoints (other families:
  * sliding windows, MoE, recurrent gated-delta-net layers) the anchor is transformers'
  * greedy_ids in reference.safetensors (target 0: the 16 prompt ids, 24 tokens; target 1:
  * prompt + the first 12 greedy ids, the 12 that follow).
@@ -88,6 +89,7 @@ typedef struct config {
     int32_t chunk, step_tokens, threads;
     bool crowd;
     kiln_kv_type kv;
+    const char *kv_k, *kv_v; /* per-side format names (NULL: kv) */
 } config;
 
 static void run_config(const kiln_model *m, const config *c, const target *targets, bool sampled,
@@ -98,6 +100,8 @@ static void run_config(const kiln_model *m, const config *c, const target *targe
     p.n_threads = c->threads;
     p.n_ctx = N_CTX;
     p.kv_type = c->kv;
+    p.kv_type_k = c->kv_k;
+    p.kv_type_v = c->kv_v;
     if (c->crowd) {
         et_job jobs[N_TARGETS + N_OTHERS];
         static et_result others[N_OTHERS];
@@ -246,14 +250,14 @@ int main(int argc, char **argv) {
     load_targets(argv[1], argc >= 3 ? argv[2] : NULL, targets);
 
     static const config configs[] = {
-        {512, 512, 1, false, KILN_KV_F32}, /* the reference: alone, whole prompt, 1 thread */
-        {1, 512, 2, false, KILN_KV_F32},   {7, 512, 2, false, KILN_KV_F32},
-        {64, 512, 2, false, KILN_KV_F32},  {512, 16, 2, false, KILN_KV_F32},
-        {7, 16, 2, false, KILN_KV_F32},    {512, 512, 2, true, KILN_KV_F32},
-        {1, 512, 2, true, KILN_KV_F32},    {7, 512, 1, true, KILN_KV_F32},
-        {64, 512, 2, true, KILN_KV_F32},   {1, 16, 2, true, KILN_KV_F32},
-        {7, 16, 2, true, KILN_KV_F32},     {64, 16, 2, true, KILN_KV_F32},
-        {512, 16, 2, true, KILN_KV_F32},
+        {512, 512, 1, false, KILN_KV_F32, NULL, NULL}, /* the reference: alone, whole prompt, 1 thread */
+        {1, 512, 2, false, KILN_KV_F32, NULL, NULL},   {7, 512, 2, false, KILN_KV_F32, NULL, NULL},
+        {64, 512, 2, false, KILN_KV_F32, NULL, NULL},  {512, 16, 2, false, KILN_KV_F32, NULL, NULL},
+        {7, 16, 2, false, KILN_KV_F32, NULL, NULL},    {512, 512, 2, true, KILN_KV_F32, NULL, NULL},
+        {1, 512, 2, true, KILN_KV_F32, NULL, NULL},    {7, 512, 1, true, KILN_KV_F32, NULL, NULL},
+        {64, 512, 2, true, KILN_KV_F32, NULL, NULL},   {1, 16, 2, true, KILN_KV_F32, NULL, NULL},
+        {7, 16, 2, true, KILN_KV_F32, NULL, NULL},     {64, 16, 2, true, KILN_KV_F32, NULL, NULL},
+        {512, 16, 2, true, KILN_KV_F32, NULL, NULL},
     };
     int n_configs = (int)(sizeof configs / sizeof configs[0]);
 #if defined(__SANITIZE_ADDRESS__)
@@ -298,19 +302,59 @@ int main(int argc, char **argv) {
                 et_result_free(&got[t]);
             }
         }
-        /* f16 KV: invariance holds within the f16 configuration too. */
-        config f16_alone = {512, 512, 1, false, KILN_KV_F16},
-               f16_crowd = {7, 16, 2, true, KILN_KV_F16};
-        et_result a[N_TARGETS], b[N_TARGETS];
-        run_config(m, &f16_alone, targets, sampled, a);
-        run_config(m, &f16_crowd, targets, sampled, b);
-        for (int t = 0; t < N_TARGETS; t++) {
-            char what[256];
-            snprintf(what, sizeof what, "%s %s target %d, f16 KV, crowd chunk 7 budget 16", argv[1],
-                     sampled ? "sampled" : "greedy", t);
-            compare(what, &a[t], &b[t]);
-            et_result_free(&a[t]);
-            et_result_free(&b[t]);
+        /* Every other KV page format (kv/kv_format.h), and K and V in different formats:
+         * invariance holds within each format's configuration too. q8_0 / q4_0 need
+         * kv_dim % 32 == 0 (skipped, and said, otherwise). */
+        static const struct {
+            kiln_kv_type kv;
+            const char *k, *v, *name;
+        } fmts[] = {
+            {KILN_KV_F16, NULL, NULL, "f16"},
+            {KILN_KV_BF16, NULL, NULL, "bf16"},
+            {KILN_KV_Q8_0, NULL, NULL, "q8_0"},
+            {KILN_KV_Q4_0, NULL, NULL, "q4_0"},
+            {KILN_KV_F16, "q8_0", NULL, "q8_0 K, f16 V"},
+            {KILN_KV_Q8_0, NULL, "q4_0", "q8_0 K, q4_0 V"},
+        };
+        /* whether the model's KV rows can be q8_0 (kv_dim % 32 == 0): ask the engine */
+        bool quant_ok;
+        {
+            kiln_engine_params qp = kiln_engine_default_params();
+            qp.kv_type = KILN_KV_Q8_0;
+            qp.n_ctx = 64;
+            qp.kv_tokens = 64;
+            kiln_engine *qe = NULL;
+            kiln_error qerr = {0};
+            quant_ok = kiln_engine_create(m, &qp, &qe, &qerr) == KILN_OK;
+            if (!quant_ok) printf("%s: no quantized KV: %s\n", argv[1], qerr.message);
+            kiln_engine_destroy(qe);
+        }
+#if defined(__SANITIZE_ADDRESS__)
+        const int n_fmts = 3; /* f16, bf16, q8_0 */
+#else
+        const int n_fmts = (int)(sizeof fmts / sizeof fmts[0]);
+#endif
+        for (int fi = 0; fi < n_fmts; fi++) {
+            const bool quant = fmts[fi].kv >= KILN_KV_Q8_0 || fmts[fi].k || fmts[fi].v;
+            if (quant && !quant_ok) {
+                printf("%s: %s KV skipped\n", argv[1], fmts[fi].name);
+                continue;
+            }
+            config f_alone = {512, 512, 1, false, fmts[fi].kv, fmts[fi].k, fmts[fi].v},
+                   f_crowd = {7, 16, 2, true, fmts[fi].kv, fmts[fi].k, fmts[fi].v};
+            et_result a[N_TARGETS], b[N_TARGETS];
+            run_config(m, &f_alone, targets, sampled, a);
+            run_config(m, &f_crowd, targets, sampled, b);
+            for (int t = 0; t < N_TARGETS; t++) {
+                char what[256];
+                snprintf(what, sizeof what, "%s %s target %d, %s KV, crowd chunk 7 budget 16",
+                         argv[1], sampled ? "sampled" : "greedy", t, fmts[fi].name);
+                CHECKF(a[t].finish == KILN_FINISH_LENGTH, "%s alone: %s (%s)", what,
+                       kiln_finish_reason_name(a[t].finish), a[t].message);
+                compare(what, &a[t], &b[t]);
+                et_result_free(&a[t]);
+                et_result_free(&b[t]);
+            }
         }
         for (int t = 0; t < N_TARGETS; t++) et_result_free(&ref[t]);
     }

@@ -13,7 +13,7 @@
 #include "test.h"
 
 static kiln_kv_pool *make(int32_t n_blocks) {
-    kiln_kv_pool_params p = {2, 8, 16, n_blocks, KILN_DTYPE_F16, NULL};
+    kiln_kv_pool_params p = {.n_layer = 2, .kv_dim = 8, .block_size = 16, .n_blocks = n_blocks, .dtype = KILN_DTYPE_F16};
     kiln_kv_pool *pool = NULL;
     REQUIRE(kiln_kv_pool_create(&p, &pool, NULL) == KILN_OK);
     return pool;

@@ -21,7 +21,7 @@
 #define BS      4
 
 static kiln_kv_pool *make(int32_t n_blocks) {
-    kiln_kv_pool_params p = {N_LAYER, KV_DIM, BS, n_blocks, KILN_DTYPE_F32, NULL};
+    kiln_kv_pool_params p = {.n_layer = N_LAYER, .kv_dim = KV_DIM, .block_size = BS, .n_blocks = n_blocks, .dtype = KILN_DTYPE_F32};
     kiln_kv_pool *pool = NULL;
     kiln_error err;
     kiln_status st = kiln_kv_pool_create(&p, &pool, &err);

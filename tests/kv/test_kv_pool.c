@@ -21,7 +21,7 @@ const char *__asan_default_options(void) {
 
 static kiln_kv_pool *make(int32_t n_layer, int64_t kv_dim, int32_t bs, int32_t n_blocks,
                           kiln_dtype dt) {
-    kiln_kv_pool_params p = {n_layer, kv_dim, bs, n_blocks, dt, NULL};
+    kiln_kv_pool_params p = {.n_layer = n_layer, .kv_dim = kv_dim, .block_size = bs, .n_blocks = n_blocks, .dtype = dt};
     kiln_kv_pool *pool = NULL;
     kiln_error err;
     kiln_status st = kiln_kv_pool_create(&p, &pool, &err);
@@ -151,7 +151,14 @@ static void test_sizes(void) {
     CHECK(kiln_kv_block_bytes(0, 1024, 16, KILN_DTYPE_F16) == 0);
     CHECK(kiln_kv_block_bytes(32, 0, 16, KILN_DTYPE_F16) == 0);
     CHECK(kiln_kv_block_bytes(32, 1024, -1, KILN_DTYPE_F16) == 0);
-    CHECK(kiln_kv_block_bytes(32, 1024, 16, KILN_DTYPE_Q8_0) == 0);
+    /* q8_0: 34 bytes per 32 elements (16 x 1088 = 17408, a multiple of 64); q4_0: 18; a row
+     * that is not whole blocks of 32 is not a q8_0 row; q4_k is not a KV format */
+    CHECK(kiln_kv_block_bytes(32, 1024, 16, KILN_DTYPE_Q8_0) == 2 * 32 * 17408);
+    CHECK(kiln_kv_block_bytes(32, 1024, 16, KILN_DTYPE_Q4_0) == 2 * 32 * 9216);
+    CHECK(kiln_kv_block_bytes(32, 1000, 16, KILN_DTYPE_Q8_0) == 0);
+    CHECK(kiln_kv_block_bytes(32, 1024, 16, KILN_DTYPE_Q4_K) == 0);
+    CHECK(kiln_kv_block_bytes_kv(32, 1024, 16, KILN_DTYPE_Q8_0, KILN_DTYPE_F16) ==
+          32 * (17408 + 32768));
     CHECK(kiln_kv_block_bytes(32, INT64_MAX, 16, KILN_DTYPE_F32) == 0);
     CHECK(kiln_kv_block_bytes(INT32_MAX, INT64_MAX / 64, INT32_MAX, KILN_DTYPE_F32) == 0);
 
@@ -194,7 +201,7 @@ static void expect_invalid(kiln_kv_pool_params p, const char *field) {
 }
 
 static void test_invalid_params(void) {
-    kiln_kv_pool_params ok = {2, 64, 16, 4, KILN_DTYPE_F16, NULL};
+    kiln_kv_pool_params ok = {.n_layer = 2, .kv_dim = 64, .block_size = 16, .n_blocks = 4, .dtype = KILN_DTYPE_F16};
     kiln_kv_pool_params p;
     p = ok, p.n_layer = 0, expect_invalid(p, "n_layer");
     p = ok, p.n_layer = -3, expect_invalid(p, "n_layer");
@@ -203,8 +210,11 @@ static void test_invalid_params(void) {
     p = ok, p.block_size = -16, expect_invalid(p, "block_size");
     p = ok, p.n_blocks = 0, expect_invalid(p, "n_blocks");
     p = ok, p.n_blocks = INT32_MIN, expect_invalid(p, "n_blocks");
-    p = ok, p.dtype = KILN_DTYPE_Q8_0, expect_invalid(p, "dtype");
-    p = ok, p.dtype = KILN_DTYPE_Q4_0, expect_invalid(p, "dtype"); /* not yet a page format */
+    /* q8_0 / q4_0 rows are whole blocks of 32: kv_dim 48 cannot be one; q4_K is no KV format */
+    p = ok, p.dtype = KILN_DTYPE_Q8_0, p.kv_dim = 48, expect_invalid(p, "dtype");
+    p = ok, p.dtype = KILN_DTYPE_Q4_0, p.kv_dim = 48, expect_invalid(p, "dtype");
+    p = ok, p.dtype = KILN_DTYPE_Q4_K, expect_invalid(p, "dtype");
+    p = ok, p.dtype_v_set = true, p.dtype_v = KILN_DTYPE_Q6_K, expect_invalid(p, "dtype_v");
     p = ok, p.dtype = (kiln_dtype)-7, expect_invalid(p, "dtype");
 
     kiln_error err;
@@ -214,12 +224,12 @@ static void test_invalid_params(void) {
     CHECK(kiln_kv_pool_create(&ok, NULL, NULL) == KILN_ERR_INVALID_ARGUMENT);
 
     /* size overflow -> OUT_OF_MEMORY naming the request */
-    kiln_kv_pool_params big = {INT32_MAX, INT64_MAX / 8, 16, INT32_MAX, KILN_DTYPE_F32, NULL};
+    kiln_kv_pool_params big = {.n_layer = INT32_MAX, .kv_dim = INT64_MAX / 8, .block_size = 16, .n_blocks = INT32_MAX, .dtype = KILN_DTYPE_F32};
     CHECK(kiln_kv_pool_create(&big, &pool, &err) == KILN_ERR_OUT_OF_MEMORY);
     CHECKF(strstr(err.message, "overflow") != NULL, "'%s'", err.message);
     CHECK(pool == NULL);
     /* representable but unallocatable: 1024 layers x 2^20 blocks x 4 MiB = 4 PiB per K and V */
-    kiln_kv_pool_params huge = {1024, 65536, 16, 1 << 20, KILN_DTYPE_F32, NULL};
+    kiln_kv_pool_params huge = {.n_layer = 1024, .kv_dim = 65536, .block_size = 16, .n_blocks = 1 << 20, .dtype = KILN_DTYPE_F32};
     CHECK(kiln_kv_pool_create(&huge, &pool, &err) == KILN_ERR_OUT_OF_MEMORY);
     CHECKF(strstr(err.message, "9007199254740992 bytes") != NULL, "'%s'", err.message);
     CHECK(pool == NULL);

@@ -35,7 +35,7 @@ static void *reader(void *arg) {
 }
 
 int main(void) {
-    kiln_kv_pool_params p = {4, 32, 16, N_BLOCKS, KILN_DTYPE_F16, NULL};
+    kiln_kv_pool_params p = {.n_layer = 4, .kv_dim = 32, .block_size = 16, .n_blocks = N_BLOCKS, .dtype = KILN_DTYPE_F16};
     kiln_kv_pool *pool = NULL;
     REQUIRE(kiln_kv_pool_create(&p, &pool, NULL) == KILN_OK);
     pthread_t th;

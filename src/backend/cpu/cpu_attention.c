@@ -16,13 +16,22 @@ void kiln_cpu_kv_write(kiln_backend *be, kiln_kv_pool *pool, int32_t layer, cons
     (void)be;
     const int32_t bs = kiln_kv_pool_block_size(pool);
     const int64_t kv_dim = kiln_kv_pool_kv_dim(pool);
+    const int32_t hd = kiln_kv_pool_head_dim(pool);
+    const kiln_kv_geom g = {kv_dim, (int32_t)(kv_dim / hd), hd};
     for (int32_t i = 0; i < st->n_tokens; i++) {
         const int32_t pos = st->tok_pos[i];
         const int32_t block = st->b->seqs[st->tok_seq[i]].block_table[pos / bs];
-        const kiln_kv_format_traits *f = kiln_kv_format_of(kiln_kv_pool_block_format(pool, block));
-        const size_t row = (size_t)(pos % bs) * (size_t)kv_dim * f->elem_bytes;
-        f->write_row((char *)kiln_kv_pool_k(pool, layer, block) + row, k + i * kv_dim, kv_dim);
-        f->write_row((char *)kiln_kv_pool_v(pool, layer, block) + row, v + i * kv_dim, kv_dim);
+        const kiln_kv_format_traits *fk =
+            kiln_kv_format_of(kiln_kv_pool_block_format_k(pool, block));
+        const kiln_kv_format_traits *fv =
+            kiln_kv_format_of(kiln_kv_pool_block_format_v(pool, block));
+        const size_t r = (size_t)(pos % bs);
+        fk->write_row((char *)kiln_kv_pool_k(pool, layer, block) +
+                          r * kiln_kv_pool_row_bytes_k(pool, block),
+                      k + i * kv_dim, &g);
+        fv->write_row((char *)kiln_kv_pool_v(pool, layer, block) +
+                          r * kiln_kv_pool_row_bytes_v(pool, block),
+                      v + i * kv_dim, &g);
     }
 }
 
@@ -103,8 +112,16 @@ static void attn_worker(void *ctx, int ith, int nth) {
                     end[k] = pos + 1;
                 }
                 const int64_t po = c->ptr_off[s];
-                const kiln_attn_kv kv = {
-                    c->kb + po, c->vb + po, j->bs, kv_dim, (int64_t)g * hd, hd, c->seq_operand[s]};
+                const int op = c->seq_operand[s];
+                const kiln_attn_kv kv = {c->kb + po,
+                                         c->vb + po,
+                                         j->bs,
+                                         kv_dim,
+                                         (int64_t)g * hd,
+                                         hd,
+                                         op < 0 ? 0 : op,
+                                         op < 0 ? c->kfmt + po : NULL,
+                                         op < 0 ? c->vfmt + po : NULL};
                 kiln_attention_group(j->out + i0 * q_dim + (int64_t)g * G * hd, q_dim,
                                      j->q + i0 * q_dim + (int64_t)g * G * hd, q_dim, G, nt, begin,
                                      end, &kv, p->score_div, p->softcap, scratch);
@@ -113,10 +130,11 @@ static void attn_worker(void *ctx, int ith, int nth) {
     }
 }
 
-/* Only the blocks each sequence's keys need get pointers. A sequence's pages are read with the
- * operand of its first block's format: today every block of a pool has the pool's format
- * (mixed formats within one sequence arrive with delayed KV quantization, which adds their
- * reads here). */
+/* Only the blocks each sequence's keys need get pointers. A sequence whose blocks are all of one
+ * plain format (f32, f16 or bf16 on both sides) is read as plain rows of that operand, exactly
+ * as before quantized formats existed; any other sequence (q8_0 / q4_0 on a side, K and V
+ * differing, or blocks of several formats after the delayed transition) gets its per-block
+ * formats (kiln_attn_kv.k_fmt / v_fmt). */
 void kiln_cpu_attention(kiln_backend *be, kiln_kv_pool *pool, const kiln_attn_params *p,
                         const kiln_step *st, const float *q, float *out) {
     cpu_backend *c = cpu_be(be);
@@ -124,12 +142,18 @@ void kiln_cpu_attention(kiln_backend *be, kiln_kv_pool *pool, const kiln_attn_pa
     for (int32_t s = 0; s < st->b->n_seqs; s++) {
         const kiln_batch_seq *sq = &st->b->seqs[s];
         const int32_t nb = kiln_kv_blocks_for_tokens(sq->n_past + sq->n_new, bs);
+        const kiln_dtype f0 = kiln_kv_pool_block_format_k(pool, sq->block_table[0]);
+        bool plain = f0 == KILN_DTYPE_F32 || f0 == KILN_DTYPE_F16 || f0 == KILN_DTYPE_BF16;
         for (int32_t i = 0; i < nb; i++) {
-            c->kb[c->ptr_off[s] + i] = kiln_kv_pool_k(pool, p->layer, sq->block_table[i]);
-            c->vb[c->ptr_off[s] + i] = kiln_kv_pool_v(pool, p->layer, sq->block_table[i]);
+            const int32_t blk = sq->block_table[i];
+            const int64_t o = c->ptr_off[s] + i;
+            c->kb[o] = kiln_kv_pool_k(pool, p->layer, blk);
+            c->vb[o] = kiln_kv_pool_v(pool, p->layer, blk);
+            c->kfmt[o] = (uint8_t)kiln_kv_pool_block_format_k(pool, blk);
+            c->vfmt[o] = (uint8_t)kiln_kv_pool_block_format_v(pool, blk);
+            plain = plain && c->kfmt[o] == f0 && c->vfmt[o] == f0;
         }
-        c->seq_operand[s] =
-            (int)kiln_kv_format_of(kiln_kv_pool_block_format(pool, sq->block_table[0]))->operand;
+        c->seq_operand[s] = plain ? (int)kiln_kv_format_of(f0)->operand : -1;
     }
     attn_job job = {c, p, st, q, out, bs};
     kiln_threadpool_run(c->tp, attn_worker, &job);

@@ -27,6 +27,7 @@ static void cpu_destroy(kiln_backend *be) {
     free(c->arena);
     free(c->ptr_off);
     free(c->kb);
+    free(c->kfmt);
     free(c->seq_operand);
     free(c);
 }
@@ -133,7 +134,10 @@ static kiln_status cpu_step_begin(kiln_backend *be, const kiln_step *st, kiln_er
     }
     if (n_ptrs > c->ptr_cap) {
         const void **kb = realloc(c->kb, (size_t)(n_ptrs > 0 ? n_ptrs : 1) * 2 * sizeof *kb);
-        if (!kb)
+        if (kb) c->kb = kb;
+        uint8_t *bf = kb ? realloc(c->kfmt, (size_t)(n_ptrs > 0 ? n_ptrs : 1) * 2) : NULL;
+        if (bf) c->kfmt = bf;
+        if (!kb || !bf)
             return kiln_error_set(err, KILN_ERR_OUT_OF_MEMORY,
                                   "cpu backend: out of memory for %lld block pointers",
                                   (long long)n_ptrs);
@@ -141,6 +145,7 @@ static kiln_status cpu_step_begin(kiln_backend *be, const kiln_step *st, kiln_er
         c->ptr_cap = n_ptrs;
     }
     c->vb = c->kb + c->ptr_cap;
+    c->vfmt = c->kfmt + c->ptr_cap;
     int64_t off = 0;
     for (int32_t s = 0; s < b->n_seqs; s++) {
         c->ptr_off[s] = off;

@@ -28,7 +28,9 @@ typedef struct cpu_backend {
     int32_t attn_per;  /* attention items dealt together (attn_worker) */
     int64_t *ptr_off;  /* [n_seqs] offset of each sequence's block pointers */
     const void **kb, **vb;
-    int *seq_operand; /* [n_seqs] kiln_kv_operand of each sequence's pages */
+    uint8_t *kfmt, *vfmt; /* beside kb / vb: each block's K and V format (kiln_dtype ids) */
+    int *seq_operand; /* [n_seqs] kiln_kv_operand of each sequence's pages; -1: per-block
+                         formats (kfmt / vfmt) */
     int64_t n_ptrs, ptr_cap;
     int32_t seq_cap;
 } cpu_backend;

@@ -5,6 +5,7 @@
 
 #include "backend/cpu/cpu.h"
 #include "backend/cpu/ops_simd.h"
+#include "kv/kv_format.h"
 #include "tensor/dtype.h"
 
 static bool use_avx512(void) {
@@ -193,6 +194,67 @@ void kiln_attention_paged(float *out, const float *q, const void *const *k_block
 #undef KILN_ATT_REF
 }
 
+void kiln_attention_paged_kv(float *out, const float *q, const kiln_attn_kv *kv, int32_t key_begin,
+                             int32_t n_keys, float score_div, float softcap, float *scores,
+                             float *q_round) {
+    if (!kv->k_fmt) {
+        kiln_attention_paged(out, q, kv->k_blocks, kv->v_blocks, kv->block_size, kv->row_stride,
+                             kv->head_off, key_begin, n_keys, kv->head_dim, score_div, softcap,
+                             kv->operand, scores, q_round);
+        return;
+    }
+    const int32_t n = n_keys - key_begin, bs = kv->block_size, hd = kv->head_dim;
+    const kiln_kv_format_traits *fk = kiln_kv_format_of(kv->k_fmt[key_begin / bs]);
+    const kiln_kv_format_traits *fv = kiln_kv_format_of(kv->v_fmt[key_begin / bs]);
+    if (fk->prep_q)
+        fk->prep_q(q_round, q, hd);
+    else
+        for (int32_t d = 0; d < hd; d++) q_round[d] = kiln_kv_operand_round(q[d], fk->operand);
+    int32_t cur = -1;
+    size_t rb = 0;
+    for (int32_t t = key_begin; t < n_keys; t++) {
+        if (t / bs != cur) {
+            cur = t / bs;
+            fk = kiln_kv_format_of(kv->k_fmt[cur]);
+            rb = kiln_kv_format_row_bytes(fk->dtype, kv->row_stride);
+        }
+        const char *row = (const char *)kv->k_blocks[cur] + (size_t)(t % bs) * rb;
+        scores[t - key_begin] = fk->dot(row, kv->head_off, q_round, hd) / score_div;
+    }
+    if (softcap > 0.0f) kiln_softcap(scores, n, softcap);
+    kiln_softmax(scores, n);
+    memset(out, 0, (size_t)hd * sizeof *out);
+    const kiln_kv_operand pop = fv->operand;
+    void (*finish)(float *, int32_t) = fv->finish_v;
+    cur = -1;
+    for (int32_t t = key_begin; t < n_keys; t++) {
+        if (t / bs != cur) {
+            cur = t / bs;
+            fv = kiln_kv_format_of(kv->v_fmt[cur]);
+            rb = kiln_kv_format_row_bytes(fv->dtype, kv->row_stride);
+        }
+        const char *row = (const char *)kv->v_blocks[cur] + (size_t)(t % bs) * rb;
+        fv->axpy(out, kiln_kv_operand_round(scores[t - key_begin], pop), row, kv->head_off, hd);
+    }
+    if (finish) finish(out, hd);
+}
+
+/* whether every block a call reads has a format the AVX-512 kernel reads */
+static bool simd_formats(const kiln_attn_kv *kv, int32_t n_tok, const int32_t *begin,
+                         const int32_t *end) {
+    if (!kv->k_fmt) return true;
+    int32_t b0 = begin[0];
+    for (int32_t i = 0; i < n_tok; i++)
+        if (begin[i] < b0) b0 = begin[i];
+    const int32_t bl = (end[n_tok - 1] - 1) / kv->block_size;
+    for (int32_t b = b0 / kv->block_size; b <= bl; b++) {
+        const kiln_kv_format_traits *fk = kiln_kv_format_of(kv->k_fmt[b]);
+        const kiln_kv_format_traits *fv = kiln_kv_format_of(kv->v_fmt[b]);
+        if (!fk || !fv || !fk->simd || !fv->simd) return false;
+    }
+    return true;
+}
+
 size_t kiln_attention_group_scratch(int32_t n_tok, int32_t G, int32_t head_dim, int32_t max_keys) {
     size_t ref = (size_t)max_keys + (size_t)head_dim + 16; /* scores + rounded q (reference) */
     if (!use_avx512()) return ref;
@@ -203,7 +265,7 @@ size_t kiln_attention_group_scratch(int32_t n_tok, int32_t G, int32_t head_dim, 
 void kiln_attention_group(float *out, int64_t out_stride, const float *q, int64_t q_stride,
                           int32_t G, int32_t n_tok, const int32_t *begin, const int32_t *end,
                           const kiln_attn_kv *kv, float score_div, float softcap, float *scratch) {
-    if (use_avx512() && kv->head_dim <= 512) {
+    if (use_avx512() && kv->head_dim <= 512 && simd_formats(kv, n_tok, begin, end)) {
         kiln_attention_group_avx512(out, out_stride, q, q_stride, G, n_tok, begin, end, kv,
                                     score_div, softcap, scratch);
         return;
@@ -214,9 +276,7 @@ void kiln_attention_group(float *out, int64_t out_stride, const float *q, int64_
     float *q_round = scratch + max_keys;
     for (int32_t i = 0; i < n_tok; i++)
         for (int32_t h = 0; h < G; h++)
-            kiln_attention_paged(out + i * out_stride + (int64_t)h * kv->head_dim,
-                                 q + i * q_stride + (int64_t)h * kv->head_dim, kv->k_blocks,
-                                 kv->v_blocks, kv->block_size, kv->row_stride, kv->head_off,
-                                 begin[i], end[i], kv->head_dim, score_div, softcap, kv->operand,
-                                 scratch, q_round);
+            kiln_attention_paged_kv(out + i * out_stride + (int64_t)h * kv->head_dim,
+                                    q + i * q_stride + (int64_t)h * kv->head_dim, kv, begin[i],
+                                    end[i], score_div, softcap, scratch, q_round);
 }

@@ -102,15 +102,35 @@ void kiln_attention_paged(float *out, const float *q, const void *const *k_block
                           float score_div, float softcap, int operand, float *scores,
                           float *q_round);
 
-/** Paged K/V of one KV head (see kiln_attention_paged for the addressing). */
+/** Paged K/V of one KV head (see kiln_attention_paged for the addressing of plain rows). */
 typedef struct kiln_attn_kv {
     const void *const *k_blocks, *const *v_blocks; /* per block of block_size positions */
     int32_t block_size;
     int64_t row_stride; /* elements from one position's row to the next (kv_dim) */
     int64_t head_off;   /* elements from a row's start to this head's head_dim elements */
     int32_t head_dim;
-    int operand; /* kv/kv_format.h kiln_kv_operand: 0 f32, 1 f16, 2 bf16 rows */
+    int operand; /* without k_fmt: plain rows of this kv/kv_format.h kiln_kv_operand: 0 f32,
+                    1 f16, 2 bf16, K and V alike */
+    /* Per-block formats (kiln_dtype ids of kv/kv_format.h, one per entry of k_blocks /
+     * v_blocks), or NULL: plain rows of `operand`. With them, a row of format f takes
+     * kiln_kv_format_row_bytes(f, row_stride) bytes, position t's row starts at
+     * (char *)blocks[t / block_size] + (t % block_size) * row_bytes, and this head's elements
+     * are elements head_off .. head_off + head_dim - 1 of that row (a q8_0 / q4_0 block of 32
+     * may hold several heads, or a head may start inside a block). q is rounded to the K
+     * blocks' operand and p to the V blocks' (kv_format.h "Operand semantics"); every K block
+     * the call reads must share one operand, and every V block one. */
+    const uint8_t *k_fmt, *v_fmt;
 } kiln_attn_kv;
+
+/**
+ * The scalar reference over a kiln_attn_kv (plain or per-block formats): kiln_attention_paged's
+ * semantics, each element read through its format's traits (kv_format.h dot / axpy: sums left
+ * to right in f32), q rounded to the K operand and p to the V operand. scores: n_keys -
+ * key_begin floats; q_round: head_dim floats.
+ */
+void kiln_attention_paged_kv(float *out, const float *q, const kiln_attn_kv *kv, int32_t key_begin,
+                             int32_t n_keys, float score_div, float softcap, float *scores,
+                             float *q_round);
 
 /** Scratch floats kiln_attention_group needs for n_tok tokens, G heads, keys below max_keys. */
 size_t kiln_attention_group_scratch(int32_t n_tok, int32_t G, int32_t head_dim, int32_t max_keys);
@@ -129,7 +149,10 @@ size_t kiln_attention_group_scratch(int32_t n_tok, int32_t G, int32_t head_dim, 
  * as one FMA chain over d from +0, softmax max / exp / sum with lanes t % 16 then the hsum16
  * tree, out[d] one FMA chain over t ascending. So every output is bit-identical whatever
  * n_tok, G, the block size, or which other tokens share the call (DESIGN.md principle 3).
- * Other paths: kiln_attention_paged per (token, head). head_dim <= 512.
+ * Per-block formats (kiln_attn_kv.k_fmt): each row is read in its format (q8_0 / q4_0
+ * elements formed exactly in registers, no dequantized copy), in the same order.
+ * Other paths (scalar, AVX2): the scalar reference per (token, head) (kiln_attention_paged,
+ * or kiln_attention_paged_kv with per-block formats). head_dim <= 512.
  */
 void kiln_attention_group(float *out, int64_t out_stride, const float *q, int64_t q_stride,
                           int32_t G, int32_t n_tok, const int32_t *begin, const int32_t *end,

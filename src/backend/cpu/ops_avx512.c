@@ -13,6 +13,8 @@
 #include <string.h>
 
 #include "backend/cpu/ops_simd.h"
+#include "kv/kv_format.h"
+#include "tensor/dtype.h"
 
 #if defined(__x86_64__) || defined(__i386__)
 
@@ -181,54 +183,169 @@ KA __m512 round_bf16(__m512 v) {
     return _mm512_castsi512_ps(_mm512_and_si512(r, hi));
 }
 
-/* v rounded to the rows' operand precision (FMT 1: f16, 2: bf16; 0: v) */
-KA __m512 round_operand(__m512 v, const int FMT) {
-    if (FMT == 1)
+/* v rounded to operand op (1: f16, 2: bf16; 0: v); op is a run-time value, used once per
+ * q row and once per 16 probabilities */
+KA __m512 round_operand(__m512 v, const int op) {
+    if (op == 1)
         return _mm512_cvtph_ps(_mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
-    if (FMT == 2) return round_bf16(v);
+    if (op == 2) return round_bf16(v);
     return v;
 }
 
-/* FMT: the rows' kiln_kv_operand (0 f32, 1 f16, 2 bf16) */
-KA __m512 load_row16(const void *p, int64_t d, __mmask16 m, const int FMT) {
-    if (FMT == 1) return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, (const uint16_t *)p + d));
-    if (FMT == 2)
-        return _mm512_castsi512_ps(_mm512_slli_epi32(
-            _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, (const uint16_t *)p + d)), 16));
-    return _mm512_maskz_loadu_ps(m, (const float *)p + d);
+/* Row load codes: 0 f32, 1 f16, 2 bf16 (the plain operands), 3 q8_0, 4 q4_0; LF_MIX: each
+ * block's own format (kiln_attn_kv.k_fmt / v_fmt), looked up per row. */
+enum { LF_F32 = 0, LF_F16 = 1, LF_BF16 = 2, LF_Q8 = 3, LF_Q4 = 4, LF_N = 5, LF_MIX = 5 };
+
+KA int lf_of(int dtype) {
+    switch (dtype) {
+    case KILN_DTYPE_F16:
+        return LF_F16;
+    case KILN_DTYPE_BF16:
+        return LF_BF16;
+    case KILN_DTYPE_Q8_0:
+        return LF_Q8;
+    case KILN_DTYPE_Q4_0:
+        return LF_Q4;
+    default:
+        return LF_F32;
+    }
 }
 
-KA const void *kv_row(const kiln_attn_kv *kv, const void *const *blocks, int32_t t, size_t esz) {
-    return (const char *)blocks[t / kv->block_size] +
-           ((size_t)kv->head_off + (size_t)(t % kv->block_size) * (size_t)kv->row_stride) * esz;
+/* what one call needs to address rows: bytes per row for each load code, the per-block format
+ * arrays, and the q / p roundings (kiln_kv_operand) */
+typedef struct attn_fmt {
+    size_t rb[LF_N];
+    const uint8_t *kf, *vf;
+    int qop, pop;
+} attn_fmt;
+
+KA float half_at(const void *p) {
+    uint16_t h;
+    memcpy(&h, p, sizeof h);
+    return _cvtsh_ss(h);
+}
+
+/* elements e .. e + dn - 1 of a quantized row one by one (a slice that crosses a block of 32:
+ * only heads that do not start on a 16-element boundary within their block) */
+static __attribute__((noinline)) __m512 load_quant_slow(const char *row, int64_t e, int dn,
+                                                         const int LF) {
+    float t[16] = {0};
+    for (int j = 0; j < dn; j++) {
+        const int64_t x = e + j;
+        if (LF == LF_Q8) {
+            const kiln_block_q8_0 *b = (const kiln_block_q8_0 *)row + x / 32;
+            t[j] = (float)b->qs[x % 32] * half_at(&b->d);
+        } else {
+            const kiln_block_q4_0 *b = (const kiln_block_q4_0 *)row + x / 32;
+            const int jj = (int)(x % 32);
+            const int q = jj < 16 ? (b->qs[jj] & 15) : (b->qs[jj - 16] >> 4);
+            t[j] = (float)(q - 8) * half_at(&b->d);
+        }
+    }
+    return _mm512_loadu_ps(t);
+}
+
+/* 16 lanes of a row from element e (lanes of m only, the rest +0); m is a tail mask. A
+ * q8_0 / q4_0 element is formed exactly: (int) q * f16 scale, in a register. */
+KA __m512 load_row16(const char *row, int64_t e, __mmask16 m, const int LF) {
+    if (LF == LF_F16) return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, (const uint16_t *)row + e));
+    if (LF == LF_BF16)
+        return _mm512_castsi512_ps(_mm512_slli_epi32(
+            _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, (const uint16_t *)row + e)), 16));
+    if (LF == LF_Q8) {
+        const int j = (int)(e & 31), dn = __builtin_popcount((unsigned)m);
+        if (j + dn > 32) return load_quant_slow(row, e, dn, LF_Q8);
+        const kiln_block_q8_0 *b = (const kiln_block_q8_0 *)row + (e >> 5);
+        const __m128i q = _mm_maskz_loadu_epi8(m, b->qs + j);
+        return _mm512_maskz_mul_ps(m, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q)),
+                                   _mm512_set1_ps(half_at(&b->d)));
+    }
+    if (LF == LF_Q4) {
+        const int j = (int)(e & 31), dn = __builtin_popcount((unsigned)m), jj = j & 15;
+        if (jj + dn > 16) return load_quant_slow(row, e, dn, LF_Q4);
+        const kiln_block_q4_0 *b = (const kiln_block_q4_0 *)row + (e >> 5);
+        __m128i x = _mm_maskz_loadu_epi8(m, b->qs + jj);
+        if (j >= 16) x = _mm_srli_epi16(x, 4);
+        x = _mm_sub_epi8(_mm_and_si128(x, _mm_set1_epi8(15)), _mm_set1_epi8(8));
+        return _mm512_maskz_mul_ps(m, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(x)),
+                                   _mm512_set1_ps(half_at(&b->d)));
+    }
+    return _mm512_maskz_loadu_ps(m, (const float *)row + e);
+}
+
+/* load_row16 for a run-time code (LF_MIX rows) */
+static __attribute__((noinline)) __m512 load_row16_any(const char *row, int64_t e, __mmask16 m,
+                                                        int lf) {
+    switch (lf) {
+    case LF_F16:
+        return load_row16(row, e, m, LF_F16);
+    case LF_BF16:
+        return load_row16(row, e, m, LF_BF16);
+    case LF_Q8:
+        return load_row16(row, e, m, LF_Q8);
+    case LF_Q4:
+        return load_row16(row, e, m, LF_Q4);
+    default:
+        return load_row16(row, e, m, LF_F32);
+    }
+}
+
+/* position t's row: its start and (LF_MIX) its load code */
+KA const char *row_of(const kiln_attn_kv *kv, const attn_fmt *af, const void *const *blocks,
+                      const uint8_t *fmts, int32_t t, const int LF, int *lf) {
+    const int32_t blk = t / kv->block_size;
+    *lf = LF == LF_MIX ? lf_of(fmts[blk]) : LF;
+    return (const char *)blocks[blk] + (size_t)(t % kv->block_size) * af->rb[*lf];
+}
+
+KA __m512 load_row(const char *row, int64_t e, __mmask16 m, const int LF, int lf) {
+    return LF == LF_MIX ? load_row16_any(row, e, m, lf) : load_row16(row, e, m, LF);
 }
 
 /* Kt[d * 16 + l] = key (t0 + l)'s dimension d for l in [lo, hi) (absolute keys t0 + lo ..),
  * +0 elsewhere; d < hd */
-KA void load_kt(float *Kt, const kiln_attn_kv *kv, int32_t t0, int lo, int hi, const int FMT) {
-    const size_t esz = FMT ? 2 : 4;
+KA void load_kt(float *Kt, const kiln_attn_kv *kv, const attn_fmt *af, int32_t t0, int lo, int hi,
+                const int LF) {
     const int hd = kv->head_dim, nc = (hd + 15) / 16;
+    const char *rows[16];
+    int lfs[16];
+    for (int l = lo; l < hi; l++)
+        rows[l] = row_of(kv, af, kv->k_blocks, af->kf, t0 + l, LF, &lfs[l]);
     for (int c = 0; c < nc; c++) {
         const int dn = hd - 16 * c < 16 ? hd - 16 * c : 16;
         const __mmask16 m = tail_mask(dn);
+        const int64_t e = kv->head_off + 16 * c;
         __m512 r[16];
         _Pragma("GCC unroll 16") for (int l = 0; l < 16; l++) r[l] =
-            l >= lo && l < hi ? load_row16(kv_row(kv, kv->k_blocks, t0 + l, esz), 16 * c, m, FMT)
-                              : _mm512_setzero_ps();
+            l >= lo && l < hi ? load_row(rows[l], e, m, LF, lfs[l]) : _mm512_setzero_ps();
         transpose16(r);
         for (int d = 0; d < dn; d++) _mm512_store_ps(Kt + (size_t)(16 * c + d) * 16, r[d]);
     }
 }
 
+/* bytes [*off, *off + return) of a row that hold elements [e0, e0 + n) of code lf */
+KA size_t slice_bytes(int lf, int64_t e0, int32_t n, size_t *off) {
+    if (lf == LF_Q8 || lf == LF_Q4) {
+        const size_t bb = lf == LF_Q8 ? sizeof(kiln_block_q8_0) : sizeof(kiln_block_q4_0);
+        *off = (size_t)(e0 / 32) * bb;
+        return (size_t)((e0 + n - 1) / 32 - e0 / 32 + 1) * bb;
+    }
+    const size_t esz = lf == LF_F32 ? 4 : 2;
+    *off = (size_t)e0 * esz;
+    return (size_t)n * esz;
+}
+
 /* prefetch (into L1) the head slices of keys t0 + lo .. t0 + hi - 1 of one block array: rows
  * strided by the KV width, which the hardware prefetchers miss in decode (each step streams
  * every sequence's whole cache) */
-KA void prefetch_chunk(const kiln_attn_kv *kv, const void *const *blocks, int32_t t0, int lo,
-                       int hi, const int FMT) {
-    const size_t esz = FMT ? 2 : 4, bytes = (size_t)kv->head_dim * esz;
+KA void prefetch_chunk(const kiln_attn_kv *kv, const attn_fmt *af, const void *const *blocks,
+                       const uint8_t *fmts, int32_t t0, int lo, int hi, const int LF) {
     for (int l = lo; l < hi; l++) {
-        const char *r = kv_row(kv, blocks, t0 + l, esz);
-        for (size_t b = 0; b < bytes; b += 64) _mm_prefetch(r + b, _MM_HINT_T0);
+        int lf;
+        const char *r = row_of(kv, af, blocks, fmts, t0 + l, LF, &lf);
+        size_t off;
+        const size_t bytes = slice_bytes(lf, kv->head_off, kv->head_dim, &off);
+        for (size_t b = 0; b < bytes; b += 64) _mm_prefetch(r + off + b, _MM_HINT_T0);
     }
 }
 
@@ -236,7 +353,7 @@ enum { SROWS = 8 }; /* score rows computed together (accumulators in registers) 
 
 /* one row's scores: row buffer sc (chunks from base = begin & ~15), lanes outside
  * [begin, end) = -inf */
-KA void attn_softmax_row(float *sc, int32_t begin, int32_t end, float softcap, const int FMT) {
+KA void attn_softmax_row(float *sc, int32_t begin, int32_t end, float softcap, const int pop) {
     const int32_t base = begin & ~15, nch = (end - base + 15) / 16;
     if (softcap > 0.0f)
         for (int32_t t = begin; t < end; t++)
@@ -257,7 +374,7 @@ KA void attn_softmax_row(float *sc, int32_t begin, int32_t end, float softcap, c
     const __m512 lv = _mm512_set1_ps(hsum16(sum));
     for (int32_t j = 0; j < nch; j++) {
         __m512 p = _mm512_div_ps(_mm512_load_ps(sc + 16 * j), lv);
-        p = round_operand(p, FMT);
+        p = round_operand(p, pop);
         _mm512_store_ps(sc + 16 * j, p);
     }
 }
@@ -266,22 +383,25 @@ KA void attn_softmax_row(float *sc, int32_t begin, int32_t end, float softcap, c
  * (h, c), for NH heads x NCC chunks (constants in the fast case, so that the accumulators
  * stay in registers) */
 KA void attn_pv_tile(float *out, int64_t head_stride, const float *sc, int64_t sc_stride,
-                     int32_t begin, int32_t end, const kiln_attn_kv *kv, int c0, int nc,
-                     __mmask16 last, const int NH, const int NCC, const int FMT) {
-    const size_t esz = FMT ? 2 : 4;
+                     int32_t begin, int32_t end, const kiln_attn_kv *kv, const attn_fmt *af,
+                     int c0, int nc, __mmask16 last, const int NH, const int NCC, const int LF) {
     const int32_t base = begin & ~15;
     __m512 acc[4][4];
     _Pragma("GCC unroll 4") for (int h = 0; h < NH; h++)
         _Pragma("GCC unroll 4") for (int c = 0; c < NCC; c++) acc[h][c] = _mm512_setzero_ps();
     int32_t blk = begin / kv->block_size, row = begin % kv->block_size;
+    int lf = LF == LF_MIX ? lf_of(af->vf[blk]) : LF;
+    size_t rb = af->rb[lf];
     const float *p0 = sc - base;
     for (int32_t t = begin; t < end; t++) {
-        const char *vr = (const char *)kv->v_blocks[blk] +
-                         ((size_t)kv->head_off + (size_t)row * (size_t)kv->row_stride) * esz;
-        if (++row == kv->block_size) row = 0, blk++;
+        const char *vr = (const char *)kv->v_blocks[blk] + (size_t)row * rb;
+        if (++row == kv->block_size) {
+            row = 0, blk++;
+            if (LF == LF_MIX && t + 1 < end) lf = lf_of(af->vf[blk]), rb = af->rb[lf];
+        }
         __m512 v[4];
         _Pragma("GCC unroll 4") for (int c = 0; c < NCC; c++) v[c] =
-            load_row16(vr, 16 * (c0 + c), c0 + c == nc - 1 ? last : 0xFFFF, FMT);
+            load_row(vr, kv->head_off + 16 * (c0 + c), c0 + c == nc - 1 ? last : 0xFFFF, LF, lf);
         _Pragma("GCC unroll 4") for (int h = 0; h < NH; h++) {
             const __m512 p = _mm512_set1_ps(p0[(size_t)h * sc_stride + t]);
             _Pragma("GCC unroll 4") for (int c = 0; c < NCC; c++) acc[h][c] =
@@ -297,7 +417,8 @@ KA void attn_pv_tile(float *out, int64_t head_stride, const float *sc, int64_t s
 /* out rows (G heads of one token) = sum_t p_t v_t over [begin, end), in tiles of up to 4
  * heads x 4 chunks of 16 dimensions (each (head, dimension) is one chain whatever the tile) */
 KA void attn_pv(float *out, int64_t head_stride, const float *sc, int64_t sc_stride, int G,
-                int32_t begin, int32_t end, const kiln_attn_kv *kv, const int FMT, const int NC) {
+                int32_t begin, int32_t end, const kiln_attn_kv *kv, const attn_fmt *af,
+                const int FMT, const int NC) {
     const int hd = kv->head_dim, nc = NC ? NC : (hd + 15) / 16;
     const __mmask16 last = !NC && hd % 16 ? tail_mask(hd % 16) : (__mmask16)0xFFFF;
     for (int h0 = 0; h0 < G; h0 += 4) {
@@ -307,7 +428,7 @@ KA void attn_pv(float *out, int64_t head_stride, const float *sc, int64_t sc_str
         for (int c0 = 0; c0 < nc; c0 += 4) {
             const int ncc = nc - c0 < 4 ? nc - c0 : 4;
 #define PV(NH, NCC)                                                                                \
-    attn_pv_tile(o, head_stride, s, sc_stride, begin, end, kv, c0, nc, last, NH, NCC, FMT)
+    attn_pv_tile(o, head_stride, s, sc_stride, begin, end, kv, af, c0, nc, last, NH, NCC, FMT)
             if (nh == 4 && ncc == 4)
                 PV(4, 4);
             else if (nh == 4)
@@ -328,7 +449,7 @@ KA void attn_pv(float *out, int64_t head_stride, const float *sc, int64_t sc_str
                     const float *sh = s + (size_t)h * sc_stride;
 #undef PV
 #define PV(NCC)                                                                                    \
-    attn_pv_tile(oh, head_stride, sh, sc_stride, begin, end, kv, c0, nc, last, 1, NCC, FMT)
+    attn_pv_tile(oh, head_stride, sh, sc_stride, begin, end, kv, af, c0, nc, last, 1, NCC, FMT)
                     switch (ncc) {
                     case 1:
                         PV(1);
@@ -351,7 +472,8 @@ KA void attn_pv(float *out, int64_t head_stride, const float *sc, int64_t sc_str
 
 KA void attn_group(float *out, int64_t out_stride, const float *q, int64_t q_stride, int G,
                    int32_t n_tok, const int32_t *begin, const int32_t *end, const kiln_attn_kv *kv,
-                   float score_div, float softcap, float *scratch, const int FMT, const int NC) {
+                   const attn_fmt *af, float score_div, float softcap, float *scratch,
+                   const int FMT, const int NC) {
     const int hd = kv->head_dim;
     const int32_t kb = begin[0], ke = end[n_tok - 1]; /* ranges are monotone in the token */
     int32_t kmin = kb, kmax = ke;
@@ -370,7 +492,7 @@ KA void attn_group(float *out, int64_t out_stride, const float *q, int64_t q_str
         for (int d = 0; d < hd; d += 16) {
             const __mmask16 m = hd - d >= 16 ? (__mmask16)0xFFFF : tail_mask(hd - d);
             __m512 v = _mm512_maskz_loadu_ps(m, qr + d);
-            v = round_operand(v, FMT);
+            v = round_operand(v, af->qop);
             _mm512_mask_storeu_ps(qs + (size_t)r * hd + d, m, v);
         }
     }
@@ -379,10 +501,10 @@ KA void attn_group(float *out, int64_t out_stride, const float *q, int64_t q_str
     for (int32_t t0 = base0; t0 < kmax; t0 += 16) {
         int lo = kmin > t0 ? kmin - t0 : 0, hi = kmax - t0 < 16 ? kmax - t0 : 16;
         if (t0 + 16 < kmax) /* the next chunk's keys, this chunk's values (for attn_pv) */
-            prefetch_chunk(kv, kv->k_blocks, t0 + 16, 0, kmax - t0 - 16 < 16 ? kmax - t0 - 16 : 16,
-                           FMT);
-        prefetch_chunk(kv, kv->v_blocks, t0, lo, hi, FMT);
-        load_kt(Kt, kv, t0, lo, hi, FMT);
+            prefetch_chunk(kv, af, kv->k_blocks, af->kf, t0 + 16, 0,
+                           kmax - t0 - 16 < 16 ? kmax - t0 - 16 : 16, FMT);
+        prefetch_chunk(kv, af, kv->v_blocks, af->vf, t0, lo, hi, FMT);
+        load_kt(Kt, kv, af, t0, lo, hi, FMT);
         /* active rows: tokens whose range meets the chunk (consecutive tokens) */
         int32_t i0 = 0, i1 = n_tok;
         while (i0 < n_tok && (end[i0] <= t0 || begin[i0] >= t0 + 16)) i0++;
@@ -419,9 +541,10 @@ KA void attn_group(float *out, int64_t out_stride, const float *q, int64_t q_str
     }
     for (int32_t i = 0; i < n_tok; i++) {
         for (int h = 0; h < G; h++)
-            attn_softmax_row(sc + (size_t)(i * G + h) * sc_stride, begin[i], end[i], softcap, FMT);
+            attn_softmax_row(sc + (size_t)(i * G + h) * sc_stride, begin[i], end[i], softcap,
+                             af->pop);
         attn_pv(out + (size_t)i * out_stride, hd, sc + (size_t)i * G * sc_stride, sc_stride, G,
-                begin[i], end[i], kv, FMT, NC);
+                begin[i], end[i], kv, af, FMT, NC);
     }
     (void)kb, (void)ke;
 }
@@ -434,37 +557,75 @@ size_t kiln_attention_group_scratch_avx512(int32_t n_tok, int32_t G, int32_t hea
 }
 
 #define ATTN_G(FMT, NC)                                                                            \
-    attn_group(out, out_stride, q, q_stride, G, n_tok, begin, end, kv, score_div, softcap,         \
+    attn_group(out, out_stride, q, q_stride, G, n_tok, begin, end, kv, &af, score_div, softcap,    \
                scratch, FMT, NC)
+#define ATTN_NC(FMT)                                                                               \
+    do {                                                                                           \
+        if (kv->head_dim == 64)                                                                    \
+            ATTN_G(FMT, 4);                                                                        \
+        else if (kv->head_dim == 128)                                                              \
+            ATTN_G(FMT, 8);                                                                        \
+        else                                                                                       \
+            ATTN_G(FMT, 0);                                                                        \
+    } while (0)
 
 void kiln_attention_group_avx512(float *out, int64_t out_stride, const float *q, int64_t q_stride,
                                  int32_t G, int32_t n_tok, const int32_t *begin, const int32_t *end,
                                  const kiln_attn_kv *kv, float score_div, float softcap,
                                  float *scratch) {
-    /* the same operations whatever NC: a constant only lets the compiler unroll */
-    if (kv->operand == 1) {
-        if (kv->head_dim == 64)
-            ATTN_G(1, 4);
-        else if (kv->head_dim == 128)
-            ATTN_G(1, 8);
-        else
-            ATTN_G(1, 0);
-    } else if (kv->operand == 2) {
-        if (kv->head_dim == 64)
-            ATTN_G(2, 4);
-        else if (kv->head_dim == 128)
-            ATTN_G(2, 8);
-        else
-            ATTN_G(2, 0);
+    attn_fmt af;
+    int lf;
+    if (!kv->k_fmt) { /* plain rows of one operand, K and V alike */
+        lf = kv->operand == 1 ? LF_F16 : kv->operand == 2 ? LF_BF16 : LF_F32;
+        af.kf = af.vf = NULL;
+        af.qop = af.pop = kv->operand;
+        for (int i = 0; i < LF_N; i++) af.rb[i] = 0;
+        af.rb[lf] = (size_t)kv->row_stride * (lf == LF_F32 ? 4 : 2);
     } else {
-        if (kv->head_dim == 64)
-            ATTN_G(0, 4);
-        else if (kv->head_dim == 128)
-            ATTN_G(0, 8);
-        else
-            ATTN_G(0, 0);
+        /* one code for the whole call when every block it reads has the same format on both
+         * sides; otherwise LF_MIX (each row's own) */
+        const int32_t b0 = begin[0] / kv->block_size, b1 = (end[n_tok - 1] - 1) / kv->block_size;
+        int32_t bmin = b0;
+        for (int32_t i = 0; i < n_tok; i++)
+            if (begin[i] / kv->block_size < bmin) bmin = begin[i] / kv->block_size;
+        const int f0 = kv->k_fmt[bmin];
+        bool same = true;
+        for (int32_t b = bmin; b <= b1 && same; b++)
+            same = kv->k_fmt[b] == f0 && kv->v_fmt[b] == f0;
+        lf = same ? lf_of(f0) : LF_MIX;
+        af.kf = kv->k_fmt;
+        af.vf = kv->v_fmt;
+        af.qop = (int)kiln_kv_format_of(kv->k_fmt[bmin])->operand;
+        af.pop = (int)kiln_kv_format_of(kv->v_fmt[bmin])->operand;
+        static const int dts[LF_N] = {KILN_DTYPE_F32, KILN_DTYPE_F16, KILN_DTYPE_BF16,
+                                      KILN_DTYPE_Q8_0, KILN_DTYPE_Q4_0};
+        for (int i = 0; i < LF_N; i++)
+            af.rb[i] = kiln_kv_format_row_bytes((kiln_dtype)dts[i], kv->row_stride);
+    }
+    /* the same operations whatever NC: a constant only lets the compiler unroll */
+    switch (lf) {
+    case LF_F16:
+        ATTN_NC(LF_F16);
+        break;
+    case LF_BF16:
+        ATTN_NC(LF_BF16);
+        break;
+    case LF_Q8:
+        ATTN_NC(LF_Q8);
+        break;
+    case LF_Q4:
+        ATTN_NC(LF_Q4);
+        break;
+    case LF_MIX:
+        ATTN_G(LF_MIX, 0);
+        break;
+    default:
+        ATTN_NC(LF_F32);
+        break;
     }
 }
+#undef ATTN_NC
+#undef ATTN_G
 
 #else
 
