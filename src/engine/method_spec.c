@@ -139,6 +139,10 @@ static kiln_status spec_consume(kiln_engine *e, kiln_seq *s, const float *logits
                 break;
             }
             if (!acc) break;
+            /* a grammar's forced span starts here: plain decoding would assert it now
+             * (jump-forward), so the drafts after this token are not taken */
+            int32_t forced[4];
+            if (s->gm && kiln_seq_grammar_forced(e, s, forced, 4) > 0) break;
             /* the accepted draft sits at dpos + 1 + j; its row decides the next output */
             row = row_of(e, s, logits, n_logits, dpos + 1 + j);
             if (!row) break;
