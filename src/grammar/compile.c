@@ -324,3 +324,17 @@ done:
     *out = g;
     return KILN_OK;
 }
+
+/* here, beside kg_compile that builds it (the layering check forbids call circles) */
+KILN_API void kiln_grammar_destroy(kiln_grammar *g) {
+    if (!g) return;
+    if (atomic_fetch_sub(&g->refs, 1) != 1) return;
+    free(g->el);
+    free(g->sets);
+    free(g->alt_start);
+    free(g->rule_first);
+    free(g->rule_n);
+    free(g->gbnf);
+    free(g->kind);
+    free(g);
+}

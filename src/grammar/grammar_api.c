@@ -121,19 +121,6 @@ KILN_API kiln_status kiln_json_schema_to_gbnf(const char *schema, size_t len, co
     return KILN_OK;
 }
 
-KILN_API void kiln_grammar_destroy(kiln_grammar *g) {
-    if (!g) return;
-    if (atomic_fetch_sub(&g->refs, 1) != 1) return;
-    free(g->el);
-    free(g->sets);
-    free(g->alt_start);
-    free(g->rule_first);
-    free(g->rule_n);
-    free(g->gbnf);
-    free(g->kind);
-    free(g);
-}
-
 KILN_API const char *kiln_grammar_gbnf(const kiln_grammar *g) {
     return g && g->gbnf ? g->gbnf : "";
 }

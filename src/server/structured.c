@@ -3,13 +3,33 @@
  */
 #include "server/structured.h"
 
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "server/openai.h"
 
-#define BAD(e, param, ...) srv_fail(e, 400, "invalid_request_error", NULL, param, __VA_ARGS__)
+/* fill e as srv_fail does (written out here: openai.c calls this file, so this file calls
+ * nothing of openai.c) */
+static bool fail(srv_error *e, int status, const char *type, const char *param, const char *fmt,
+                 ...) __attribute__((format(printf, 5, 6)));
+static bool fail(srv_error *e, int status, const char *type, const char *param, const char *fmt,
+                 ...) {
+    if (!e) return false;
+    e->http_status = status;
+    e->type = type;
+    e->code = NULL;
+    snprintf(e->param, sizeof e->param, "%s", param ? param : "");
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(e->message, sizeof e->message, fmt, ap);
+    va_end(ap);
+    return false;
+}
+
+#define BAD(e, param, ...) fail(e, 400, "invalid_request_error", param, __VA_ARGS__)
+#define SRVERR(e, param, ...) fail(e, 500, "server_error", param, __VA_ARGS__)
 
 static json_t *given(const json_t *root, const char *key) {
     json_t *v = json_object_get(root, key);
@@ -23,7 +43,7 @@ static bool compile(kiln_grammar_kind kind, const char *text, size_t len, const 
     memset(&err, 0, sizeof err);
     kiln_status st = kiln_grammar_create(kind, text, len, out, &err);
     if (st == KILN_ERR_OUT_OF_MEMORY)
-        return srv_fail(e, 500, "server_error", NULL, param, "%s: %s", param, err.message);
+        return SRVERR(e, param, "%s: %s", param, err.message);
     if (st) return BAD(e, param, "invalid '%s': %s", param, err.message);
     return true;
 }
@@ -38,7 +58,7 @@ static bool schema_value(const json_t *schema, const char *param, kiln_grammar *
     } else {
         return BAD(e, param, "'%s' must be a JSON schema (an object)", param);
     }
-    if (!text) return srv_fail(e, 500, "server_error", NULL, param, "out of memory");
+    if (!text) return SRVERR(e, param, "out of memory");
     bool ok = compile(KILN_GRAMMAR_JSON_SCHEMA, text, strlen(text), param, out, e);
     free(text);
     return ok;
@@ -122,7 +142,7 @@ bool srv_structured_parse(const json_t *root, kiln_grammar **out, srv_error *e) 
             return BAD(e, "guided_choice", "'guided_choice' must be a non-empty array of strings");
         size_t n = json_array_size(v);
         const char **c = calloc(n, sizeof *c);
-        if (!c) return srv_fail(e, 500, "server_error", NULL, "guided_choice", "out of memory");
+        if (!c) return SRVERR(e, "guided_choice", "out of memory");
         for (size_t i = 0; i < n; i++) {
             json_t *s = json_array_get(v, i);
             if (!json_is_string(s) || json_string_length(s) == 0 ||
