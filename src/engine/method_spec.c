@@ -22,6 +22,7 @@
 #include <string.h>
 
 #include "engine/engine_internal.h"
+#include "engine/grammar_seq.h"
 #include "engine/spec.h"
 #include "util/error.h"
 
@@ -130,6 +131,7 @@ static kiln_status spec_consume(kiln_engine *e, kiln_seq *s, const float *logits
             }
             if ((st = kiln_ivec_push(&s->tokens, tok)))
                 return kiln_error_set(err, st, "out of memory (generated tokens)");
+            if ((st = kiln_seq_grammar_push(e, s, tok, err))) return st;
             if ((st = emit(e, s, index, r->logprobs ? &lp : NULL, err))) return st;
             if (acc) accepted++;
             if (index + 1 >= r->max_tokens) {
@@ -137,6 +139,10 @@ static kiln_status spec_consume(kiln_engine *e, kiln_seq *s, const float *logits
                 break;
             }
             if (!acc) break;
+            /* a grammar's forced span starts here: plain decoding would assert it now
+             * (jump-forward), so the drafts after this token are not taken */
+            int32_t forced[4];
+            if (s->gm && kiln_seq_grammar_forced(e, s, forced, 4) > 0) break;
             /* the accepted draft sits at dpos + 1 + j; its row decides the next output */
             row = row_of(e, s, logits, n_logits, dpos + 1 + j);
             if (!row) break;

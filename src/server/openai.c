@@ -2,6 +2,7 @@
  * openai.c - OpenAI request parsing/validation and response building (see openai.h).
  */
 #include "server/openai.h"
+#include "server/structured.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -732,6 +733,8 @@ bool srv_gen_parse(srv_kind kind, const char *body, size_t len, int32_t n_vocab,
     if (!parse_output(root, g, e)) return false;
     if (!parse_spec_fields(root, g, e)) return false;
     if (kind == SRV_CHAT && !take_prefill(root, agp_given, g, e)) return false;
+    if (!srv_structured_parse(root, &g->grammar, e)) return false;
+    g->req.grammar = g->grammar;
     return true;
 }
 
@@ -741,6 +744,7 @@ void srv_gen_free(srv_gen *g) {
     json_decref(g->prefill);
     json_decref(g->root);
     srv_buf_free(&g->prediction_buf);
+    kiln_grammar_destroy(g->grammar);
     free(g->prompt_ids);
     free(g->bias_ids);
     free(g->bias_values);

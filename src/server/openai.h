@@ -84,6 +84,10 @@ typedef struct srv_gen {
     bool include_usage;
     bool logprobs;        /* report token logprobs */
     int32_t top_logprobs; /* alternatives per token, 0..20 */
+
+    /* Structured output (structured.h): the compiled grammar (one reference, released by
+     * srv_gen_free), also in req.grammar; NULL when none. */
+    kiln_grammar *grammar;
 } srv_gen;
 
 /**
