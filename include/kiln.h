@@ -652,6 +652,10 @@ typedef struct kiln_request {
     int32_t n_stop_token_ids;      /* <= 64 */
     const int32_t *stop_token_ids; /* each in [0, n_vocab) (vLLM `stop_token_ids`) */
     bool ignore_eos;               /* keep generating through end-of-generation tokens */
+    bool render_special;           /* TEXT events carry the text of control tokens too
+                                      ("<|python_tag|>", "[TOOL_CALLS]": tool-call markers);
+                                      by default they render as "" (the stopping token is
+                                      never emitted either way) */
 
     /* Speculative decoding (see kiln_spec_source). */
     kiln_spec_source spec;   /* KILN_SPEC_DEFAULT: the engine's; KILN_SPEC_OFF turns it off

@@ -638,6 +638,8 @@ static enum MHD_Result route_generate(srv_req *r) {
             return fail(r, 500, "server_error", NULL, NULL, "out of memory (tool parser)");
         }
         r->ri.tool_calls = r->tool_calls;
+        /* markers that are control tokens (<|python_tag|>, [TOOL_CALLS]) must reach the parser */
+        g->req.render_special = true;
     }
 
     /* The engine is now in charge of time: no idle timeout until the response is done. */

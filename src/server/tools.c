@@ -296,7 +296,7 @@ static const char *content_str(const json_t *m) {
 }
 
 /* The Hermes rewriting for a template without tools. */
-static json_t *rewrite_plain(const json_t *ms, const json_t *tools) {
+static json_t *rewrite_plain(const json_t *ms, const json_t *tools, bool in_user) {
     json_t *out = json_array();
     if (!out) return NULL;
     char *sys = tools ? srv_tools_system_text(tools) : NULL;
@@ -307,11 +307,18 @@ static json_t *rewrite_plain(const json_t *ms, const json_t *tools) {
     json_array_foreach(ms, i, m) {
         const char *role = json_string_value(json_object_get(m, "role"));
         if (!role) role = "";
-        if (!sys_done && i == 0 && !strcmp(role, "system")) {
+        if (!sys_done && ((!in_user && i == 0 && !strcmp(role, "system")) ||
+                          (in_user && !strcmp(role, "user")))) {
             srv_buf b = {0};
-            srv_buf_adds(&b, content_str(m));
-            srv_buf_adds(&b, "\n\n");
-            srv_buf_adds(&b, sys);
+            if (in_user) {
+                srv_buf_adds(&b, sys);
+                srv_buf_adds(&b, "\n\n");
+                srv_buf_adds(&b, content_str(m));
+            } else {
+                srv_buf_adds(&b, content_str(m));
+                srv_buf_adds(&b, "\n\n");
+                srv_buf_adds(&b, sys);
+            }
             json_t *c = json_copy((json_t *)m);
             if (b.oom || !c || json_object_set_new(c, "content", json_string(b.p))) {
                 srv_buf_free(&b);
@@ -323,7 +330,7 @@ static json_t *rewrite_plain(const json_t *ms, const json_t *tools) {
             sys_done = true;
             continue;
         }
-        if (!sys_done) {
+        if (!sys_done && !in_user) {
             json_array_append_new(out, json_pack("{s:s, s:s}", "role", "system", "content", sys));
             sys_done = true;
         }
@@ -437,6 +444,6 @@ oom:
 }
 
 json_t *srv_tools_messages(const json_t *messages, const json_t *tools, bool native,
-                           kiln_tool_format fmt) {
-    return native ? rewrite_native(messages, fmt) : rewrite_plain(messages, tools);
+                           kiln_tool_format fmt, bool in_user) {
+    return native ? rewrite_native(messages, fmt) : rewrite_plain(messages, tools, in_user);
 }

@@ -65,10 +65,12 @@ bool srv_tools_check_messages(const json_t *messages, struct srv_error *e);
  *     message's content, and tool messages become user messages holding
  *     "<tool_response>\n...\n</tool_response>" (consecutive ones merged), as Qwen2.5's
  *     template writes them.
+ *     With in_user the description begins the first user message instead (for templates
+ *     that refuse a system role, such as Gemma's: srv_chat_render retries so).
  * tools may be NULL (no tools offered: only the message rewriting is done).
  */
 json_t *srv_tools_messages(const json_t *messages, const json_t *tools, bool native,
-                           kiln_tool_format fmt);
+                           kiln_tool_format fmt, bool in_user);
 
 /** The Hermes-format system text describing tools (malloc'd; NULL on allocation failure). */
 char *srv_tools_system_text(const json_t *tools);
