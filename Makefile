@@ -10,7 +10,7 @@ JOBS   ?= $(shell nproc)
 FUZZ_SECONDS ?= 30
 
 DEB_PACKAGES := cmake make gcc clang libclang-rt-14-dev pkg-config libjansson-dev libpcre2-dev python3 binutils \
-                libutf8proc-dev libxxhash-dev libmicrohttpd-dev
+                libutf8proc-dev libxxhash-dev libmicrohttpd-dev python3-jsonschema
 
 .PHONY: all deps e2e-deps build build-asan build-fuzz run test test-normal test-asan test-fuzz clean format
 
