@@ -595,6 +595,73 @@ KILN_API void kiln_engine_get_params(const kiln_engine *engine, kiln_engine_para
 KILN_API void kiln_engine_reset_peak(kiln_engine *engine);
 
 /* ---------------------------------------------------------------------------------------- */
+/* Structured output (grammars)                                                              */
+
+/**
+ * A compiled grammar that constrains a request's output (README.md "Structured output"):
+ * a context-free grammar over the output's bytes. Immutable and reference-counted: any number
+ * of requests and threads may use one at once; kiln_engine_submit takes its own reference, so
+ * the caller may destroy its handle right after submitting.
+ */
+typedef struct kiln_grammar kiln_grammar;
+
+/** What the text given to kiln_grammar_create is. */
+typedef enum kiln_grammar_kind {
+    KILN_GRAMMAR_GBNF = 0,        /* llama.cpp's GBNF (grammars/README.md); the start rule is
+                                     `root` */
+    KILN_GRAMMAR_JSON_SCHEMA = 1, /* a JSON Schema (draft 2020-12 subset, README.md), as JSON
+                                     text: the output is one JSON value valid against it */
+    KILN_GRAMMAR_REGEX = 2,       /* a regular expression (README.md's subset) the whole output
+                                     matches (vLLM guided_regex) */
+    KILN_GRAMMAR_JSON_OBJECT = 3, /* any JSON object (OpenAI response_format json_object); the
+                                     text is ignored (may be NULL) */
+} kiln_grammar_kind;
+
+/**
+ * Compile text[0..len) (UTF-8; len 0 = strlen(text)) of the given kind. On success *out holds
+ * one reference (kiln_grammar_destroy). Errors: KILN_ERR_INVALID_ARGUMENT with the problem and
+ * where it is: GBNF "grammar: line L, column C: ..." (syntax, an undefined rule, no root, a
+ * left-recursive rule), JSON Schema "json_schema: at /properties/x: keyword 'multipleOf' is
+ * not supported" (or invalid JSON with its line and column), regex "regex: position P:
+ * lookahead (?=...) is not supported"; KILN_ERR_OUT_OF_MEMORY.
+ */
+KILN_API kiln_status kiln_grammar_create(kiln_grammar_kind kind, const char *text, size_t len,
+                                         kiln_grammar **out, kiln_error *err);
+
+/**
+ * A grammar whose sentences are exactly the n strings choices[0..n) (vLLM guided_choice).
+ * Errors: KILN_ERR_INVALID_ARGUMENT (n < 1, a NULL or empty choice, invalid UTF-8),
+ * KILN_ERR_OUT_OF_MEMORY.
+ */
+KILN_API kiln_status kiln_grammar_from_choices(const char *const *choices, int32_t n,
+                                               kiln_grammar **out, kiln_error *err);
+
+/**
+ * The GBNF rules of a JSON schema, every rule name prefixed with `prefix` (NULL = ""), the
+ * start rule named "<prefix>root", for pasting into a larger GBNF grammar (a tool call's
+ * envelope around its arguments). *out is malloc'd NUL-terminated text (kiln_free).
+ * Errors: as kiln_grammar_create for KILN_GRAMMAR_JSON_SCHEMA.
+ */
+KILN_API kiln_status kiln_json_schema_to_gbnf(const char *schema, size_t len, const char *prefix,
+                                              char **out, kiln_error *err);
+
+/** Drop one reference; the last frees the grammar. NULL is a no-op. */
+KILN_API void kiln_grammar_destroy(kiln_grammar *g);
+
+/** The GBNF text the grammar was compiled from (a schema's or regex's translation); owned
+ *  by g. */
+KILN_API const char *kiln_grammar_gbnf(const kiln_grammar *g);
+
+/**
+ * Run text[0..len) through the grammar's recognizer: *prefix_ok = whether every byte was
+ * accepted (the text can still be extended to a sentence), *complete = whether the text is a
+ * whole sentence. Either out pointer may be NULL. Errors: KILN_ERR_INVALID_ARGUMENT (NULL g),
+ * KILN_ERR_OUT_OF_MEMORY (also: the recognizer's state tables outgrew their limits).
+ */
+KILN_API kiln_status kiln_grammar_match(const kiln_grammar *g, const char *text, size_t len,
+                                        bool *prefix_ok, bool *complete, kiln_error *err);
+
+/* ---------------------------------------------------------------------------------------- */
 /* Requests                                                                                  */
 
 #define KILN_MAX_STOP_STRINGS 4
@@ -688,6 +755,21 @@ typedef struct kiln_request {
      * from a successful or failed kiln_engine_submit on: release is called exactly once. */
     const kiln_fill_session *fill_session;
     void *fill_session_user;
+
+    /* Structured output: the output must be a sentence of this grammar (borrowed; submit takes
+     * a reference). Each step a token mask built from the vocabulary's trie allows only the
+     * tokens whose bytes keep the output a prefix of a sentence; end-of-generation tokens (and
+     * stop_token_ids) only once it is a whole sentence. The mask is applied before every other
+     * logit processor, so logprobs are those of the masked distribution (what OpenAI and vLLM
+     * report: after the processors). A draft the grammar forbids is always rejected. A
+     * grammar that cannot finish within max_tokens ends with KILN_FINISH_LENGTH. Needs a model
+     * with a tokenizer. */
+    const kiln_grammar *grammar;
+    /* Jump-forward (default on): where the grammar allows exactly one continuation, its bytes
+     * (split greedily into the longest vocabulary tokens, the last one left to sampling unless
+     * it ends the grammar) are appended as an asserted fill, without sampling. true turns it
+     * off (the output is then exactly masked sampling's). */
+    bool grammar_no_jump_forward;
 } kiln_request;
 
 /** max_tokens 256, temperature 1, top_p 1, top_k 0, min_p 0, seed 0, XTC off (threshold
