@@ -447,3 +447,83 @@ json_t *srv_tools_messages(const json_t *messages, const json_t *tools, bool nat
                            kiln_tool_format fmt, bool in_user) {
     return native ? rewrite_native(messages, fmt) : rewrite_plain(messages, tools, in_user);
 }
+
+/* ------------------------------------------------------------------------------------ */
+/* Grammar for "required" and named choices.                                            */
+
+/* A GBNF string literal of s (escaped). */
+static void gbnf_lit(srv_buf *b, const char *s) {
+    srv_buf_adds(b, "\"");
+    for (; *s; s++) {
+        if (*s == '"' || *s == '\\') srv_buf_addf(b, "\\%c", *s);
+        else if (*s == '\n') srv_buf_adds(b, "\\n");
+        else srv_buf_add(b, s, 1);
+    }
+    srv_buf_adds(b, "\"");
+}
+
+bool srv_tools_grammar(const srv_tools *t, kiln_tool_format fmt, char **out, srv_error *e) {
+    *out = NULL;
+    srv_buf b = {0};
+    const char *args_key = fmt == KILN_TOOL_FORMAT_LLAMA3 ? "parameters" : "arguments";
+    srv_buf_adds(&b, "tc-body ::= ");
+    int n = 0;
+    size_t i;
+    json_t *tool;
+    json_array_foreach(t->tools, i, tool) {
+        if (t->choice == SRV_TOOLS_NAMED && tool != t->named) continue;
+        srv_buf_addf(&b, "%stc-f%zu", n++ ? " | " : "", i);
+    }
+    srv_buf_adds(&b, "\n");
+    json_array_foreach(t->tools, i, tool) {
+        if (t->choice == SRV_TOOLS_NAMED && tool != t->named) continue;
+        json_t *fn = json_object_get(tool, "function");
+        const char *name = json_string_value(json_object_get(fn, "name"));
+        json_t *params = field(fn, "parameters");
+        char *schema = params ? json_dumps(params, JSON_COMPACT | JSON_REAL_PRECISION(17))
+                              : strdup("{\"type\": \"object\"}");
+        char prefix[32], *rules = NULL;
+        snprintf(prefix, sizeof prefix, "tc-a%zu-", i);
+        kiln_error err = {0};
+        kiln_status st = schema ? kiln_json_schema_to_gbnf(schema, strlen(schema), prefix, &rules,
+                                                           &err)
+                                : KILN_ERR_OUT_OF_MEMORY;
+        free(schema);
+        if (st) {
+            srv_buf_free(&b);
+            if (st == KILN_ERR_OUT_OF_MEMORY)
+                return srv_fail(e, 500, "server_error", NULL, NULL, "out of memory (grammar)");
+            char p[64];
+            snprintf(p, sizeof p, "tools[%zu].function.parameters", i);
+            return BAD(e, p, "'%s' cannot constrain the call (tool_choice): %s", p, err.message);
+        }
+        char head[160];
+        snprintf(head, sizeof head, "{\"name\": \"%s\", \"%s\": ", name, args_key);
+        srv_buf_addf(&b, "tc-f%zu ::= ", i);
+        gbnf_lit(&b, head);
+        srv_buf_addf(&b, " tc-a%zu-root \"}\"\n", i);
+        srv_buf_adds(&b, rules);
+        srv_buf_adds(&b, "\n");
+        kiln_free(rules);
+    }
+    bool many = t->choice == SRV_TOOLS_REQUIRED && t->parallel;
+    switch (fmt) {
+    case KILN_TOOL_FORMAT_LLAMA3:
+        srv_buf_adds(&b, many ? "root ::= tc-body (\"; \" tc-body)*\n" : "root ::= tc-body\n");
+        break;
+    case KILN_TOOL_FORMAT_MISTRAL:
+        srv_buf_adds(&b, many ? "root ::= \"[TOOL_CALLS][\" tc-body (\", \" tc-body)* \"]\"\n"
+                              : "root ::= \"[TOOL_CALLS][\" tc-body \"]\"\n");
+        break;
+    default:
+        srv_buf_adds(&b, "tc-call ::= \"<tool_call>\\n\" tc-body \"\\n</tool_call>\"\n");
+        srv_buf_adds(&b, many ? "root ::= tc-call (\"\\n\" tc-call)*\n" : "root ::= tc-call\n");
+        break;
+    }
+    if (b.oom) {
+        srv_buf_free(&b);
+        return srv_fail(e, 500, "server_error", NULL, NULL, "out of memory (grammar)");
+    }
+    *out = b.p;
+    return true;
+}

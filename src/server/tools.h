@@ -76,3 +76,19 @@ json_t *srv_tools_messages(const json_t *messages, const json_t *tools, bool nat
 char *srv_tools_system_text(const json_t *tools);
 
 #endif
+
+/**
+ * The GBNF grammar a reply must match under tool_choice "required" or a named function: the
+ * family's markup around {"name": N, "arguments": A} where A matches N's `parameters` schema
+ * (kiln_json_schema_to_gbnf; an absent schema is any object), for any of the tools
+ * ("required"; one call or more, separated as the family writes them, unless
+ * parallel_tool_calls is false) or for the named one (one call):
+ *   HERMES  <tool_call>\n{...}\n</tool_call> (calls separated by "\n");
+ *   LLAMA3  {"name": N, "parameters": A} (calls separated by "; ");
+ *   MISTRAL [TOOL_CALLS][{...}, {...}] (the marker as text: a byte grammar cannot ask for
+ *           the control token).
+ * *out is malloc'd GBNF text (free). A schema the grammar engine refuses is a 400 naming
+ * tools[i].function.parameters with its message. Not for SRV_TOOLS_NONE / AUTO.
+ */
+bool srv_tools_grammar(const srv_tools *t, kiln_tool_format fmt, char **out,
+                       struct srv_error *e);

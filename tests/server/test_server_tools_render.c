@@ -1,5 +1,6 @@
 /*
- * test_server_tools_render.c - a chat request with tools, tool calls and tool messages in
+ * test_server_tools_render.c - the grammar of tool_choice "required" / named per family
+ * (srv_tools_grammar: what it takes, the parser finds), and a chat request with tools, tool calls and tool messages in
  * OpenAI's wire shape (arguments as a JSON string), parsed by srv_gen_parse and rendered by
  * srv_chat_render, against the real templates of ../shared/templates:
  *   - every template whose `tools_call_roundtrip` case of cases.json renders (Python Jinja2's
@@ -19,6 +20,7 @@
 #include "kiln.h"
 #include "server/openai.h"
 #include "server/prompt.h"
+#include "server/tools.h"
 #include "test.h"
 
 static char *slurp(const char *path) {
@@ -199,7 +201,130 @@ static void test_chatml(void) {
     kiln_chat_template_destroy(c.tpl);
 }
 
+/* The parser's view of a text: calls and whether any content is left. */
+static int parsed_calls(kiln_tool_format f, const char *text, bool *content) {
+    kiln_tool_parser_params pp = {.format = f};
+    kiln_tool_parser *p = NULL;
+    REQUIRE(kiln_tool_parser_create(&pp, &p, NULL) == KILN_OK);
+    REQUIRE(kiln_tool_parser_feed(p, text, strlen(text), NULL) == KILN_OK);
+    REQUIRE(kiln_tool_parser_finish(p, NULL) == KILN_OK);
+    kiln_tool_event ev;
+    *content = false;
+    while (kiln_tool_parser_next(p, &ev))
+        if (ev.type == KILN_TOOL_EVENT_CONTENT) *content = true;
+    int n = kiln_tool_parser_n_calls(p);
+    kiln_tool_parser_destroy(p);
+    return n;
+}
+
+/* srv_tools_grammar: the texts each family's grammar takes are the calls its parser finds. */
+static void test_grammar(void) {
+    const char *tools =
+        "\"tools\": [{\"type\": \"function\", \"function\": {\"name\": \"get_weather\", "
+        "\"parameters\": {\"type\": \"object\", \"properties\": {\"city\": {\"type\": "
+        "\"string\", \"maxLength\": 8}, \"unit\": {\"enum\": [\"c\", \"f\"]}}, \"required\": "
+        "[\"city\", \"unit\"], \"additionalProperties\": false}}}, {\"type\": \"function\", "
+        "\"function\": {\"name\": \"ping\"}}]";
+    static const struct {
+        const char *choice; /* tool_choice and parallel_tool_calls */
+        kiln_tool_format f;
+        const char *text;
+        bool ok;
+        int calls;
+    } T[] = {
+        {"\"required\"", KILN_TOOL_FORMAT_HERMES,
+         "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", "
+         "\"unit\": \"c\"}}\n</tool_call>",
+         true, 1},
+        {"\"required\"", KILN_TOOL_FORMAT_HERMES,
+         "<tool_call>\n{\"name\": \"ping\", \"arguments\": {}}\n</tool_call>\n<tool_call>\n"
+         "{\"name\": \"ping\", \"arguments\": {\"x\": [1]}}\n</tool_call>",
+         true, 2},
+        /* the schema: unit must be c or f, city at most 8 characters, no other keys */
+        {"\"required\"", KILN_TOOL_FORMAT_HERMES,
+         "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", "
+         "\"unit\": \"k\"}}\n</tool_call>",
+         false, 0},
+        {"\"required\"", KILN_TOOL_FORMAT_HERMES,
+         "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Parisienne\", "
+         "\"unit\": \"c\"}}\n</tool_call>",
+         false, 0},
+        {"\"required\"", KILN_TOOL_FORMAT_HERMES, "Sure: <tool_call>\n{\"name\": \"ping\", "
+                                                   "\"arguments\": {}}\n</tool_call>",
+         false, 0},
+        {"\"required\"", KILN_TOOL_FORMAT_HERMES, "<tool_call>\n{\"name\": \"pong\", "
+                                                   "\"arguments\": {}}\n</tool_call>",
+         false, 0},
+        {"\"required\", \"parallel_tool_calls\": false", KILN_TOOL_FORMAT_HERMES,
+         "<tool_call>\n{\"name\": \"ping\", \"arguments\": {}}\n</tool_call>\n<tool_call>\n"
+         "{\"name\": \"ping\", \"arguments\": {}}\n</tool_call>",
+         false, 0},
+        {"{\"type\": \"function\", \"function\": {\"name\": \"ping\"}}",
+         KILN_TOOL_FORMAT_HERMES,
+         "<tool_call>\n{\"name\": \"ping\", \"arguments\": {\"y\": null}}\n</tool_call>", true,
+         1},
+        {"{\"type\": \"function\", \"function\": {\"name\": \"ping\"}}",
+         KILN_TOOL_FORMAT_HERMES,
+         "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"a\", \"unit\": "
+         "\"c\"}}\n</tool_call>",
+         false, 0},
+        {"\"required\"", KILN_TOOL_FORMAT_LLAMA3,
+         "{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Paris\", \"unit\": \"f\"}}; "
+         "{\"name\": \"ping\", \"parameters\": {}}",
+         true, 2},
+        {"\"required\"", KILN_TOOL_FORMAT_MISTRAL,
+         "[TOOL_CALLS][{\"name\": \"ping\", \"arguments\": {}}, {\"name\": \"get_weather\", "
+         "\"arguments\": {\"city\":\"x\",\"unit\":\"c\"}}]",
+         true, 2},
+    };
+    for (size_t i = 0; i < sizeof T / sizeof T[0]; i++) {
+        char body[2048];
+        snprintf(body, sizeof body,
+                 "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], %s, "
+                 "\"tool_choice\": %s}",
+                 tools, T[i].choice);
+        srv_gen g;
+        srv_error e = {0};
+        REQUIRE(srv_gen_parse(SRV_CHAT, body, strlen(body), 100, NULL, &g, &e));
+        char *gbnf = NULL;
+        REQUIRE(srv_tools_grammar(&g.tc, T[i].f, &gbnf, &e));
+        kiln_grammar *gr = NULL;
+        kiln_error err = {0};
+        CHECKF(kiln_grammar_create(KILN_GRAMMAR_GBNF, gbnf, 0, &gr, &err) == KILN_OK,
+               "case %zu: %s\n%s", i, err.message, gbnf);
+        bool prefix = false, complete = false;
+        if (gr)
+            REQUIRE(kiln_grammar_match(gr, T[i].text, strlen(T[i].text), &prefix, &complete,
+                                       &err) == KILN_OK);
+        CHECKF(complete == T[i].ok, "case %zu: grammar %s '%s'", i,
+               complete ? "takes" : "refuses", T[i].text);
+        if (T[i].ok) {
+            bool content;
+            CHECKF(parsed_calls(T[i].f, T[i].text, &content) == T[i].calls && !content,
+                   "case %zu: the parser does not find %d calls", i, T[i].calls);
+        }
+        kiln_grammar_destroy(gr);
+        free(gbnf);
+        srv_gen_free(&g);
+    }
+    /* a schema the grammar engine refuses is a 400 naming the tool's parameters */
+    const char *bad = "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"tools\": "
+                      "[{\"type\": \"function\", \"function\": {\"name\": \"f\", \"parameters\": "
+                      "{\"type\": \"object\", \"patternProperties\": {\"a\": {}}}}}], "
+                      "\"tool_choice\": \"required\"}";
+    srv_gen g;
+    srv_error e = {0};
+    REQUIRE(srv_gen_parse(SRV_CHAT, bad, strlen(bad), 100, NULL, &g, &e));
+    char *gbnf = NULL;
+    CHECK(!srv_tools_grammar(&g.tc, KILN_TOOL_FORMAT_HERMES, &gbnf, &e));
+    CHECKF(e.http_status == 400 && !strcmp(e.param, "tools[0].function.parameters"), "%d %s: %s",
+           e.http_status, e.param, e.message);
+    free(gbnf);
+    srv_gen_free(&g);
+}
+
 int main(void) {
+    test_grammar();
     test_chatml();
     test_cases();
     return kiln_test_finish("test_server_tools_render");
