@@ -641,6 +641,42 @@ static enum MHD_Result route_generate(srv_req *r) {
         /* markers that are control tokens (<|python_tag|>, [TOOL_CALLS]) must reach the parser */
         g->req.render_special = true;
     }
+    kiln_grammar *tool_grammar = NULL;
+    if (kind == SRV_CHAT &&
+        (g->tc.choice == SRV_TOOLS_REQUIRED || g->tc.choice == SRV_TOOLS_NAMED)) {
+        /* the reply must be a call: the grammar of the family's markup around the arguments'
+         * schema (srv_tools_grammar) */
+        char *gbnf = NULL;
+        kiln_error gerr = {0};
+        if (s->chat.tool_format == KILN_TOOL_FORMAT_NONE) {
+            srv_prompt_free(&pr);
+            return fail(r, 400, "invalid_request_error", NULL, "tool_choice",
+                        "'tool_choice' %s needs a tool-call parser, and this server runs with "
+                        "--tool-parser none",
+                        g->tc.choice == SRV_TOOLS_REQUIRED ? "\"required\"" : "naming a function");
+        }
+        if (g->req.grammar) {
+            srv_prompt_free(&pr);
+            return fail(r, 400, "invalid_request_error", NULL, "tool_choice",
+                        "'tool_choice' %s constrains the reply to a tool call: it cannot be "
+                        "combined with another grammar (response_format, grammar, guided_*)",
+                        g->tc.choice == SRV_TOOLS_REQUIRED ? "\"required\"" : "naming a function");
+        }
+        if (!srv_tools_grammar(&g->tc, s->chat.tool_format, &gbnf, &e)) {
+            srv_prompt_free(&pr);
+            return queue_error(r, &e);
+        }
+        kiln_status gst = kiln_grammar_create(KILN_GRAMMAR_GBNF, gbnf, 0, &tool_grammar, &gerr);
+        free(gbnf);
+        if (gst) {
+            srv_prompt_free(&pr);
+            if (gst == KILN_ERR_OUT_OF_MEMORY)
+                return fail(r, 500, "server_error", NULL, NULL, "out of memory (grammar)");
+            return fail(r, 400, "invalid_request_error", NULL, "tools",
+                        "the tools' parameters cannot constrain the call: %s", gerr.message);
+        }
+        g->req.grammar = tool_grammar;
+    }
 
     /* The engine is now in charge of time: no idle timeout until the response is done. */
     MHD_set_connection_option(r->conn, MHD_CONNECTION_OPTION_TIMEOUT, 0u);
@@ -651,6 +687,10 @@ static enum MHD_Result route_generate(srv_req *r) {
     kiln_error err = {0};
     kiln_status st = kiln_engine_submit(s->e, &g->req, &r->stream, &err);
     srv_prompt_free(&pr); /* the engine copied what it needs */
+    if (tool_grammar) { /* the engine took its own reference */
+        kiln_grammar_destroy(tool_grammar);
+        g->req.grammar = NULL;
+    }
     g->req.prompt_ids = NULL;
     g->req.fill_ids = NULL;
     g->req.prediction_ids = NULL;
