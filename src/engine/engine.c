@@ -13,6 +13,7 @@
 
 #include "engine/drafter.h"
 #include "engine/engine_internal.h"
+#include "engine/grammar_seq.h"
 #include "engine/spec.h"
 #include "util/threadpool.h"
 #include "util/error.h"
@@ -163,6 +164,8 @@ kiln_status kiln_engine_create_debug(const kiln_model *m, const kiln_engine_para
     atomic_init(&e->st_drafted, 0);
     atomic_init(&e->st_accepted, 0);
     atomic_init(&e->st_fill, 0);
+    atomic_init(&e->st_mask_ns, 0);
+    atomic_init(&e->st_masks, 0);
     bool mu_ok = pthread_mutex_init(&e->mu, NULL) == 0;
     bool cv_ok = mu_ok && pthread_cond_init(&e->cv, NULL) == 0;
     if (!mu_ok || !cv_ok) {
@@ -308,6 +311,7 @@ void kiln_engine_destroy(kiln_engine *e) {
     free(e->hit_blocks);
     free(e->cache_dir);
     free(e->logits_buf);
+    kiln_engine_grammar_shutdown(e);
     pthread_cond_destroy(&e->cv);
     pthread_mutex_destroy(&e->mu);
     free(e);
@@ -338,6 +342,7 @@ kiln_status kiln_engine_submit_debug(kiln_engine *e, const kiln_request *req,
     }
     if ((st = kiln_seq_spec_create(e, s, err))) goto fail;
     if (s->spec) s->method = &kiln_method_spec;
+    if ((st = kiln_seq_grammar_attach(e, s, err))) goto fail;
     if ((st = kiln_stream_create(e->model, r, &stream, err))) goto fail;
     s->stream = stream;
     stream->seq = s;
@@ -370,6 +375,7 @@ fail:
         kiln_stream_unref(stream);
     }
     kiln_seq_spec_destroy(e, s);
+    kiln_seq_grammar_detach(s);
     kiln_ivec_free(&s->tokens);
     kiln_req_destroy(s->req);
     free(s);

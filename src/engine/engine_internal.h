@@ -56,6 +56,8 @@ typedef struct kiln_req {
     int32_t n_hidden_fill; /* of prompt's tokens, the last n came from a hidden fill */
     const kiln_fill_session *fill_session;
     void *fill_session_user; /* owned: fill_session->release at kiln_req_destroy */
+    kiln_grammar *grammar;   /* one reference (structured output), or NULL */
+    bool grammar_no_jump;    /* jump-forward off */
 } kiln_req;
 
 /** Validate req against the model and build the snapshot (tokenizing a text prompt).
@@ -217,6 +219,8 @@ struct kiln_seq {
     int32_t fetch_first;           /* LOADING: index of the first block being read */
     float *rec_state;          /* recurrent-layer state (kiln_model_seq_state_floats), or NULL */
     struct kiln_seq_spec *spec; /* speculation and fill (spec.h), or NULL: plain sampling */
+    struct kiln_gmatch *gm;     /* the grammar's recognizer over the output (grammar_seq.c), or
+                                   NULL; always at the end of tokens[n_prompt..] */
     const int32_t *draft;       /* this step: tokens planned after tokens[n_computed..] */
     int32_t n_draft;
     kiln_finish_reason finish; /* KILN_FINISH_NONE while running */
@@ -283,6 +287,14 @@ struct kiln_engine {
     int32_t *b_ids;         /* [step_tokens]: a greedy step's argmax per out row (device) */
     kiln_batch_seq *b_seqs; /* [max_seqs] */
     kiln_seq **b_seq_of;    /* [max_seqs]: the sequence behind b_seqs[i] */
+
+    /* structured output (grammar_seq.c): built at the first grammar request, under mu */
+    struct kiln_vocab_trie *trie;
+    int32_t *eog_ids; /* the vocabulary's end-of-generation ids */
+    int32_t n_eog;
+    float *gram_row;     /* [n_vocab]: a masked logits row (engine thread) */
+    uint32_t *gram_bits; /* [ceil(n_vocab / 32)] */
+    atomic_llong st_mask_ns, st_masks; /* time spent building token masks, and how many */
 
     /* stats, any thread */
     atomic_int st_running;

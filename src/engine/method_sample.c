@@ -10,6 +10,7 @@
 #include <math.h>
 #include "engine/engine_internal.h"
 #include "engine/generate.h"
+#include "engine/grammar_seq.h"
 #include "engine/spec.h"
 #include "util/error.h"
 
@@ -53,6 +54,8 @@ kiln_status kiln_seq_sample_row(kiln_engine *e, kiln_seq *s, const float *logits
                                   "the model produced NaN logits (token %d of the vocabulary) at "
                                   "generated token %d",
                                   i, index);
+    /* structured output: the grammar's mask comes before every other processor */
+    if (s->gm && (st = kiln_seq_grammar_mask(e, s, logits, &logits, err))) return st;
     int32_t tok;
     if (draft >= 0 && s->spec && s->spec->accept == KILN_SPEC_ACCEPT_REJECTION)
         tok = kiln_sample_verify_rejection(&r->sampler, logits, e->n_vocab, s->tokens.data,
@@ -91,6 +94,7 @@ static kiln_status sample_commit(kiln_engine *e, kiln_seq *s, int32_t tok,
     }
     if ((st = kiln_ivec_push(&s->tokens, tok)))
         return kiln_error_set(err, st, "out of memory (generated tokens)");
+    if ((st = kiln_seq_grammar_push(e, s, tok, err))) return st;
     if ((st = kiln_stream_push_token(s->stream, tok, index, r->logprobs ? lp : NULL, r->logprobs,
                                      err)))
         return st;
@@ -116,7 +120,7 @@ static kiln_status sample_consume(kiln_engine *e, kiln_seq *s, const float *logi
 bool kiln_seq_plain_greedy(const kiln_seq *s) {
     const kiln_req *r = s->req;
     const kiln_sampler_params *p = &r->sampler;
-    return s->method == &kiln_method_sample && s->n_logits == 1 && !s->spec &&
+    return s->method == &kiln_method_sample && s->n_logits == 1 && !s->spec && !s->gm &&
            p->temperature == 0.0f && p->n_bias == 0 &&
            (p->repetition_penalty == 1.0f || !(p->repetition_penalty > 0.0f)) &&
            p->presence_penalty == 0.0f && p->frequency_penalty == 0.0f && !r->logprobs &&

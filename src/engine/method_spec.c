@@ -22,6 +22,7 @@
 #include <string.h>
 
 #include "engine/engine_internal.h"
+#include "engine/grammar_seq.h"
 #include "engine/spec.h"
 #include "util/error.h"
 
@@ -130,6 +131,7 @@ static kiln_status spec_consume(kiln_engine *e, kiln_seq *s, const float *logits
             }
             if ((st = kiln_ivec_push(&s->tokens, tok)))
                 return kiln_error_set(err, st, "out of memory (generated tokens)");
+            if ((st = kiln_seq_grammar_push(e, s, tok, err))) return st;
             if ((st = emit(e, s, index, r->logprobs ? &lp : NULL, err))) return st;
             if (acc) accepted++;
             if (index + 1 >= r->max_tokens) {

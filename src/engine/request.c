@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "engine/engine_internal.h"
+#include "grammar/grammar.h"
 #include "util/error.h"
 
 kiln_request kiln_request_defaults(void) {
@@ -35,6 +36,7 @@ void kiln_req_destroy(kiln_req *r) {
     for (int32_t i = 0; i < r->n_stop; i++) free(r->stop[i]);
     free(r->stop_ids);
     free(r->force_tokens);
+    kiln_grammar_destroy(r->grammar);
     free(r);
 }
 
@@ -238,6 +240,11 @@ kiln_status kiln_req_create(const kiln_model *m, const kiln_request *q,
     /* the request owns the fill session from here on (released by kiln_req_destroy) */
     r->fill_session = q->fill_session;
     r->fill_session_user = q->fill_session_user;
+    if (q->grammar) {
+        r->grammar = (kiln_grammar *)q->grammar;
+        atomic_fetch_add(&r->grammar->refs, 1);
+    }
+    r->grammar_no_jump = q->grammar_no_jump_forward;
     if (q->prompt_ids) {
         if ((st = kiln_ivec_append(&r->prompt, q->prompt_ids, (size_t)q->n_prompt_ids))) {
             kiln_error_set(err, st, "out of memory (prompt of %d tokens)", q->n_prompt_ids);

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "engine/engine_internal.h"
+#include "engine/grammar_seq.h"
 #include "engine/spec.h"
 #include "util/error.h"
 
@@ -63,6 +64,7 @@ void kiln_seq_release(kiln_engine *e, kiln_seq *s) {
         kiln_stream_unref(s->stream);
     }
     kiln_seq_spec_destroy(e, s);
+    kiln_seq_grammar_detach(s);
     free(s->rec_state);
     free(s->bhash);
     kiln_ivec_free(&s->tokens);

@@ -16,6 +16,7 @@
 
 #include "engine/drafter.h"
 #include "engine/engine_internal.h"
+#include "engine/grammar_seq.h"
 #include "engine/spec.h"
 #include "util/error.h"
 #include "util/log.h"
@@ -31,7 +32,8 @@ static bool ask_fill_session(kiln_engine *e, kiln_seq *s) {
     kiln_seq_spec *sp = s->spec;
     const kiln_req *r = s->req;
     int32_t n_out = (int32_t)s->tokens.n - s->n_prompt;
-    if (!r->fill_session || sp->fs_asked_at == n_out) return true;
+    bool jump = s->gm && !r->grammar_no_jump;
+    if ((!r->fill_session && !jump) || sp->fs_asked_at == n_out) return true;
     sp->fs_asked_at = n_out;
     int32_t room = r->max_tokens - n_out;
     if (room <= 0) return true;
@@ -46,8 +48,14 @@ static bool ask_fill_session(kiln_engine *e, kiln_seq *s) {
         sp->fs_cap = room;
     }
     kiln_fill_policy pol = KILN_FILL_ASSERT;
-    int32_t n = r->fill_session->propose(r->fill_session_user, s->tokens.data + s->n_prompt,
-                                         n_out, sp->fs_span, room, &pol);
+    int32_t n = 0;
+    if (r->fill_session)
+        n = r->fill_session->propose(r->fill_session_user, s->tokens.data + s->n_prompt, n_out,
+                                     sp->fs_span, room, &pol);
+    if (n <= 0 && jump) { /* the grammar's forced span (jump-forward), asserted */
+        pol = KILN_FILL_ASSERT;
+        n = kiln_seq_grammar_forced(e, s, sp->fs_span, room);
+    }
     if (n <= 0) return true;
     if (n > room) n = room;
     for (int32_t i = 0; i < n; i++)
@@ -68,6 +76,18 @@ static bool ask_fill_session(kiln_engine *e, kiln_seq *s) {
     if (kiln_ivec_append(&s->tokens, sp->fs_span, (size_t)n)) {
         kiln_seq_finish(s, KILN_FINISH_ERROR, KILN_ERR_OUT_OF_MEMORY, "out of memory (fill)");
         return false;
+    }
+    for (int32_t i = 0; i < n && s->gm; i++) {
+        kiln_error gerr;
+        /* the recognizer follows s->tokens: push as if each token had just joined */
+        size_t full = s->tokens.n;
+        s->tokens.n = full - (size_t)(n - 1 - i);
+        kiln_status gst = kiln_seq_grammar_push(e, s, sp->fs_span[i], &gerr);
+        s->tokens.n = full;
+        if (gst) {
+            kiln_seq_finish(s, KILN_FINISH_ERROR, gst, gerr.message);
+            return false;
+        }
     }
     sp->n_fill += n;
     s->n_generated += n;

@@ -29,7 +29,9 @@ kiln_status kiln_seq_spec_create(kiln_engine *e, kiln_seq *s, kiln_error *err) {
                               "prediction: %zu tokens after a prompt of %zu exceed the context "
                               "of %d positions; shorten the prediction",
                               r->prediction.n, r->prompt.n, e->p.n_ctx);
-    if (src == KILN_SPEC_OFF && r->prediction.n == 0 && r->fill.n == 0 && !r->fill_session)
+    bool jump = r->grammar && !r->grammar_no_jump; /* grammar jump-forward: asserted spans */
+    if (src == KILN_SPEC_OFF && r->prediction.n == 0 && r->fill.n == 0 && !r->fill_session &&
+        !jump)
         return KILN_OK;
     kiln_seq_spec *sp = calloc(1, sizeof *sp);
     if (!sp) return kiln_error_set(err, KILN_ERR_OUT_OF_MEMORY, "out of memory (speculation)");

@@ -22,6 +22,8 @@
  *   JSON value when it is absent or true; {} when it is false).
  * - A number with bounds is generated as an integer in the bounds (always valid); integer
  *   bounds are exact (digit-range grammars).
+ * - Numbers have at most 16 integer digits, 15 fraction digits and 3 exponent digits (so a
+ *   model that repeats a digit still ends its number; every such number is valid JSON).
  * - Strings never contain raw control characters; \u escapes never write surrogates, so
  *   every escape is one code point for minLength/maxLength.
  * - oneOf is generated as anyOf: the branches must not overlap for the output to validate.
@@ -35,6 +37,8 @@
 
 #include "grammar/grammar.h"
 #include "util/error.h"
+
+#define KG_MAX_DIGITS 16
 
 typedef struct sref {
     char *ref;
@@ -200,14 +204,14 @@ static bool nonneg_range(kg_text *t, long long a, long long b) {
         if (!digits_range(t, ls, hs, L)) return false;
         first = false;
     }
-    if (b < 0) { /* more digits than a's */
-        if (!kg_text_addf(t, " | [1-9] [0-9]{%d,}", la)) return false;
+    if (b < 0 && la < KG_MAX_DIGITS) { /* more digits than a's, up to the bound */
+        if (!kg_text_addf(t, " | [1-9] [0-9]{%d,%d}", la, KG_MAX_DIGITS - 1)) return false;
     }
     return kg_text_add(t, ")", 1);
 }
 
 static bool int_range(kg_text *t, bool has_lo, long long lo, bool has_hi, long long hi) {
-    if (!has_lo && !has_hi) return kg_text_addf(t, "(\"-\"? (\"0\" | [1-9] [0-9]*))");
+    if (!has_lo && !has_hi) return kg_text_addf(t, "(\"-\"? (\"0\" | [1-9] [0-9]{0,15}))");
     if (has_lo && lo >= 0) return nonneg_range(t, lo, has_hi ? hi : -1);
     if (has_hi && hi < 0) {
         /* x <= hi < 0: |x| >= -hi, and |x| <= -lo when bounded below */
@@ -270,8 +274,8 @@ static bool common(sc *c) {
                    "@string ::= \"\\\"\" @char* \"\\\"\"\n"
                    "@char ::= [^\"\\\\\\x00-\\x1F\\x7F] | \"\\\\\" ([\"\\\\/bfnrt] | \"u\" @hex4)\n"
                    "@hex4 ::= ([0-9a-cA-Ce-fE-F] [0-9a-fA-F] | [dD] [0-7]) [0-9a-fA-F] [0-9a-fA-F]\n"
-                   "@int ::= \"-\"? (\"0\" | [1-9] [0-9]*)\n"
-                   "@number ::= @int (\".\" [0-9]+)? ([eE] [-+]? [0-9]+)?\n"
+                   "@int ::= \"-\"? (\"0\" | [1-9] [0-9]{0,15})\n"
+                   "@number ::= @int (\".\" [0-9]{1,15})? ([eE] [-+]? [0-9]{1,3})?\n"
                    "@boolean ::= \"true\" | \"false\"\n"
                    "@null ::= \"null\"\n");
 }
