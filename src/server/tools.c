@@ -1,6 +1,7 @@
 /* tools.c - tool calling on chat completions (see tools.h). */
 #include "server/tools.h"
 
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,7 +10,25 @@
 
 #include "server/openai.h"
 
-#define BAD(e, param, ...) srv_fail(e, 400, "invalid_request_error", NULL, param, __VA_ARGS__)
+/* srv_fail's work, done here: openai.c calls into this file, so this one calls nothing of
+ * openai.c (no call circle between the two, tools/check_layers.py). */
+static bool tfail(srv_error *e, int http_status, const char *type, const char *param,
+                  const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+static bool tfail(srv_error *e, int http_status, const char *type, const char *param,
+                  const char *fmt, ...) {
+    if (!e) return false;
+    e->http_status = http_status;
+    e->type = type;
+    e->code = NULL;
+    snprintf(e->param, sizeof e->param, "%s", param ? param : "");
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(e->message, sizeof e->message, fmt, ap);
+    va_end(ap);
+    return false;
+}
+
+#define BAD(e, param, ...) tfail(e, 400, "invalid_request_error", param, __VA_ARGS__)
 
 static const char *json_type_name(const json_t *v) {
     switch (json_typeof(v)) {
@@ -492,7 +511,7 @@ bool srv_tools_grammar(const srv_tools *t, kiln_tool_format fmt, char **out, srv
         if (st) {
             srv_buf_free(&b);
             if (st == KILN_ERR_OUT_OF_MEMORY)
-                return srv_fail(e, 500, "server_error", NULL, NULL, "out of memory (grammar)");
+                return tfail(e, 500, "server_error", NULL, "out of memory (grammar)");
             char p[64];
             snprintf(p, sizeof p, "tools[%zu].function.parameters", i);
             return BAD(e, p, "'%s' cannot constrain the call (tool_choice): %s", p, err.message);
@@ -522,7 +541,7 @@ bool srv_tools_grammar(const srv_tools *t, kiln_tool_format fmt, char **out, srv
     }
     if (b.oom) {
         srv_buf_free(&b);
-        return srv_fail(e, 500, "server_error", NULL, NULL, "out of memory (grammar)");
+        return tfail(e, 500, "server_error", NULL, "out of memory (grammar)");
     }
     *out = b.p;
     return true;
