@@ -43,6 +43,7 @@ typedef struct kiln_req {
     int32_t n_stop_ids;
     int32_t *stop_ids;
     bool ignore_eos;
+    bool render_special; /* TEXT events show control tokens' text (kiln_request) */
     kiln_request_debug debug; /* debug.force_tokens points to force_tokens below */
     int32_t *force_tokens;
     /* speculation and fill (validated; spec and spec_k still as the client gave them) */

@@ -309,6 +309,7 @@ kiln_status kiln_req_create(const kiln_model *m, const kiln_request *q,
         r->n_stop_ids = q->n_stop_token_ids;
     }
     r->ignore_eos = q->ignore_eos;
+    r->render_special = q->render_special;
     r->spec = q->spec;
     r->spec_k = q->spec_k;
     r->spec_accept = q->spec_accept;

@@ -68,6 +68,7 @@ kiln_status kiln_stream_create(const kiln_model *m, const kiln_req *r, kiln_stre
     kiln_status st = KILN_OK;
     if (m->tokenizer) {
         if ((st = kiln_detok_create(m->tokenizer, &s->detok, err))) goto fail;
+        kiln_detok_set_render_special(s->detok, r->render_special);
         /* Prime with the prompt so the spacing rules (leading-space removal after BOS or at
          * the start of the stream) see the whole sequence; the prompt's text is dropped. */
         for (size_t i = 0; i < r->prompt.n; i++) {

@@ -20,6 +20,11 @@ kiln_status srv_chat_init(srv_chat *c, const kiln_model *m, const kiln_chat_temp
     const char *why = kiln_chat_template_fallback(c->tpl);
     c->fallback = why != NULL;
     snprintf(c->reason, sizeof c->reason, "%s", why ? why : "");
+    const char *src = c->fallback ? NULL
+                      : params && params->source ? params->source
+                                                 : kiln_model_chat_template(m);
+    c->tool_format = kiln_tool_format_detect(src);
+    c->native_tools = kiln_chat_template_uses_tools(src);
     return KILN_OK;
 }
 
@@ -34,27 +39,45 @@ static char *dump_exact(const json_t *j) {
     return j ? json_dumps(j, JSON_COMPACT | JSON_ENCODE_ANY | JSON_REAL_PRECISION(17)) : NULL;
 }
 
-bool srv_chat_render(const srv_chat *c, const srv_gen *g, char **out, size_t *out_len,
-                     srv_error *e) {
-    char *messages = dump_exact(g->messages);
-    char *tools = dump_exact(g->tools);
+static kiln_status render_once(const srv_chat *c, const srv_gen *g, bool in_user, char **text,
+                               size_t *len, kiln_error *err) {
+    /* tool calls and tool messages as the template expects them (tools.h) */
+    json_t *prepared = g->messages ? srv_tools_messages(g->messages, g->tools, c->native_tools,
+                                                        c->tool_format, in_user)
+                                   : NULL;
+    char *messages = dump_exact(prepared);
+    json_decref(prepared);
+    /* a template without `tools` got them in a message instead */
+    char *tools = c->native_tools ? dump_exact(g->tools) : NULL;
     char *kwargs = dump_exact(g->template_kwargs);
-    bool oom =
-        (g->messages && !messages) || (g->tools && !tools) || (g->template_kwargs && !kwargs);
+    bool oom = (g->messages && !messages) || (c->native_tools && g->tools && !tools) ||
+               (g->template_kwargs && !kwargs);
     kiln_status st = KILN_ERR_OUT_OF_MEMORY;
-    kiln_error err = {0};
-    char *text = NULL;
-    size_t len = 0;
     if (!oom) {
         kiln_chat_input in = {.messages_json = messages,
                               .tools_json = tools,
                               .kwargs_json = kwargs,
                               .add_generation_prompt = g->add_generation_prompt};
-        st = kiln_chat_template_render(c->tpl, &in, &text, &len, &err);
+        st = kiln_chat_template_render(c->tpl, &in, text, len, err);
     }
     free(messages);
     free(tools);
     free(kwargs);
+    return st;
+}
+
+bool srv_chat_render(const srv_chat *c, const srv_gen *g, char **out, size_t *out_len,
+                     srv_error *e) {
+    kiln_error err = {0};
+    char *text = NULL;
+    size_t len = 0;
+    kiln_status st = render_once(c, g, false, &text, &len, &err);
+    if (st == KILN_ERR_INVALID_ARGUMENT && !c->native_tools && g->tools) {
+        /* a template that refuses the system message describing the tools (Gemma's): in the
+         * first user message instead */
+        kiln_error err2 = {0};
+        if (render_once(c, g, true, &text, &len, &err2) == KILN_OK) st = KILN_OK;
+    }
     if (st == KILN_OK) {
         *out = text;
         *out_len = len;

@@ -38,11 +38,14 @@ typedef struct kiln_server_params {
     FILE *log;               /* one line per request and server events; NULL = stderr */
     bool quiet;              /* no per-request log lines */
     bool verbose;            /* also libmicrohttpd's own messages */
+    const char *tool_parser; /* the tool-call markup parsed from chat replies: "hermes",
+                                "llama3", "mistral" or "none"; NULL or "auto" = the family the
+                                chat template asks for (kiln_tool_format_detect) */
 } kiln_server_params;
 
 /**
  * Bind and start answering (503 "loading" until kiln_server_set_ready).
- * Errors: KILN_ERR_INVALID_ARGUMENT (bad host or port, named), KILN_ERR_IO (bind/listen
+ * Errors: KILN_ERR_INVALID_ARGUMENT (bad host or port, or tool_parser, named), KILN_ERR_IO (bind/listen
  * failed: address in use, permission), KILN_ERR_OUT_OF_MEMORY, KILN_ERR_INTERNAL.
  */
 kiln_status kiln_server_start(const kiln_server_params *params, kiln_server **out, kiln_error *err);

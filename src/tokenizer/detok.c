@@ -134,6 +134,7 @@ struct kiln_detok {
     char *scratch; /* held bytes + piece */
     size_t scratch_cap;
     bool started;       /* a non-BOS token has been pushed */
+    bool render_special; /* control tokens render their text */
     int32_t prev_id;    /* previous id pushed, -1 at the start */
     kiln_hf_dstate hfs; /* tokenizer.json decoder state */
 };
@@ -146,6 +147,10 @@ kiln_status kiln_detok_create(const kiln_tokenizer *t, kiln_detok **out, kiln_er
     d->prev_id = -1;
     *out = d;
     return KILN_OK;
+}
+
+void kiln_detok_set_render_special(kiln_detok *d, bool on) {
+    if (d) d->render_special = on;
 }
 
 void kiln_detok_destroy(kiln_detok *d) {
@@ -218,14 +223,16 @@ kiln_status kiln_detok_push(kiln_detok *d, int32_t id, const char **text, size_t
                               v->n_tokens);
     if (d->t->hf) { /* tokenizer.json: the decoder chain in stream state */
         kiln_hf_dstate s2 = d->hfs;
-        size_t n = kiln_hf_decode_token(d->t->hf, id, true, &s2, d->piece, d->piece_cap);
+        size_t n = kiln_hf_decode_token(d->t->hf, id, !d->render_special, &s2, d->piece,
+                                        d->piece_cap);
         if (n > d->piece_cap) {
             char *p = realloc(d->piece, n);
             if (!p) return kiln_error_set(err, KILN_ERR_OUT_OF_MEMORY, "detok: out of memory");
             d->piece = p;
             d->piece_cap = n;
             s2 = d->hfs;
-            n = kiln_hf_decode_token(d->t->hf, id, true, &s2, d->piece, d->piece_cap);
+            n = kiln_hf_decode_token(d->t->hf, id, !d->render_special, &s2, d->piece,
+                                     d->piece_cap);
         }
         d->hfs = s2;
         d->out_n = 0;
@@ -236,13 +243,13 @@ kiln_status kiln_detok_push(kiln_detok *d, int32_t id, const char **text, size_t
         *len = d->out_n;
         return KILN_OK;
     }
-    size_t n = kiln_tokenizer_piece(d->t, id, false, d->piece, d->piece_cap);
+    size_t n = kiln_tokenizer_piece(d->t, id, d->render_special, d->piece, d->piece_cap);
     if (n > d->piece_cap) {
         char *p = realloc(d->piece, n);
         if (!p) return kiln_error_set(err, KILN_ERR_OUT_OF_MEMORY, "detok: out of memory");
         d->piece = p;
         d->piece_cap = n;
-        n = kiln_tokenizer_piece(d->t, id, false, d->piece, d->piece_cap);
+        n = kiln_tokenizer_piece(d->t, id, d->render_special, d->piece, d->piece_cap);
     }
     const char *p = d->piece;
     bool strip;

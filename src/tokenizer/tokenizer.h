@@ -125,6 +125,9 @@ void kiln_detok_destroy(kiln_detok *d);
  */
 kiln_status kiln_detok_push(kiln_detok *d, int32_t id, const char **text, size_t *len,
                             kiln_error *err);
+/** Render control tokens' text too (default false: they render as ""), as
+ *  kiln_tokenizer_piece(render_special) and transformers' skip_special_tokens=False do. */
+void kiln_detok_set_render_special(kiln_detok *d, bool on);
 /** Flush held bytes at end of stream; invalid trailing bytes become U+FFFD. */
 kiln_status kiln_detok_flush(kiln_detok *d, const char **text, size_t *len, kiln_error *err);
 

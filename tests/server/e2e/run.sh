@@ -14,4 +14,4 @@ if [ ! -r "$model" ]; then
   echo "SKIP: model $model is missing"; exit 77
 fi
 export KILN_MODEL="$model"
-exec node --test --test-concurrency=1 openai.test.mjs load.test.mjs
+exec node --test --test-concurrency=1 openai.test.mjs load.test.mjs tools.test.mjs
