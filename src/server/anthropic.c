@@ -211,8 +211,9 @@ static bool add_message(json_t *msgs, const json_t *m, size_t i, srv_error *e) {
             json_t *msg = json_pack("{s:s}", "role", r);
             if (msg) {
                 if (json_array_size(calls) > 0) {
-                    json_object_set_new(msg, "content",
-                                        has_text ? json_stringn(text.p, text.len) : json_null());
+                    /* "" rather than null without text: templates that concatenate
+                     * content accept it */
+                    json_object_set_new(msg, "content", json_stringn(text.p, text.len));
                     json_object_set(msg, "tool_calls", calls);
                 } else {
                     json_object_set_new(msg, "content", json_stringn(text.p, text.len));

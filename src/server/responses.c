@@ -135,7 +135,8 @@ static bool add_item(json_t *msgs, const json_t *item, const char *param, srv_rs
         if (!call) return srv_oom(e, "input");
         json_t *turn = open_assistant_turn(msgs);
         if (!turn) {
-            turn = json_pack("{s:s, s:n, s:[]}", "role", "assistant", "content", "tool_calls");
+            /* content "" rather than null: templates that concatenate content accept it */
+            turn = json_pack("{s:s, s:s, s:[]}", "role", "assistant", "content", "", "tool_calls");
             if (!turn || json_array_append_new(msgs, turn) != 0) {
                 json_decref(call);
                 return srv_oom(e, "input");

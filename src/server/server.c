@@ -248,6 +248,17 @@ static enum MHD_Result route_metrics(srv_req *r) {
                  "# TYPE kiln_server_requests_in_flight gauge\n"
                  "kiln_server_requests_in_flight %d\n",
                  atomic_load(&s->in_flight));
+    int64_t n_stored = 0;
+    size_t stored_bytes = 0;
+    srv_rstore_stats(s->rstore, &n_stored, &stored_bytes);
+    srv_buf_addf(&b,
+                 "# HELP kiln_response_store_entries Stored /v1/responses results.\n"
+                 "# TYPE kiln_response_store_entries gauge\n"
+                 "kiln_response_store_entries %lld\n"
+                 "# HELP kiln_response_store_bytes Bytes of stored /v1/responses results.\n"
+                 "# TYPE kiln_response_store_bytes gauge\n"
+                 "kiln_response_store_bytes %zu\n",
+                 (long long)n_stored, stored_bytes);
     if (b.oom) {
         srv_buf_free(&b);
         return fail(r, 500, "server_error", NULL, NULL, "out of memory (metrics)");
