@@ -280,6 +280,130 @@ KILN_API kiln_status kiln_chat_template_render(const kiln_chat_template *tpl,
 KILN_API void kiln_free(void *p);
 
 /* ---------------------------------------------------------------------------------------- */
+/* Tool calls                                                                                */
+
+/**
+ * The markup a model writes its tool calls in. Each family is the one its chat templates ask
+ * for (../shared/templates):
+ *   HERMES:  <tool_call>{"name": N, "arguments": {...}}</tool_call>, one or more per reply,
+ *            text before, between and after them (NousResearch Hermes 2 Pro / 3, Qwen2.5);
+ *   LLAMA3:  the reply begins with {"name": N, "parameters": {...}} (Llama 3.1/3.2/3.3's
+ *            "JSON based tool calling"), or <|python_tag|> is followed by such objects;
+ *            several are separated by ";" (vLLM's llama3_json parser does the same);
+ *   MISTRAL: [TOOL_CALLS][{"name": N, "arguments": {...}}, ...] (Mistral-Nemo's template;
+ *            a single object without the brackets is taken too).
+ * "arguments" and "parameters" are synonyms in every family; an "id" or "type" key in the call
+ * object is allowed and ignored; any other key fails the markup.
+ */
+typedef enum kiln_tool_format {
+    KILN_TOOL_FORMAT_NONE = 0, /* no tool-call parsing: everything is content */
+    KILN_TOOL_FORMAT_HERMES = 1,
+    KILN_TOOL_FORMAT_LLAMA3 = 2,
+    KILN_TOOL_FORMAT_MISTRAL = 3,
+} kiln_tool_format;
+
+/** "none", "hermes", "llama3", "mistral"; "?" for other values. */
+KILN_API const char *kiln_tool_format_name(kiln_tool_format f);
+
+/** The format named `name` (kiln_tool_format_name's spellings). Errors:
+ *  KILN_ERR_INVALID_ARGUMENT for any other name (the message lists the valid ones). */
+KILN_API kiln_status kiln_tool_format_parse(const char *name, kiln_tool_format *out,
+                                            kiln_error *err);
+
+/**
+ * The family a chat template's source asks for, from the markup it writes (the same rule as
+ * llama.cpp's common_chat_templates detection, by the literal texts): "[TOOL_CALLS]" ->
+ * MISTRAL; "<tool_call>" -> HERMES; "<|python_tag|>" or "<|start_header_id|>" together with
+ * "\"parameters\"" -> LLAMA3; any other template, or none (source NULL), -> HERMES, the format
+ * kiln describes tools in when the template has no `tools` variable (see
+ * kiln_chat_template_uses_tools).
+ */
+KILN_API kiln_tool_format kiln_tool_format_detect(const char *template_source);
+
+/** True when a chat template's source reads a `tools` variable (the word "tools" outside a
+ *  string literal's quotes is enough: a heuristic over the text, not the parse tree). NULL ->
+ *  false. A template without it never shows the model the tools it is given. */
+KILN_API bool kiln_chat_template_uses_tools(const char *template_source);
+
+/** An incremental tool-call parser over one reply's text. */
+typedef struct kiln_tool_parser kiln_tool_parser;
+
+typedef struct kiln_tool_parser_params {
+    kiln_tool_format format; /* NONE: every byte is content, at once */
+    bool stream_arguments;   /* true: a call is announced (KILN_TOOL_EVENT_CALL) as soon as its
+                                name is known and its arguments object has begun, and each feed
+                                then gives the argument bytes it consumed; false: a call's
+                                events come only once its whole markup has parsed, so markup
+                                that fails is always content, unchanged */
+    uint64_t seed;           /* for the call ids ("call_" + 24 alphanumerics; MISTRAL: 9
+                                alphanumerics, which its template requires); same seed, same ids */
+} kiln_tool_parser_params;
+
+typedef enum kiln_tool_event_type {
+    KILN_TOOL_EVENT_CONTENT = 1,   /* text: ordinary reply text */
+    KILN_TOOL_EVENT_CALL = 2,      /* call `index` begins: id and name */
+    KILN_TOOL_EVENT_ARGUMENTS = 3, /* text: the next bytes of call `index`'s arguments, a JSON
+                                      object exactly as the model wrote it */
+} kiln_tool_event_type;
+
+typedef struct kiln_tool_event {
+    kiln_tool_event_type type;
+    int32_t index;    /* CALL / ARGUMENTS: 0, 1, ... in the reply's order */
+    const char *text; /* CONTENT / ARGUMENTS: the bytes (not NUL-terminated) */
+    size_t len;
+    const char *id;   /* CALL: NUL-terminated */
+    const char *name; /* CALL: the function name, JSON-unescaped, NUL-terminated */
+    size_t name_len;
+} kiln_tool_event;
+
+/**
+ * Create a parser. params NULL = NONE. Errors: KILN_ERR_INVALID_ARGUMENT (NULL out, unknown
+ * format), KILN_ERR_OUT_OF_MEMORY. Free with kiln_tool_parser_destroy.
+ */
+KILN_API kiln_status kiln_tool_parser_create(const kiln_tool_parser_params *params,
+                                             kiln_tool_parser **out, kiln_error *err);
+
+/** Free a parser. NULL is a no-op. */
+KILN_API void kiln_tool_parser_destroy(kiln_tool_parser *p);
+
+/**
+ * Feed the next `len` bytes of the reply (any split: a marker or a JSON token may straddle
+ * feeds; the text should be UTF-8 as kiln_stream_next gives it). Then drain the events with
+ * kiln_tool_parser_next. Text that could still be the start of markup (a proper prefix of
+ * "<tool_call>" at the end of what was fed, a call not yet complete, whitespace after a call
+ * that may precede another) is held back until later bytes decide it. Markup that fails to
+ * parse (not JSON, a call object without a string "name" or with an arguments value that is
+ * not an object, a wrong closing tag, JSON nested deeper than 64) is content, unchanged, from
+ * its first byte (the text after its marker is scanned again), with two exceptions: the calls
+ * before the failing one in a Mistral list or a Llama ";" sequence stay calls (the text after
+ * the last of them is content); and in stream_arguments mode a call already announced ends
+ * with the arguments given so far, the text from the failing byte on being content.
+ * Whitespace around calls (between them, before the first and after the last) is dropped.
+ * Errors: KILN_ERR_INVALID_ARGUMENT (NULL p, or text NULL with len > 0, or after
+ * kiln_tool_parser_finish), KILN_ERR_OUT_OF_MEMORY (the parser is then unusable).
+ */
+KILN_API kiln_status kiln_tool_parser_feed(kiln_tool_parser *p, const char *text, size_t len,
+                                           kiln_error *err);
+
+/**
+ * The reply has ended: what was held back is decided. A call whose object is complete but
+ * whose closing markup is missing ("<tool_call>{...}" at the end, the "]" of a Mistral list)
+ * is a call; an incomplete one is content (or, announced in stream_arguments mode, ends as
+ * it is). Further feeds fail. Errors: as kiln_tool_parser_feed.
+ */
+KILN_API kiln_status kiln_tool_parser_finish(kiln_tool_parser *p, kiln_error *err);
+
+/**
+ * Take the next event, in order; false when there is none. Consecutive content is merged
+ * into one event per feed. The event's pointers stay valid until the next feed, finish or
+ * destroy.
+ */
+KILN_API bool kiln_tool_parser_next(kiln_tool_parser *p, kiln_tool_event *ev);
+
+/** Calls announced so far (the next call's index). */
+KILN_API int32_t kiln_tool_parser_n_calls(const kiln_tool_parser *p);
+
+/* ---------------------------------------------------------------------------------------- */
 /* Engines                                                                                   */
 
 /** A serving engine: one model (borrowed), a paged KV pool, a FIFO queue and a thread that

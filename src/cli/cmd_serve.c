@@ -42,6 +42,9 @@ static void serve_usage(FILE *f) {
            "      --response-store-ttl S  seconds a stored response lives (default 3600)\n"
            "  -q, --quiet               no per-request log lines\n"
            "  -v, --verbose             also log libmicrohttpd's messages\n"
+           "      --tool-parser F       tool-call markup parsed from chat replies: hermes,\n"
+           "                            llama3, mistral, none, or auto (default: the family\n"
+           "                            the chat template writes; hermes without one)\n"
            "engine limits:\n"
            "  -t, --threads N           compute threads (default: physical cores; 1 below\n"
            "                            ~4M weights)\n"
@@ -135,6 +138,7 @@ int kiln_cmd_serve(int argc, char **argv) {
         {"response-store-ttl", required_argument, 0, 0x201},
         {"quiet", no_argument, 0, 'q'},
         {"verbose", no_argument, 0, 'v'},
+        {"tool-parser", required_argument, 0, 0x3001},
         CLI_ENGINE_LONG_OPTIONS,
         CLI_SPEC_LONG_OPTIONS,
         {"help", no_argument, 0, 'h'},
@@ -225,6 +229,16 @@ int kiln_cmd_serve(int argc, char **argv) {
         case 'v':
             sp.verbose = true;
             break;
+        case 0x3001: {
+            kiln_tool_format tf;
+            if (strcmp(optarg, "auto") != 0 && kiln_tool_format_parse(optarg, &tf, NULL) != KILN_OK)
+                return cli_usage_error("serve",
+                                       "--tool-parser must be hermes, llama3, mistral, none or "
+                                       "auto (got '%s')",
+                                       optarg);
+            sp.tool_parser = optarg;
+            break;
+        }
         case 'h':
             serve_usage(stdout);
             return 0;

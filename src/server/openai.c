@@ -711,10 +711,10 @@ bool srv_gen_parse(srv_kind kind, const char *body, size_t len, int32_t n_vocab,
     } else {
         if (!parse_messages(root, g, e)) return false;
         g->add_special = false;
-        json_t *tools = field(root, "tools");
-        if (tools && !json_is_array(tools))
-            return BAD(e, "tools", "'tools' must be an array (got %s)", json_type_name(tools));
-        g->tools = tools;
+        if (!srv_tools_parse(root, &g->tc, e) ||
+            !srv_tools_check_messages(field(root, "messages"), e))
+            return false;
+        g->tools = g->tc.choice != SRV_TOOLS_NONE ? (json_t *)g->tc.tools : NULL;
         json_t *kw = field(root, "chat_template_kwargs");
         if (kw && !json_is_object(kw))
             return BAD(e, "chat_template_kwargs",
@@ -749,6 +749,12 @@ void srv_gen_free(srv_gen *g) {
 
 /* ------------------------------------------------------------------------------------ */
 /* Responses.                                                                            */
+
+/* finish_reason of a response: "tool_calls" for a reply that stopped after tool calls. */
+static const char *finish_of(const srv_resp_info *ri, kiln_finish_reason r) {
+    bool calls = ri->n_tool_calls > 0 || (ri->tool_calls && json_array_size(ri->tool_calls) > 0);
+    return calls && r == KILN_FINISH_STOP ? "tool_calls" : srv_finish_reason(r);
+}
 
 const char *srv_finish_reason(kiln_finish_reason r) {
     switch (r) {
@@ -882,11 +888,16 @@ char *srv_response_json(const srv_resp_info *ri, const char *text, size_t text_l
     int64_t off = 0;
     json_t *lp = ri->logprobs ? srv_logprobs_json(ri, toks, n_toks, &off) : json_null();
     json_t *choice;
-    if (ri->kind == SRV_CHAT)
+    if (ri->kind == SRV_CHAT) {
+        bool calls = ri->tool_calls && json_array_size(ri->tool_calls) > 0;
         choice = json_pack("{s:i, s:{s:s, s:o?}, s:o?, s:s}", "index", 0, "message", "role",
-                           "assistant", "content", str_json(text, text_len), "logprobs", lp,
-                           "finish_reason", srv_finish_reason(finish));
-    else
+                           "assistant", "content",
+                           calls && text_len == 0 ? json_null() : str_json(text, text_len),
+                           "logprobs", lp, "finish_reason", finish_of(ri, finish));
+        if (choice && calls)
+            json_object_set(json_object_get(choice, "message"), "tool_calls",
+                            (json_t *)ri->tool_calls);
+    } else
         choice = json_pack("{s:i, s:o?, s:o?, s:s}", "index", 0, "text", str_json(text, text_len),
                            "logprobs", lp, "finish_reason", srv_finish_reason(finish));
     json_object_set_new(o, "choices", json_pack("[o?]", choice));
@@ -948,7 +959,18 @@ bool srv_sse_finish(const srv_resp_info *ri, kiln_finish_reason finish, const sr
     json_t *lp =
         ri->logprobs && n_toks > 0 ? srv_logprobs_json(ri, toks, n_toks, text_offset) : NULL;
     json_t *d = ri->kind == SRV_CHAT ? json_object() : json_string("");
-    return sse_choice(ri, d, lp, srv_finish_reason(finish), out);
+    return sse_choice(ri, d, lp, finish_of(ri, finish), out);
+}
+
+bool srv_sse_tool_call(const srv_resp_info *ri, int32_t index, const char *id, const char *name,
+                       const char *args, size_t args_len, srv_buf *out) {
+    json_t *call =
+        id ? json_pack("{s:i, s:s, s:s, s:{s:o?, s:s}}", "index", (int)index, "id", id, "type",
+                       "function", "function", "name", str_json(name, strlen(name)), "arguments",
+                       "")
+           : json_pack("{s:i, s:{s:o?}}", "index", (int)index, "function", "arguments",
+                       str_json(args, args_len));
+    return sse_choice(ri, json_pack("{s:[o?]}", "tool_calls", call), NULL, NULL, out);
 }
 
 bool srv_sse_usage(const srv_resp_info *ri, const kiln_usage *usage, srv_buf *out) {

@@ -20,6 +20,7 @@
 
 #include "kiln.h"
 #include "server/srv_util.h"
+#include "server/tools.h"
 
 /** An error in OpenAI's shape {"error": {"message", "type", "param", "code"}}. */
 typedef struct srv_error {
@@ -57,9 +58,10 @@ typedef struct srv_gen {
     /* Chat: messages normalised for the template (owned): content parts joined, the
      * "developer" role renamed "system". tools/kwargs borrowed from root (NULL = absent). */
     json_t *messages;
-    json_t *tools;
+    json_t *tools; /* the tools shown to the template: tc.tools, NULL with tool_choice "none" */
     json_t *template_kwargs;
     bool add_generation_prompt;
+    srv_tools tc; /* tools, tool_choice, parallel_tool_calls (tools.h) */
     /* Chat assistant prefill: the last message was the assistant's (string or text parts, no
      * tool_calls) and add_generation_prompt was not set false: it is removed from messages
      * (which are then rendered with add_generation_prompt true) and its content, this string
@@ -128,6 +130,12 @@ typedef struct srv_resp_info {
     bool logprobs;
     int32_t top_logprobs;
     bool include_usage;
+    /* Tool calls (chat): whole responses put `tool_calls` (an array of OpenAI's
+     * {id, type, function: {name, arguments}}, borrowed) in the message, with content null
+     * when it is empty; streams count the calls they sent in n_tool_calls. Either makes a
+     * finish "stop" read "tool_calls". */
+    const json_t *tool_calls;
+    int32_t n_tool_calls;
 } srv_resp_info;
 
 /** OpenAI's finish_reason for an engine finish: "stop", "length", or "abort" for a request
@@ -170,6 +178,11 @@ bool srv_sse_text(const srv_resp_info *ri, const char *text, size_t len, const s
 bool srv_sse_finish(const srv_resp_info *ri, kiln_finish_reason finish, const srv_tok *toks,
                     int32_t n_toks, int64_t *text_offset, srv_buf *out);
 bool srv_sse_usage(const srv_resp_info *ri, const kiln_usage *usage, srv_buf *out);
+/** A tool-call delta (chat), OpenAI's streaming shape: delta {"tool_calls": [{"index", "id",
+ *  "type": "function", "function": {"name", "arguments": ""}}]} when id is non-NULL (the
+ *  call's first chunk), else {"tool_calls": [{"index", "function": {"arguments": args}}]}. */
+bool srv_sse_tool_call(const srv_resp_info *ri, int32_t index, const char *id, const char *name,
+                       const char *args, size_t args_len, srv_buf *out);
 bool srv_sse_done(srv_buf *out);
 /** An error inside an already started stream: data: {"error": {...}}. */
 bool srv_sse_error(const srv_error *e, srv_buf *out);

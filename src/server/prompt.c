@@ -20,6 +20,11 @@ kiln_status srv_chat_init(srv_chat *c, const kiln_model *m, const kiln_chat_temp
     const char *why = kiln_chat_template_fallback(c->tpl);
     c->fallback = why != NULL;
     snprintf(c->reason, sizeof c->reason, "%s", why ? why : "");
+    const char *src = c->fallback ? NULL
+                      : params && params->source ? params->source
+                                                 : kiln_model_chat_template(m);
+    c->tool_format = kiln_tool_format_detect(src);
+    c->native_tools = kiln_chat_template_uses_tools(src);
     return KILN_OK;
 }
 
@@ -36,11 +41,19 @@ static char *dump_exact(const json_t *j) {
 
 bool srv_chat_render(const srv_chat *c, const srv_gen *g, char **out, size_t *out_len,
                      srv_error *e) {
-    char *messages = dump_exact(g->messages);
-    char *tools = dump_exact(g->tools);
+    /* tool calls and tool messages as the template expects them (tools.h) */
+    json_t *prepared = g->messages ? srv_tools_messages(g->messages, g->tools, c->native_tools,
+                                                        c->tool_format)
+                                   : NULL;
+    if (g->messages && !prepared)
+        return srv_fail(e, 500, "server_error", NULL, NULL, "out of memory (chat template)");
+    char *messages = dump_exact(prepared);
+    json_decref(prepared);
+    /* a template without `tools` got them in a system message instead */
+    char *tools = c->native_tools ? dump_exact(g->tools) : NULL;
     char *kwargs = dump_exact(g->template_kwargs);
-    bool oom =
-        (g->messages && !messages) || (g->tools && !tools) || (g->template_kwargs && !kwargs);
+    bool oom = (g->messages && !messages) || (c->native_tools && g->tools && !tools) ||
+               (g->template_kwargs && !kwargs);
     kiln_status st = KILN_ERR_OUT_OF_MEMORY;
     kiln_error err = {0};
     char *text = NULL;

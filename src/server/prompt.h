@@ -20,10 +20,17 @@ typedef struct srv_chat {
     char reason[1200]; /* why the fallback was taken ("" otherwise) */
     int32_t bos_id;    /* -1 = none */
     bool add_bos;      /* the vocabulary prepends BOS to text (tokenize("") == [BOS]) */
+    /* Tool calls: the family the template's markup asks for (kiln_tool_format_detect, or the
+     * server's --tool-parser), and whether the template reads `tools` itself (else the tools
+     * are described in a system message in the Hermes format: srv_tools_messages). */
+    kiln_tool_format tool_format;
+    bool native_tools;
 } srv_chat;
 
 /** Compile the model's template, or ChatML when it has none or it fails to parse
  *  (c->fallback, c->reason); params as kiln_chat_template_create's (NULL = the model's own).
+ *  c->tool_format and c->native_tools come from the template's source (ChatML: HERMES, not
+ *  native).
  *  Errors: KILN_ERR_OUT_OF_MEMORY, or ChatML itself failing (KILN_ERR_INTERNAL), or those of a
  *  params->source that does not parse. */
 kiln_status srv_chat_init(srv_chat *c, const kiln_model *m, const kiln_chat_template_params *params,
@@ -31,7 +38,8 @@ kiln_status srv_chat_init(srv_chat *c, const kiln_model *m, const kiln_chat_temp
 void srv_chat_free(srv_chat *c);
 
 /**
- * Render the chat request's messages. On failure e is a 400 whose message is the template's
+ * Render the chat request's messages (with their tool calls and tool messages prepared for the
+ * template by srv_tools_messages, and g->tools). On failure e is a 400 whose message is the template's
  * own text for raise_exception, else the renderer's message. Free *out with kiln_free.
  */
 bool srv_chat_render(const srv_chat *c, const srv_gen *g, char **out, size_t *out_len,

@@ -80,6 +80,8 @@ struct kiln_server {
     int32_t kv_blocks_total, block_size;
     bool has_draft; /* the engine has a draft model (speculation.source "draft") */
     srv_chat chat;
+    bool tool_override; /* --tool-parser given */
+    kiln_tool_format tool_format;
     kiln_generation_defaults gen; /* the model's generation_config.json */
 
     srv_metrics metrics;
@@ -126,6 +128,13 @@ typedef struct srv_req {
     kiln_usage usage;
     kiln_status fin_status;
     char fin_message[300];
+
+    /* tool calls (chat with tools): the reply's text goes through tp; whole responses
+     * collect the calls in tool_calls ({id, type, function: {name, arguments}}), the current
+     * call's arguments in args */
+    kiln_tool_parser *tp;
+    json_t *tool_calls;
+    srv_buf args;
 
     /* SSE */
     srv_buf out;
@@ -400,6 +409,62 @@ static bool push_tok(srv_req *r, const kiln_event *ev) {
     return true;
 }
 
+/* The finished arguments of the last call of a whole response. */
+static bool tool_args_close(srv_req *r) {
+    size_t n = json_array_size(r->tool_calls);
+    if (n == 0) return true;
+    json_t *fn = json_object_get(json_array_get(r->tool_calls, n - 1), "function");
+    json_t *a = json_stringn(r->args.p ? r->args.p : "", r->args.len);
+    srv_buf_reset(&r->args);
+    return a && json_object_set_new(fn, "arguments", a) == 0;
+}
+
+/* Reply text through the tool-call parser (finish: the reply ended): content goes where text
+ * goes; calls become SSE tool_calls deltas (streams) or r->tool_calls (whole responses). */
+static bool tool_text(srv_req *r, const char *text, size_t len, bool finish) {
+    kiln_error err = {0};
+    kiln_status st = finish ? kiln_tool_parser_finish(r->tp, &err)
+                            : kiln_tool_parser_feed(r->tp, text, len, &err);
+    if (st) return false;
+    kiln_tool_event te;
+    while (kiln_tool_parser_next(r->tp, &te)) {
+        switch (te.type) {
+        case KILN_TOOL_EVENT_CONTENT:
+            if (!r->gen.stream) {
+                if (!srv_buf_add(&r->text, te.text, te.len)) return false;
+            } else {
+                bool ok = srv_sse_text(&r->ri, te.text, te.len, r->toks, r->n_toks,
+                                       &r->text_offset, &r->out);
+                r->n_toks = 0;
+                if (!ok) return false;
+            }
+            break;
+        case KILN_TOOL_EVENT_CALL:
+            if (!r->gen.stream) {
+                if (!tool_args_close(r)) return false;
+                json_t *c = json_pack("{s:s, s:s, s:{s:s%, s:s}}", "id", te.id, "type",
+                                      "function", "function", "name", te.name, te.name_len,
+                                      "arguments", "");
+                if (!c || json_array_append_new(r->tool_calls, c)) return false;
+            } else {
+                r->ri.n_tool_calls++;
+                if (!srv_sse_tool_call(&r->ri, te.index, te.id, te.name, NULL, 0, &r->out))
+                    return false;
+            }
+            break;
+        case KILN_TOOL_EVENT_ARGUMENTS:
+            if (!r->gen.stream) {
+                if (!srv_buf_add(&r->args, te.text, te.len)) return false;
+            } else if (!srv_sse_tool_call(&r->ri, te.index, NULL, NULL, te.text, te.len,
+                                          &r->out)) {
+                return false;
+            }
+            break;
+        }
+    }
+    return !finish || r->gen.stream || tool_args_close(r);
+}
+
 /* Take one event into the request's state; for streams, append its SSE chunks to r->out.
  * Returns false on allocation failure. */
 static bool take_event(srv_req *r, const kiln_event *ev) {
@@ -419,6 +484,7 @@ static bool take_event(srv_req *r, const kiln_event *ev) {
         if (r->gen.logprobs) return push_tok(r, ev);
         return true;
     case KILN_EVENT_TEXT:
+        if (r->tp) return tool_text(r, ev->text, ev->text_len, false);
         if (!r->gen.stream) return srv_buf_add(&r->text, ev->text, ev->text_len);
         if (r->api) return r->api->ops->text(r->api, ev->text, ev->text_len, &r->out);
         {
@@ -428,6 +494,7 @@ static bool take_event(srv_req *r, const kiln_event *ev) {
             return ok;
         }
     case KILN_EVENT_FINISH:
+        if (r->tp && !tool_text(r, NULL, 0, true)) return false;
         r->finished = true;
         r->finish = ev->finish_reason;
         r->usage = ev->usage;
@@ -619,6 +686,19 @@ static enum MHD_Result route_generate(srv_req *r) {
                             .logprobs = g->logprobs,
                             .top_logprobs = g->top_logprobs,
                             .include_usage = g->include_usage};
+    if (kind == SRV_CHAT && g->tc.choice != SRV_TOOLS_NONE &&
+        s->chat.tool_format != KILN_TOOL_FORMAT_NONE) {
+        kiln_tool_parser_params tpp = {.format = s->chat.tool_format,
+                                       .stream_arguments = g->stream,
+                                       .seed = srv_random_u64()};
+        kiln_error terr = {0};
+        r->tool_calls = json_array();
+        if (!r->tool_calls || kiln_tool_parser_create(&tpp, &r->tp, &terr) != KILN_OK) {
+            srv_prompt_free(&pr);
+            return fail(r, 500, "server_error", NULL, NULL, "out of memory (tool parser)");
+        }
+        r->ri.tool_calls = r->tool_calls;
+    }
 
     /* The engine is now in charge of time: no idle timeout until the response is done. */
     MHD_set_connection_option(r->conn, MHD_CONNECTION_OPTION_TIMEOUT, 0u);
@@ -924,6 +1004,9 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
     srv_buf_free(&r->body);
     srv_buf_free(&r->text);
     srv_buf_free(&r->out);
+    srv_buf_free(&r->args);
+    kiln_tool_parser_destroy(r->tp);
+    json_decref(r->tool_calls);
     free(r->toks);
     free(r);
 }
@@ -982,8 +1065,16 @@ kiln_status kiln_server_start(const kiln_server_params *p, kiln_server **out, ki
     if (p->max_connections < 0 || p->timeout_s < 0)
         return kiln_error_set(err, KILN_ERR_INVALID_ARGUMENT,
                               "max_connections and timeout_s must be >= 0");
+    kiln_tool_format tf = KILN_TOOL_FORMAT_HERMES;
+    bool tool_override = p->tool_parser && strcmp(p->tool_parser, "auto") != 0;
+    if (tool_override) {
+        kiln_status tst = kiln_tool_format_parse(p->tool_parser, &tf, err);
+        if (tst) return tst;
+    }
     kiln_server *s = calloc(1, sizeof *s);
     if (!s) return kiln_error_set(err, KILN_ERR_OUT_OF_MEMORY, "out of memory (server)");
+    s->tool_override = tool_override;
+    s->tool_format = tf;
     s->listen_fd = -1;
     pthread_mutex_init(&s->shut_mu, NULL);
     srv_metrics_init(&s->metrics);
@@ -1057,6 +1148,7 @@ kiln_status kiln_server_set_ready(kiln_server *s, const kiln_model *model, kiln_
     kiln_status st = srv_chat_init(&s->chat, model, NULL, err);
     if (st) return st;
     if (s->chat.fallback) srv_log(s, "chat template: ChatML fallback (%s)", s->chat.reason);
+    if (s->tool_override) s->chat.tool_format = s->tool_format;
     s->m = model;
     kiln_model_generation_defaults(model, &s->gen);
     s->e = engine;

@@ -45,11 +45,14 @@ typedef struct kiln_server_params {
     int64_t response_store_max;  /* bytes of stored /v1/responses results (previous_response_id,
                                     GET /v1/responses/{id}); 0 = 64 MiB, < 0 = store nothing */
     double response_store_ttl_s; /* seconds a stored response lives; 0 = 3600 */
+    const char *tool_parser; /* the tool-call markup parsed from chat replies: "hermes",
+                                "llama3", "mistral" or "none"; NULL or "auto" = the family the
+                                chat template asks for (kiln_tool_format_detect) */
 } kiln_server_params;
 
 /**
  * Bind and start answering (503 "loading" until kiln_server_set_ready).
- * Errors: KILN_ERR_INVALID_ARGUMENT (bad host or port, named), KILN_ERR_IO (bind/listen
+ * Errors: KILN_ERR_INVALID_ARGUMENT (bad host or port, or tool_parser, named), KILN_ERR_IO (bind/listen
  * failed: address in use, permission), KILN_ERR_OUT_OF_MEMORY, KILN_ERR_INTERNAL.
  */
 kiln_status kiln_server_start(const kiln_server_params *params, kiln_server **out, kiln_error *err);
