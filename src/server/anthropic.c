@@ -405,8 +405,8 @@ bool srv_anthropic_translate(const json_t *root, json_t **chat_out, srv_api_out 
     }
     if (ok) ok = translate_tools(root, chat, e);
     /* kiln's own extensions of the chat route, passed through as they are */
-    static const char *const passthrough[] = {"seed", "min_p", "repetition_penalty", "speculation",
-                                              "chat_template_kwargs"};
+    static const char *const passthrough[] = {"seed",        "min_p", "repetition_penalty",
+                                              "speculation", "fill",  "chat_template_kwargs"};
     for (size_t i = 0; ok && i < sizeof passthrough / sizeof passthrough[0]; i++) {
         json_t *v = json_object_get(root, passthrough[i]);
         if (v) json_object_set(chat, passthrough[i], v);
@@ -430,8 +430,9 @@ struct anth_out {
     int32_t *ids; /* generated tokens (for the stop sequence that matched) */
     int32_t n_ids, cap_ids;
     srv_buf text; /* streamed text so far */
-    bool block_open;
-    int n_blocks;
+    bool block_open, block_is_tool;
+    int n_blocks; /* blocks closed so far (the open one's index) */
+    int n_calls;  /* tool_use blocks streamed */
 };
 
 static void anth_token(srv_api_out *o, int32_t id) {
@@ -479,10 +480,12 @@ static const char *matched_stop(anth_out *a, const kiln_usage *u) {
     return best;
 }
 
-/* stop_reason and stop_sequence of a finished generation. */
-static const char *stop_reason(anth_out *a, const srv_api_end *end, const char **stop_seq) {
+/* stop_reason and stop_sequence of a finished generation (n_calls tool calls in the reply). */
+static const char *stop_reason(anth_out *a, const srv_api_end *end, int n_calls,
+                               const char **stop_seq) {
     *stop_seq = NULL;
     if (end->finish == KILN_FINISH_LENGTH) return "max_tokens";
+    if (n_calls > 0) return "tool_use";
     *stop_seq = matched_stop(a, end->usage);
     return *stop_seq ? "stop_sequence" : "end_turn";
 }
@@ -490,6 +493,8 @@ static const char *stop_reason(anth_out *a, const srv_api_end *end, const char *
 static json_t *usage_json(const anth_out *a, const kiln_usage *u) {
     int32_t cached = u ? (u->cached_tokens > 0 ? u->cached_tokens : 0) : 0;
     int32_t prompt = u ? u->prompt_tokens : a->base.n_prompt;
+    /* the engine may count an asserted fill's cached blocks too: never more than the prompt */
+    if (cached > prompt) cached = prompt;
     return json_pack("{s:i, s:i, s:i, s:i}", "input_tokens", prompt - cached,
                      "cache_creation_input_tokens", 0, "cache_read_input_tokens", cached,
                      "output_tokens", u ? u->completion_tokens : 0);
@@ -516,9 +521,20 @@ static bool anth_start(srv_api_out *o, srv_buf *out) {
            srv_sse_event("ping", json_pack("{s:s}", "type", "ping"), out);
 }
 
+static bool close_block(anth_out *a, srv_buf *out) {
+    if (!a->block_open) return true;
+    a->block_open = false;
+    return srv_sse_event("content_block_stop",
+                         json_pack("{s:s, s:i}", "type", "content_block_stop", "index",
+                                   a->n_blocks++),
+                         out);
+}
+
 static bool open_block(anth_out *a, srv_buf *out) {
-    if (a->block_open) return true;
+    if (a->block_open && !a->block_is_tool) return true;
+    if (!close_block(a, out)) return false;
     a->block_open = true;
+    a->block_is_tool = false;
     return srv_sse_event("content_block_start",
                          json_pack("{s:s, s:i, s:{s:s, s:s}}", "type", "content_block_start",
                                    "index", a->n_blocks, "content_block", "type", "text", "text",
@@ -538,6 +554,33 @@ static bool anth_text(srv_api_out *o, const char *text, size_t len, srv_buf *out
                          out);
 }
 
+static bool anth_tool_call(srv_api_out *o, int32_t index, const char *id, const char *name,
+                           size_t name_len, srv_buf *out) {
+    anth_out *a = (anth_out *)o;
+    (void)index;
+    if (!close_block(a, out)) return false;
+    a->block_open = true;
+    a->block_is_tool = true;
+    a->n_calls++;
+    return srv_sse_event("content_block_start",
+                         json_pack("{s:s, s:i, s:{s:s, s:s, s:s%, s:{}}}", "type",
+                                   "content_block_start", "index", a->n_blocks, "content_block",
+                                   "type", "tool_use", "id", id, "name", name, name_len, "input"),
+                         out);
+}
+
+static bool anth_tool_args(srv_api_out *o, int32_t index, const char *text, size_t len,
+                           srv_buf *out) {
+    anth_out *a = (anth_out *)o;
+    (void)index;
+    if (!a->block_open || !a->block_is_tool || len == 0) return true;
+    return srv_sse_event("content_block_delta",
+                         json_pack("{s:s, s:i, s:{s:s, s:o?}}", "type", "content_block_delta",
+                                   "index", a->n_blocks, "delta", "type", "input_json_delta",
+                                   "partial_json", srv_json_text(text, len)),
+                         out);
+}
+
 static bool anth_end(srv_api_out *o, const srv_api_end *end, srv_buf *out) {
     anth_out *a = (anth_out *)o;
     if (end->finish == KILN_FINISH_ERROR || end->finish == KILN_FINISH_CANCELLED) {
@@ -547,17 +590,9 @@ static bool anth_end(srv_api_out *o, const srv_api_end *end, srv_buf *out) {
                               : "The server is shutting down; the generation was cancelled";
         return srv_sse_event("error", error_object(type, msg), out);
     }
-    bool ok = true;
-    if (a->block_open) {
-        ok = srv_sse_event("content_block_stop",
-                           json_pack("{s:s, s:i}", "type", "content_block_stop", "index",
-                                     a->n_blocks),
-                           out);
-        a->block_open = false;
-        a->n_blocks++;
-    }
+    bool ok = close_block(a, out);
     const char *seq = NULL;
-    const char *reason = stop_reason(a, end, &seq);
+    const char *reason = stop_reason(a, end, a->n_calls, &seq);
     json_t *delta = json_pack("{s:s, s:s?}", "stop_reason", reason, "stop_sequence", seq);
     if (delta && !seq) json_object_set_new(delta, "stop_sequence", json_null());
     return ok &&
@@ -575,8 +610,22 @@ static char *anth_whole(srv_api_out *o, const char *text, size_t len, const srv_
     if (content && len > 0)
         json_array_append_new(content, json_pack("{s:s, s:o?}", "type", "text", "text",
                                                  srv_json_text(text, len)));
+    size_t n_calls = json_array_size(end->tool_calls);
+    for (size_t i = 0; content && i < n_calls; i++) {
+        json_t *c = json_array_get(end->tool_calls, i);
+        json_t *fn = json_object_get(c, "function");
+        const char *args = json_string_value(json_object_get(fn, "arguments"));
+        json_t *input = args ? json_loads(args, 0, NULL) : NULL;
+        if (!json_is_object(input)) {
+            json_decref(input);
+            input = json_object();
+        }
+        json_array_append_new(content, json_pack("{s:s, s:O?, s:O?, s:o?}", "type", "tool_use",
+                                                 "id", json_object_get(c, "id"), "name",
+                                                 json_object_get(fn, "name"), "input", input));
+    }
     const char *seq = NULL;
-    const char *reason = stop_reason(a, end, &seq);
+    const char *reason = stop_reason(a, end, (int)n_calls, &seq);
     json_t *msg = message_object(a, content, reason, seq, usage_json(a, end->usage));
     if (!msg) return NULL;
     if (!seq) json_object_set_new(msg, "stop_sequence", json_null());
@@ -597,6 +646,8 @@ static const srv_api_out_ops anth_ops = {
     .token = anth_token,
     .start = anth_start,
     .text = anth_text,
+    .tool_call = anth_tool_call,
+    .tool_args = anth_tool_args,
     .end = anth_end,
     .whole = anth_whole,
     .destroy = anth_destroy,

@@ -9,7 +9,9 @@
  * turns the engine's events into the API's own response, whole or streamed. The server calls
  * its operations on the connection's thread, in this order:
  *   token (every TOKEN event), then for a stream: start once (after the first engine event),
- *   text for each TEXT event, end once (FINISH); for a whole response: whole once (FINISH).
+ *   text for each TEXT event (with tools: the content the tool-call parser passes on, and
+ *   tool_call / tool_args for the calls it finds), end once (FINISH); for a whole response:
+ *   whole once (FINISH).
  * Nothing here does I/O.
  */
 #ifndef KILN_SERVER_API_OUT_H
@@ -31,6 +33,10 @@ typedef struct srv_api_end {
     kiln_finish_reason finish;
     const kiln_usage *usage;
     const char *message; /* KILN_FINISH_ERROR: the engine's message ("" otherwise) */
+    /* whole responses: the tool calls parsed from the reply ([{"id", "type": "function",
+     * "function": {"name", "arguments": JSON text}}], borrowed), NULL or [] for none; the
+     * text given to whole() is then the reply's content without their markup */
+    const json_t *tool_calls;
 } srv_api_end;
 
 typedef struct srv_api_out srv_api_out;
@@ -42,6 +48,13 @@ typedef struct srv_api_out_ops {
     bool (*start)(srv_api_out *o, srv_buf *out);
     /** Stream: a text delta (complete UTF-8, from the engine's TEXT event). */
     bool (*text)(srv_api_out *o, const char *text, size_t len, srv_buf *out);
+    /** Stream, with tools: call `index` (0, 1, ...) begins (its id and name, as the tool-call
+     *  parser gave them, kiln.h kiln_tool_event); text after it is content again. */
+    bool (*tool_call)(srv_api_out *o, int32_t index, const char *id, const char *name,
+                      size_t name_len, srv_buf *out);
+    /** Stream, with tools: the next bytes of call `index`'s arguments (a JSON object's text). */
+    bool (*tool_args)(srv_api_out *o, int32_t index, const char *text, size_t len,
+                      srv_buf *out);
     /** Stream: the closing events (an error event for KILN_FINISH_ERROR). */
     bool (*end)(srv_api_out *o, const srv_api_end *end, srv_buf *out);
     /** The whole response body for text[0..len) (malloc'd, *n bytes); NULL on allocation

@@ -273,14 +273,17 @@ static bool translate_text(const json_t *root, json_t *chat, srv_error *e) {
 
 typedef struct resp_out {
     srv_api_out base;
-    char msg_id[64];
     srv_rstore *store; /* borrowed; NULL = do not store */
-    double now_s;      /* the request's time, for the store */
+    double now_s;      /* the request's time */
     json_t *echo;      /* request fields the response object repeats */
     json_t *history;   /* the conversation without the instructions (for the store) */
-    srv_buf text;      /* streamed text so far */
+    /* the stream's output items, as they stand (finished ones in their final form) */
+    json_t *items;
+    bool open;         /* the last item is still being written */
+    bool open_is_call; /* ... and it is a function_call */
+    srv_buf cur;       /* the open item's text (a message's, or a call's arguments) */
+    srv_buf text;      /* every message's text, concatenated (output_text) */
     int64_t seq;       /* the next sequence_number */
-    bool item_open, item_done;
 } resp_out;
 
 static json_t *usage_json(const kiln_usage *u) {
@@ -296,11 +299,18 @@ static json_t *part_json(const char *text, size_t len) {
                      srv_json_text(text, len), "annotations", "logprobs");
 }
 
-static json_t *message_item(const resp_out *r, const char *status, const char *text, size_t len,
+static json_t *message_item(const char *id, const char *status, const char *text, size_t len,
                             bool with_part) {
     json_t *content = with_part ? json_pack("[o?]", part_json(text, len)) : json_array();
-    return json_pack("{s:s, s:s, s:s, s:s, s:o?}", "id", r->msg_id, "type", "message", "status",
-                     status, "role", "assistant", "content", content);
+    return json_pack("{s:s, s:s, s:s, s:s, s:o?}", "id", id, "type", "message", "status", status,
+                     "role", "assistant", "content", content);
+}
+
+static json_t *call_item(const char *id, const char *status, const char *call_id,
+                         const char *name, size_t name_len, const char *args, size_t args_len) {
+    return json_pack("{s:s, s:s, s:s, s:s, s:s%, s:o?}", "id", id, "type", "function_call",
+                     "status", status, "call_id", call_id, "name", name, name_len, "arguments",
+                     srv_json_text(args, args_len));
 }
 
 /* The response object: status, output (new reference or NULL = []), usage (NULL = null),
@@ -328,16 +338,34 @@ static json_t *response_object(const resp_out *r, const char *status, json_t *ou
     return o;
 }
 
-/* The finished response's output_text (the SDKs' convenience field) and its store entry. */
+/* The finished response: its output_text (the SDKs' convenience field: every message's text)
+ * and, when stored, its store entry: the conversation with the reply (text and calls) as the
+ * assistant's turn, and the ids of its output items. */
 static void finish_object(resp_out *r, json_t *o, const char *text, size_t len, bool store) {
     json_object_set_new(o, "output_text", srv_json_text(text, len));
     if (!store || !r->store) return;
+    json_t *output = json_object_get(o, "output");
+    json_t *calls = json_array();
+    const char *ids[64];
+    int n_ids = 0;
+    for (size_t i = 0; i < json_array_size(output); i++) {
+        json_t *it = json_array_get(output, i);
+        if (n_ids < 64) ids[n_ids++] = json_string_value(json_object_get(it, "id"));
+        if (strcmp(json_string_value(json_object_get(it, "type")) ?: "", "function_call") != 0)
+            continue;
+        json_array_append_new(calls, json_pack("{s:O?, s:s, s:{s:O?, s:O?}}", "id",
+                                               json_object_get(it, "call_id"), "type", "function",
+                                               "function", "name", json_object_get(it, "name"),
+                                               "arguments", json_object_get(it, "arguments")));
+    }
     char *resp = srv_json_dump(o, NULL);
     json_t *hist = json_deep_copy(r->history);
     size_t nh = json_array_size(hist);
     json_t *last = nh ? json_array_get(hist, nh - 1) : NULL;
     json_t *lc = json_object_get(last, "content");
-    if (json_is_string(lc) && !strcmp(json_string_value(json_object_get(last, "role")), "assistant") &&
+    json_t *turn = NULL;
+    if (json_is_string(lc) &&
+        !strcmp(json_string_value(json_object_get(last, "role")) ?: "", "assistant") &&
         !json_object_get(last, "tool_calls")) {
         /* an assistant prefill: the output continues it, as one message */
         srv_buf b = {0};
@@ -345,13 +373,15 @@ static void finish_object(resp_out *r, json_t *o, const char *text, size_t len, 
         srv_buf_add(&b, text, len);
         json_object_set_new(last, "content", srv_json_text(b.p, b.len));
         srv_buf_free(&b);
+        turn = last;
     } else if (hist) {
-        json_array_append_new(hist, json_pack("{s:s, s:o?}", "role", "assistant", "content",
-                                              srv_json_text(text, len)));
+        turn = json_pack("{s:s, s:o?}", "role", "assistant", "content", srv_json_text(text, len));
+        if (turn) json_array_append_new(hist, turn);
     }
+    if (turn && json_array_size(calls) > 0) json_object_set(turn, "tool_calls", calls);
     char *msgs = hist ? json_dumps(hist, JSON_COMPACT | JSON_REAL_PRECISION(17)) : NULL;
-    const char *items[1] = {r->msg_id};
-    if (resp && msgs) srv_rstore_put(r->store, r->base.id, resp, msgs, items, 1, srv_now_ms() / 1e3);
+    if (resp && msgs) srv_rstore_put(r->store, r->base.id, resp, msgs, ids, n_ids, srv_now_ms() / 1e3);
+    json_decref(calls);
     json_decref(hist);
     free(resp);
     free(msgs);
@@ -391,15 +421,67 @@ static bool resp_start(srv_api_out *o, srv_buf *out) {
                 out);
 }
 
-static bool open_item(resp_out *r, srv_buf *out) {
-    if (r->item_open) return true;
-    r->item_open = true;
+/* The open item (the last of r->items) and its output_index. */
+static json_t *open_item(resp_out *r, int *index) {
+    *index = (int)json_array_size(r->items) - 1;
+    return json_array_get(r->items, (size_t)*index);
+}
+
+/* Close the open item with `status`: its done events, its final form in r->items. */
+static bool close_item(resp_out *r, const char *status, srv_buf *out) {
+    if (!r->open) return true;
+    r->open = false;
+    int idx;
+    json_t *it = open_item(r, &idx);
+    const char *id = json_string_value(json_object_get(it, "id"));
+    const char *tx = r->cur.p ? r->cur.p : "";
+    size_t n = r->cur.len;
+    json_t *done;
+    bool ok;
+    if (r->open_is_call) {
+        done = call_item(id, status, json_string_value(json_object_get(it, "call_id")),
+                         json_string_value(json_object_get(it, "name")),
+                         json_string_length(json_object_get(it, "name")), tx, n);
+        ok = emit(r, "response.function_call_arguments.done",
+                  json_pack("{s:s, s:i, s:o?}", "item_id", id, "output_index", idx, "arguments",
+                            srv_json_text(tx, n)),
+                  out);
+    } else {
+        done = message_item(id, status, tx, n, true);
+        ok = emit(r, "response.output_text.done",
+                  json_pack("{s:s, s:i, s:i, s:o?, s:[]}", "item_id", id, "output_index", idx,
+                            "content_index", 0, "text", srv_json_text(tx, n), "logprobs"),
+                  out) &&
+             emit(r, "response.content_part.done",
+                  json_pack("{s:s, s:i, s:i, s:o?}", "item_id", id, "output_index", idx,
+                            "content_index", 0, "part", part_json(tx, n)),
+                  out);
+    }
+    if (!done) return false;
+    ok = ok && emit(r, "response.output_item.done",
+                    json_pack("{s:i, s:O}", "output_index", idx, "item", done), out);
+    json_array_set_new(r->items, (size_t)idx, done);
+    srv_buf_reset(&r->cur);
+    return ok;
+}
+
+static bool open_message(resp_out *r, srv_buf *out) {
+    if (r->open && !r->open_is_call) return true;
+    if (!close_item(r, "completed", out)) return false;
+    char id[64];
+    srv_make_id("msg_", id, sizeof id);
+    json_t *it = message_item(id, "in_progress", NULL, 0, false);
+    if (!it || json_array_append(r->items, it) != 0) {
+        json_decref(it);
+        return false;
+    }
+    r->open = true;
+    r->open_is_call = false;
+    int idx = (int)json_array_size(r->items) - 1;
     return emit(r, "response.output_item.added",
-                json_pack("{s:i, s:o?}", "output_index", 0, "item",
-                          message_item(r, "in_progress", NULL, 0, false)),
-                out) &&
+                json_pack("{s:i, s:o}", "output_index", idx, "item", it), out) &&
            emit(r, "response.content_part.added",
-                json_pack("{s:s, s:i, s:i, s:o?}", "item_id", r->msg_id, "output_index", 0,
+                json_pack("{s:s, s:i, s:i, s:o?}", "item_id", id, "output_index", idx,
                           "content_index", 0, "part", part_json("", 0)),
                 out);
 }
@@ -407,11 +489,49 @@ static bool open_item(resp_out *r, srv_buf *out) {
 static bool resp_text(srv_api_out *o, const char *text, size_t len, srv_buf *out) {
     resp_out *r = (resp_out *)o;
     if (len == 0) return true;
+    if (!open_message(r, out)) return false;
     srv_buf_add(&r->text, text, len);
-    return open_item(r, out) &&
-           emit(r, "response.output_text.delta",
-                json_pack("{s:s, s:i, s:i, s:o?, s:[]}", "item_id", r->msg_id, "output_index", 0,
-                          "content_index", 0, "delta", srv_json_text(text, len), "logprobs"),
+    srv_buf_add(&r->cur, text, len);
+    int idx;
+    json_t *it = open_item(r, &idx);
+    return emit(r, "response.output_text.delta",
+                json_pack("{s:O?, s:i, s:i, s:o?, s:[]}", "item_id", json_object_get(it, "id"),
+                          "output_index", idx, "content_index", 0, "delta",
+                          srv_json_text(text, len), "logprobs"),
+                out);
+}
+
+static bool resp_tool_call(srv_api_out *o, int32_t index, const char *call_id, const char *name,
+                           size_t name_len, srv_buf *out) {
+    resp_out *r = (resp_out *)o;
+    (void)index;
+    if (!close_item(r, "completed", out)) return false;
+    char id[64];
+    srv_make_id("fc_", id, sizeof id);
+    json_t *it = call_item(id, "in_progress", call_id, name, name_len, "", 0);
+    if (!it || json_array_append(r->items, it) != 0) {
+        json_decref(it);
+        return false;
+    }
+    r->open = true;
+    r->open_is_call = true;
+    return emit(r, "response.output_item.added",
+                json_pack("{s:i, s:o}", "output_index", (int)json_array_size(r->items) - 1,
+                          "item", it),
+                out);
+}
+
+static bool resp_tool_args(srv_api_out *o, int32_t index, const char *text, size_t len,
+                           srv_buf *out) {
+    resp_out *r = (resp_out *)o;
+    (void)index;
+    if (!r->open || !r->open_is_call || len == 0) return true;
+    srv_buf_add(&r->cur, text, len);
+    int idx;
+    json_t *it = open_item(r, &idx);
+    return emit(r, "response.function_call_arguments.delta",
+                json_pack("{s:O?, s:i, s:o?}", "item_id", json_object_get(it, "id"),
+                          "output_index", idx, "delta", srv_json_text(text, len)),
                 out);
 }
 
@@ -425,30 +545,18 @@ static bool resp_end(srv_api_out *o, const srv_api_end *end, srv_buf *out) {
         const char *msg = end->finish == KILN_FINISH_ERROR
                               ? (end->message && end->message[0] ? end->message : "generation failed")
                               : "The server is shutting down; the generation was cancelled";
-        json_t *output = r->item_open ? json_pack("[o?]", message_item(r, "incomplete", tx, n, true))
-                                      : NULL;
-        return emit(r, "response.failed",
-                    json_pack("{s:o?}", "response",
-                              response_object(r, status, output, end->usage, NULL, msg)),
-                    out);
+        bool ok = close_item(r, "incomplete", out);
+        return ok && emit(r, "response.failed",
+                          json_pack("{s:o?}", "response",
+                                    response_object(r, status, json_deep_copy(r->items),
+                                                    end->usage, NULL, msg)),
+                          out);
     }
-    const char *item_status = incomplete ? "incomplete" : "completed";
-    bool ok = open_item(r, out) &&
-              emit(r, "response.output_text.done",
-                   json_pack("{s:s, s:i, s:i, s:o?, s:[]}", "item_id", r->msg_id, "output_index",
-                             0, "content_index", 0, "text", srv_json_text(tx, n), "logprobs"),
-                   out) &&
-              emit(r, "response.content_part.done",
-                   json_pack("{s:s, s:i, s:i, s:o?}", "item_id", r->msg_id, "output_index", 0,
-                             "content_index", 0, "part", part_json(tx, n)),
-                   out) &&
-              emit(r, "response.output_item.done",
-                   json_pack("{s:i, s:o?}", "output_index", 0, "item",
-                             message_item(r, item_status, tx, n, true)),
-                   out);
-    json_t *resp = response_object(r, status, json_pack("[o?]", message_item(r, item_status, tx, n,
-                                                                             true)),
-                                   end->usage, incomplete, NULL);
+    /* a reply of nothing is still one (empty) message */
+    bool ok = (json_array_size(r->items) > 0 || open_message(r, out)) &&
+              close_item(r, incomplete ? "incomplete" : "completed", out);
+    json_t *resp = response_object(r, status, json_deep_copy(r->items), end->usage, incomplete,
+                                   NULL);
     if (!resp) return false;
     finish_object(r, resp, tx, n, true);
     return ok && emit(r, incomplete ? "response.incomplete" : "response.completed",
@@ -460,10 +568,29 @@ static char *resp_whole(srv_api_out *o, const char *text, size_t len, const srv_
     resp_out *r = (resp_out *)o;
     const char *incomplete = NULL;
     const char *status = status_of(end->finish, &incomplete);
-    json_t *resp = response_object(
-        r, status, json_pack("[o?]", message_item(r, incomplete ? "incomplete" : "completed", text,
-                                                  len, true)),
-        end->usage, incomplete, end->finish == KILN_FINISH_ERROR ? end->message : NULL);
+    const char *item_status = incomplete ? "incomplete" : "completed";
+    json_t *output = json_array();
+    size_t n_calls = json_array_size(end->tool_calls);
+    if (output && (len > 0 || n_calls == 0)) {
+        char id[64];
+        srv_make_id("msg_", id, sizeof id);
+        json_array_append_new(output, message_item(id, item_status, text, len, true));
+    }
+    for (size_t i = 0; output && i < n_calls; i++) {
+        json_t *c = json_array_get(end->tool_calls, i);
+        json_t *fn = json_object_get(c, "function");
+        json_t *name = json_object_get(fn, "name"), *args = json_object_get(fn, "arguments");
+        char id[64];
+        srv_make_id("fc_", id, sizeof id);
+        json_array_append_new(output, call_item(id, "completed",
+                                                json_string_value(json_object_get(c, "id")) ?: "",
+                                                json_string_value(name) ?: "",
+                                                json_string_length(name),
+                                                json_string_value(args) ?: "",
+                                                json_string_length(args)));
+    }
+    json_t *resp = response_object(r, status, output, end->usage, incomplete,
+                                   end->finish == KILN_FINISH_ERROR ? end->message : NULL);
     if (!resp) return NULL;
     finish_object(r, resp, text, len, end->finish == KILN_FINISH_STOP || incomplete);
     char *s = srv_json_dump(resp, n);
@@ -475,6 +602,8 @@ static void resp_destroy(srv_api_out *o) {
     resp_out *r = (resp_out *)o;
     json_decref(r->echo);
     json_decref(r->history);
+    json_decref(r->items);
+    srv_buf_free(&r->cur);
     srv_buf_free(&r->text);
     free(r);
 }
@@ -482,6 +611,8 @@ static void resp_destroy(srv_api_out *o) {
 static const srv_api_out_ops resp_ops = {
     .start = resp_start,
     .text = resp_text,
+    .tool_call = resp_tool_call,
+    .tool_args = resp_tool_args,
     .end = resp_end,
     .whole = resp_whole,
     .destroy = resp_destroy,
@@ -628,9 +759,9 @@ bool srv_responses_translate(const json_t *root, srv_rstore *store, double now_s
     if (ok && stream) json_object_set(chat, "stream", stream);
     if (ok) ok = translate_tools(root, chat, e);
     if (ok) ok = translate_text(root, chat, e);
-    static const char *const passthrough[] = {"seed",  "top_k",  "min_p", "repetition_penalty",
-                                              "presence_penalty", "frequency_penalty",
-                                              "speculation", "chat_template_kwargs"};
+    static const char *const passthrough[] = {
+        "seed",        "top_k", "min_p", "repetition_penalty",  "presence_penalty",
+        "frequency_penalty", "stop",  "speculation", "fill", "chat_template_kwargs"};
     for (size_t i = 0; ok && i < sizeof passthrough / sizeof passthrough[0]; i++) {
         json_t *v = json_object_get(root, passthrough[i]);
         if (v) json_object_set(chat, passthrough[i], v);
@@ -641,12 +772,12 @@ bool srv_responses_translate(const json_t *root, srv_rstore *store, double now_s
         bool store_it = !json_is_false(srv_json_field(root, "store"));
         r->base.ops = &resp_ops;
         srv_make_id("resp_", r->base.id, sizeof r->base.id);
-        srv_make_id("msg_", r->msg_id, sizeof r->msg_id);
+        r->items = json_array();
         r->store = store_it ? store : NULL;
         r->now_s = now_s;
         r->echo = echo_fields(root, store_it);
         r->history = json_incref(history);
-        if (!r->echo) ok = srv_oom(e, "response");
+        if (!r->echo || !r->items) ok = srv_oom(e, "response");
     }
     json_decref(history);
     if (!ok) {

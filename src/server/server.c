@@ -432,6 +432,8 @@ static bool tool_text(srv_req *r, const char *text, size_t len, bool finish) {
         case KILN_TOOL_EVENT_CONTENT:
             if (!r->gen.stream) {
                 if (!srv_buf_add(&r->text, te.text, te.len)) return false;
+            } else if (r->api) {
+                if (!r->api->ops->text(r->api, te.text, te.len, &r->out)) return false;
             } else {
                 bool ok = srv_sse_text(&r->ri, te.text, te.len, r->toks, r->n_toks,
                                        &r->text_offset, &r->out);
@@ -446,6 +448,10 @@ static bool tool_text(srv_req *r, const char *text, size_t len, bool finish) {
                                       "function", "function", "name", te.name, te.name_len,
                                       "arguments", "");
                 if (!c || json_array_append_new(r->tool_calls, c)) return false;
+            } else if (r->api) {
+                if (!r->api->ops->tool_call(r->api, te.index, te.id, te.name, te.name_len,
+                                            &r->out))
+                    return false;
             } else {
                 r->ri.n_tool_calls++;
                 if (!srv_sse_tool_call(&r->ri, te.index, te.id, te.name, NULL, 0, &r->out))
@@ -455,6 +461,9 @@ static bool tool_text(srv_req *r, const char *text, size_t len, bool finish) {
         case KILN_TOOL_EVENT_ARGUMENTS:
             if (!r->gen.stream) {
                 if (!srv_buf_add(&r->args, te.text, te.len)) return false;
+            } else if (r->api) {
+                if (!r->api->ops->tool_args(r->api, te.index, te.text, te.len, &r->out))
+                    return false;
             } else if (!srv_sse_tool_call(&r->ri, te.index, NULL, NULL, te.text, te.len,
                                           &r->out)) {
                 return false;
@@ -506,7 +515,7 @@ static bool take_event(srv_req *r, const kiln_event *ev) {
                                ev->usage.completion_tokens, ev->finish_reason,
                                (now - r->t_start) / 1e3);
         if (r->gen.stream && !r->client_gone && r->api) {
-            srv_api_end end = {r->finish, &r->usage, r->fin_message};
+            srv_api_end end = {r->finish, &r->usage, r->fin_message, NULL};
             return r->api->ops->end(r->api, &end, &r->out);
         }
         if (r->gen.stream && !r->client_gone) {
@@ -749,7 +758,7 @@ static enum MHD_Result route_generate(srv_req *r) {
             if (r->finish == KILN_FINISH_CANCELLED)
                 return fail(r, 503, "server_error", "shutting_down", NULL,
                             "The server is shutting down; the generation was cancelled");
-            srv_api_end end = {r->finish, &r->usage, r->fin_message};
+            srv_api_end end = {r->finish, &r->usage, r->fin_message, r->tool_calls};
             body = r->api->ops->whole(r->api, r->text.p ? r->text.p : "", r->text.len, &end, &len);
         } else {
             body = srv_response_json(&r->ri, r->text.p ? r->text.p : "", r->text.len, r->toks,

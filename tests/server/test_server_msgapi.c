@@ -799,6 +799,168 @@ static void test_responses_errors(tsrv *t) {
 }
 
 /* ------------------------------------------------------------------------------------ */
+/* Tool calls in the reply (the chat route's parser): forced with kiln's "fill" (asserted
+ * Hermes markup, the ChatML fallback's format) and cut at "</tool_call>" by a stop string. */
+
+static const char *FILL_CALL =
+    "\"fill\":{\"content\":\"Sure.<tool_call>\\n{\\\"name\\\": \\\"get_weather\\\", "
+    "\\\"arguments\\\": {\\\"city\\\": \\\"Paris\\\"}}\\n</tool_call>\"}";
+
+static void test_tool_output(tsrv *t) {
+    char body[1400];
+    int st = 0;
+    /* Anthropic, whole: a text block, then the tool_use block; stop_reason tool_use */
+    snprintf(body, sizeof body,
+             "{\"model\":\"m\",\"max_tokens\":90,\"temperature\":0,\"tools\":[{\"name\":"
+             "\"get_weather\",\"input_schema\":{\"type\":\"object\",\"properties\":{\"city\":"
+             "{\"type\":\"string\"}}}}],\"stop_sequences\":[\"</tool_call>\"],%s,\"messages\":"
+             "[{\"role\":\"user\",\"content\":\"Weather?\"}]%s}",
+             FILL_CALL, "");
+    json_t *j = post_json(t, "/v1/messages", AUTH_ANTH, body, &st);
+    CHECKF(st == 200, "anthropic tool output: %d", st);
+    json_t *c = json_object_get(j, "content");
+    CHECKF(json_array_size(c) == 2, "content blocks %zu", json_array_size(c));
+    CHECK(!strcmp(sget(json_array_get(c, 0), "text"), "Sure."));
+    json_t *tu = json_array_get(c, 1);
+    CHECK(!strcmp(sget(tu, "type"), "tool_use") && !strcmp(sget(tu, "name"), "get_weather") &&
+          sget(tu, "id")[0]);
+    CHECK(!strcmp(sget(json_object_get(tu, "input"), "city"), "Paris"));
+    CHECKF(!strcmp(sget(j, "stop_reason"), "tool_use"), "stop_reason %s", sget(j, "stop_reason"));
+    json_decref(j);
+    /* streamed: block 0 text, block 1 tool_use with input_json_delta pieces */
+    snprintf(body, sizeof body,
+             "{\"model\":\"m\",\"max_tokens\":90,\"temperature\":0,\"stream\":true,\"tools\":[{"
+             "\"name\":\"get_weather\",\"input_schema\":{\"type\":\"object\"}}],"
+             "\"stop_sequences\":[\"</tool_call>\"],%s,\"messages\":[{\"role\":\"user\","
+             "\"content\":\"Weather?\"}]}",
+             FILL_CALL);
+    json_t *evs = stream_events(t, "/v1/messages", AUTH_ANTH, body);
+    srv_buf args = {0}, text = {0};
+    srv_buf_add(&args, "", 0);
+    srv_buf_add(&text, "", 0);
+    int starts = 0, stops = 0;
+    const char *reason = "";
+    for (size_t i = 0; i < json_array_size(evs); i++) {
+        json_t *d = ev_data(evs, i);
+        const char *nm = ev_name(evs, i);
+        if (!strcmp(nm, "content_block_start")) {
+            json_t *cb = json_object_get(d, "content_block");
+            CHECK(iget(d, "index") == starts);
+            CHECK(!strcmp(sget(cb, "type"), starts == 0 ? "text" : "tool_use"));
+            if (starts == 1) CHECK(!strcmp(sget(cb, "name"), "get_weather"));
+            starts++;
+        } else if (!strcmp(nm, "content_block_delta")) {
+            json_t *dd = json_object_get(d, "delta");
+            if (iget(d, "index") == 0)
+                srv_buf_adds(&text, sget(dd, "text"));
+            else {
+                CHECK(!strcmp(sget(dd, "type"), "input_json_delta"));
+                srv_buf_adds(&args, sget(dd, "partial_json"));
+            }
+        } else if (!strcmp(nm, "content_block_stop")) {
+            CHECK(iget(d, "index") == stops);
+            stops++;
+        } else if (!strcmp(nm, "message_delta")) {
+            reason = sget(json_object_get(d, "delta"), "stop_reason");
+        }
+    }
+    CHECKF(starts == 2 && stops == 2, "blocks: %d started, %d stopped", starts, stops);
+    CHECKF(!strcmp(text.p, "Sure."), "streamed text '%s'", text.p);
+    json_t *in = json_loads(args.p, 0, NULL);
+    CHECKF(!strcmp(sget(in, "city"), "Paris"), "streamed input '%s'", args.p);
+    json_decref(in);
+    CHECKF(!strcmp(reason, "tool_use"), "streamed stop_reason %s", reason);
+    json_decref(evs);
+    srv_buf_free(&args);
+    srv_buf_free(&text);
+
+    /* Responses, whole: a message item, then a function_call item */
+    snprintf(body, sizeof body,
+             "{\"max_output_tokens\":90,\"temperature\":0,\"tools\":[{\"type\":\"function\","
+             "\"name\":\"get_weather\",\"parameters\":{\"type\":\"object\"}}],\"stop\":"
+             "[\"</tool_call>\"],%s,\"input\":\"Weather?\"}",
+             FILL_CALL);
+    j = post_json(t, "/v1/responses", AUTH_OAI, body, &st);
+    CHECKF(st == 200, "responses tool output: %d", st);
+    json_t *out = json_object_get(j, "output");
+    CHECKF(json_array_size(out) == 2, "output items %zu", json_array_size(out));
+    CHECK(!strcmp(sget(json_array_get(out, 0), "type"), "message"));
+    json_t *fc = json_array_get(out, 1);
+    CHECK(!strcmp(sget(fc, "type"), "function_call") && !strcmp(sget(fc, "name"), "get_weather"));
+    CHECK(!strncmp(sget(fc, "id"), "fc_", 3) && sget(fc, "call_id")[0]);
+    in = json_loads(sget(fc, "arguments"), 0, NULL);
+    CHECKF(!strcmp(sget(in, "city"), "Paris"), "arguments '%s'", sget(fc, "arguments"));
+    json_decref(in);
+    CHECK(!strcmp(sget(j, "status"), "completed") && !strcmp(sget(j, "output_text"), "Sure."));
+    /* its function_call_output, through previous_response_id: the conversation as the chat
+     * route would be given it */
+    char *call_id = strdup(sget(fc, "call_id"));
+    char b2[1400], ref_body[1400];
+    snprintf(b2, sizeof b2,
+             "{\"previous_response_id\":\"%s\",\"max_output_tokens\":8,\"temperature\":0,"
+             "\"input\":[{\"type\":\"function_call_output\",\"call_id\":\"%s\",\"output\":"
+             "\"sunny\"}]}",
+             sget(j, "id"), call_id);
+    snprintf(ref_body, sizeof ref_body,
+             "{\"max_tokens\":8,\"temperature\":0,\"messages\":[{\"role\":\"user\",\"content\":"
+             "\"Weather?\"},{\"role\":\"assistant\",\"content\":\"Sure.\",\"tool_calls\":[{\"id\":"
+             "\"%s\",\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"arguments\":"
+             "\"{\\\"city\\\": \\\"Paris\\\"}\"}}]},{\"role\":\"tool\",\"tool_call_id\":\"%s\","
+             "\"content\":\"sunny\"}]}",
+             call_id, call_id);
+    chat_ref ref = chat_reference(t, ref_body);
+    json_t *j2 = post_json(t, "/v1/responses", AUTH_OAI, b2, &st);
+    CHECKF(st == 200, "function_call_output: %d", st);
+    char *t2 = resp_text(j2);
+    CHECKF(!strcmp(t2, ref.text), "after the call: '%s', chat route's '%s'", t2, ref.text);
+    CHECK(iget(json_object_get(j2, "usage"), "input_tokens") == ref.prompt);
+    free(t2);
+    free(ref.text);
+    free(call_id);
+    json_decref(j2);
+    json_decref(j);
+
+    /* Responses, streamed: message item 0, function_call item 1 with its argument events */
+    snprintf(b2, sizeof b2, "%.*s,\"stream\":true}", (int)strlen(body) - 1, body);
+    evs = stream_events(t, "/v1/responses", AUTH_OAI, b2);
+    static const char *const want[] = {
+        "response.created", "response.in_progress", "response.output_item.added",
+        "response.content_part.added", "response.output_text.delta", "response.output_text.done",
+        "response.content_part.done", "response.output_item.done", "response.output_item.added",
+        "response.function_call_arguments.delta", "response.function_call_arguments.done",
+        "response.output_item.done", "response.completed"};
+    size_t k = 0;
+    srv_buf_add(&args, "", 0);
+    for (size_t i = 0; i < json_array_size(evs); i++) {
+        const char *nm = ev_name(evs, i);
+        CHECK(iget(ev_data(evs, i), "sequence_number") == (long long)i);
+        /* repeated deltas collapse onto one expected entry */
+        if (k > 0 && !strcmp(nm, want[k - 1]) && strstr(nm, ".delta")) {
+        } else {
+            CHECKF(k < 13 && !strcmp(nm, want[k]), "event %zu: %s, want %s", i, nm,
+                   k < 13 ? want[k] : "(end)");
+            k++;
+        }
+        if (!strcmp(nm, "response.function_call_arguments.delta")) {
+            CHECK(iget(ev_data(evs, i), "output_index") == 1);
+            srv_buf_adds(&args, sget(ev_data(evs, i), "delta"));
+        }
+        if (!strcmp(nm, "response.function_call_arguments.done"))
+            CHECKF(!strcmp(sget(ev_data(evs, i), "arguments"), args.p), "arguments.done '%s' vs '%s'",
+                   sget(ev_data(evs, i), "arguments"), args.p);
+    }
+    CHECK(k == 13);
+    json_t *fin = json_object_get(ev_data(evs, json_array_size(evs) - 1), "response");
+    json_t *fo = json_object_get(fin, "output");
+    CHECK(json_array_size(fo) == 2 &&
+          !strcmp(sget(json_array_get(fo, 1), "type"), "function_call") &&
+          !strcmp(sget(json_array_get(fo, 1), "status"), "completed") &&
+          !strcmp(sget(json_array_get(fo, 1), "arguments"), args.p));
+    json_decref(evs);
+    srv_buf_free(&args);
+}
+
+/* ------------------------------------------------------------------------------------ */
 /* The store through HTTP: TTL and byte cap.                                             */
 
 static long long metric(tsrv *t, const char *name) {
@@ -890,6 +1052,7 @@ int main(void) {
     kiln_server_params sp = {.api_key = KEY, .model_name = "stories"};
     kiln_engine_params ep = kiln_engine_default_params();
     ep.n_threads = 1;
+    ep.n_ctx = 2048; /* past the model's 512: room for the tools' system text */
     tsrv t;
     tsrv_start(&t, g_model, &sp, &ep);
     test_anthropic_basic(&t);
@@ -899,6 +1062,7 @@ int main(void) {
     test_responses_basic(&t);
     test_responses_items(&t);
     test_responses_errors(&t);
+    test_tool_output(&t);
     CHECK(tu_wait_idle(t.e, 3000));
     CHECK(kiln_server_in_flight(t.srv) == 0);
     tsrv_stop(&t);
