@@ -9,7 +9,7 @@ import { after, before, describe, test } from 'node:test';
 import Anthropic from '@anthropic-ai/sdk';
 import OpenAI from 'openai';
 import { createOpenAI } from '@ai-sdk/openai';
-import { generateText, streamText } from 'ai';
+import { generateText, jsonSchema, streamText, tool } from 'ai';
 import { SLOW, metrics, sanitizerReports, startServer } from './harness.mjs';
 
 const KEY = 'sk-kiln-msgapi';
@@ -19,7 +19,8 @@ let anthropic;
 let openai;
 
 before(async () => {
-  srv = await startServer(['--api-key', KEY, '--model-name', MODEL, '-t', '1', '--response-store-max', '1M']);
+  // --ctx past the model's 512: room for the tools' system text (Hermes, for the ChatML fallback)
+  srv = await startServer(['--api-key', KEY, '--model-name', MODEL, '-t', '1', '--response-store-max', '1M', '--ctx', '2048']);
   anthropic = new Anthropic({ apiKey: KEY, baseURL: srv.url, maxRetries: 0, timeout: 60000 * SLOW });
   openai = new OpenAI({ apiKey: KEY, baseURL: `${srv.url}/v1`, maxRetries: 0, timeout: 60000 * SLOW });
 });
@@ -38,6 +39,10 @@ async function chatReply(messages, maxTokens, extra = {}) {
 }
 
 const SYSTEM = 'You are a storyteller.';
+// kiln's "fill" forces the reply to begin with a tool call in the Hermes markup (the ChatML
+// fallback's format), cut at its closing tag by a stop string: a tiny model "calls" a tool
+const CALL = 'Sure.<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>';
+const FORCE = { fill: { content: CALL } };
 const USER = 'Tell me a story about a dog.';
 
 describe('Anthropic Messages (@anthropic-ai/sdk)', () => {
@@ -95,6 +100,29 @@ describe('Anthropic Messages (@anthropic-ai/sdk)', () => {
     const ref = await chatReply(msgs, 16);
     assert.equal(p.content[0].text, ref.text);
     assert.ok(!p.content[0].text.startsWith('Once upon a time'));
+  });
+
+  test('a tool_use block, whole and through messages.stream', async () => {
+    const req = {
+      model: MODEL, max_tokens: 90, temperature: 0, stop_sequences: ['</tool_call>'], ...FORCE,
+      tools: [{ name: 'get_weather', description: 'Weather of a city', input_schema: { type: 'object', properties: { city: { type: 'string' } } } }],
+      messages: [{ role: 'user', content: 'Weather in Paris?' }],
+    };
+    const m = await anthropic.messages.create(req);
+    assert.equal(m.stop_reason, 'tool_use');
+    assert.deepEqual(m.content.map((b) => b.type), ['text', 'tool_use']);
+    assert.equal(m.content[1].name, 'get_weather');
+    assert.deepEqual(m.content[1].input, { city: 'Paris' });
+    const fin = await anthropic.messages.stream(req).finalMessage();
+    assert.equal(fin.stop_reason, 'tool_use');
+    assert.deepEqual(fin.content[1].input, { city: 'Paris' }); // from the input_json_delta pieces
+    // the result goes back as a tool_result block
+    const next = await anthropic.messages.create({
+      ...req, fill: undefined, stop_sequences: undefined, max_tokens: 8,
+      messages: [...req.messages, { role: 'assistant', content: m.content },
+        { role: 'user', content: [{ type: 'tool_result', tool_use_id: m.content[1].id, content: 'sunny' }] }],
+    });
+    assert.equal(next.type, 'message');
   });
 
   test('errors come back as the SDK\'s typed errors', async () => {
@@ -181,6 +209,25 @@ describe('Vercel AI SDK (ai + @ai-sdk/openai, the default Responses provider)', 
     assert.equal(r.usage.outputTokens, ref.usage.output_tokens);
     assert.equal(r.usage.inputTokens, ref.usage.input_tokens);
     assert.match(r.response.id, /^resp_/);
+  });
+
+  test('a tool call comes back as the SDK\'s toolCalls', async () => {
+    // the AI SDK sends only the fields it knows: a fetch wrapper adds kiln's fill and stop
+    const force = async (url, init) => {
+      const body = JSON.parse(init.body);
+      return fetch(url, { ...init, body: JSON.stringify({ ...body, ...FORCE, stop: ['</tool_call>'] }) });
+    };
+    const p = createOpenAI({ apiKey: KEY, baseURL: `${srv.url}/v1`, fetch: force });
+    const tools = { get_weather: tool({ description: 'Weather of a city', inputSchema: jsonSchema({ type: 'object', properties: { city: { type: 'string' } }, required: ['city'] }) }) };
+    const r = await generateText({ model: p(MODEL), tools, prompt: 'Weather in Paris?', maxOutputTokens: 90, temperature: 0, maxRetries: 0 });
+    assert.equal(r.finishReason, 'tool-calls');
+    assert.equal(r.toolCalls.length, 1);
+    assert.equal(r.toolCalls[0].toolName, 'get_weather');
+    assert.deepEqual(r.toolCalls[0].input, { city: 'Paris' });
+    const s = streamText({ model: p(MODEL), tools, prompt: 'Weather in Paris?', maxOutputTokens: 90, temperature: 0, maxRetries: 0 });
+    const calls = await s.toolCalls;
+    assert.equal(calls.length, 1);
+    assert.deepEqual(calls[0].input, { city: 'Paris' });
   });
 
   test('streamText streams the same text', async () => {
