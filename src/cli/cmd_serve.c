@@ -35,6 +35,11 @@ static void serve_usage(FILE *f) {
            "                            request or between requests (default 30)\n"
            "      --shutdown-timeout S  seconds in-flight requests get on SIGINT/SIGTERM\n"
            "                            before they are cancelled (default 5)\n"
+           "      --response-store-max SIZE  bytes of stored /v1/responses results, for\n"
+           "                            previous_response_id and GET /v1/responses/{id}\n"
+           "                            (default 64M; 0 = store nothing); least recently\n"
+           "                            used ones are evicted first\n"
+           "      --response-store-ttl S  seconds a stored response lives (default 3600)\n"
            "  -q, --quiet               no per-request log lines\n"
            "  -v, --verbose             also log libmicrohttpd's messages\n"
            "      --tool-parser F       tool-call markup parsed from chat replies: hermes,\n"
@@ -137,6 +142,8 @@ int kiln_cmd_serve(int argc, char **argv) {
         {"max-connections", required_argument, 0, 'c'},
         {"timeout", required_argument, 0, 'o'},
         {"shutdown-timeout", required_argument, 0, 'g'},
+        {"response-store-max", required_argument, 0, 0x200},
+        {"response-store-ttl", required_argument, 0, 0x201},
         {"quiet", no_argument, 0, 'q'},
         {"verbose", no_argument, 0, 'v'},
         {"tool-parser", required_argument, 0, 0x3001},
@@ -207,6 +214,22 @@ int kiln_cmd_serve(int argc, char **argv) {
                                        "'%s')",
                                        optarg);
             grace_s = f;
+            break;
+        case 0x200:
+            if (!cli_parse_size(optarg, 0, INT64_MAX, &v))
+                return cli_usage_error("serve",
+                                       "--response-store-max must be a size in bytes (e.g. 64M, "
+                                       "0 = none) (got '%s')",
+                                       optarg);
+            sp.response_store_max = v > 0 ? v : -1;
+            break;
+        case 0x201:
+            if (!cli_parse_f32(optarg, 0.001f, 1e9f, &f))
+                return cli_usage_error("serve",
+                                       "--response-store-ttl must be seconds in (0, 1e9] (got "
+                                       "'%s')",
+                                       optarg);
+            sp.response_store_ttl_s = f;
             break;
         case 'q':
             sp.quiet = true;

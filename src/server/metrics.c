@@ -5,7 +5,8 @@
 
 const char *const srv_endpoint_names[] = {
     "other",    "/v1/completions", "/v1/chat/completions", "/v1/models", "/health",
-    "/metrics", "/tokenize",       "/detokenize",
+    "/metrics", "/tokenize",       "/detokenize",          "/v1/messages", "/v1/responses",
+    "/v1/responses/{id}",
 };
 const int srv_n_endpoints = (int)(sizeof srv_endpoint_names / sizeof srv_endpoint_names[0]);
 

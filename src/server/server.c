@@ -26,9 +26,13 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "server/anthropic.h"
+#include "server/api_out.h"
 #include "server/metrics.h"
 #include "server/openai.h"
 #include "server/prompt.h"
+#include "server/response_store.h"
+#include "server/responses.h"
 #include "server/srv_util.h"
 #include "server/watch.h"
 #include "util/error.h"
@@ -38,6 +42,8 @@
 #define SRV_DEFAULT_TIMEOUT_S 30
 #define SRV_SSE_BLOCK         (16 * 1024)
 #define SRV_WAIT_MS           200
+#define SRV_DEFAULT_RESPONSE_STORE_MAX ((size_t)64 << 20)
+#define SRV_DEFAULT_RESPONSE_STORE_TTL 3600.0
 
 /* Routes; the values index srv_endpoint_names (metrics.c). */
 enum {
@@ -49,6 +55,9 @@ enum {
     ROUTE_METRICS,
     ROUTE_TOKENIZE,
     ROUTE_DETOKENIZE,
+    ROUTE_MESSAGES,    /* POST /v1/messages (Anthropic) */
+    ROUTE_RESPONSES,   /* POST /v1/responses */
+    ROUTE_RESPONSE_ID, /* GET, DELETE /v1/responses/{id} */
 };
 
 enum { STATE_LOADING = 0, STATE_READY = 1, STATE_DRAINING = 2 };
@@ -77,6 +86,7 @@ struct kiln_server {
 
     srv_metrics metrics;
     srv_watch *watch;
+    srv_rstore *rstore; /* stored /v1/responses results */
     atomic_bool force_cancel;
     atomic_int in_flight;
     pthread_mutex_t shut_mu;
@@ -89,7 +99,7 @@ typedef struct srv_req {
     int route;
     char method[12];
     char path[160];
-    char id[48];
+    char id[64];
     double t_start;
     srv_buf body;
     bool too_large;
@@ -101,6 +111,7 @@ typedef struct srv_req {
     /* generation */
     bool is_gen;
     srv_gen gen;
+    srv_api_out *api; /* /v1/messages, /v1/responses: their own response shapes (api_out.h) */
     srv_resp_info ri;
     kiln_stream *stream;
     int64_t watch_h;
@@ -186,7 +197,8 @@ static enum MHD_Result queue_json(srv_req *r, int status, json_t *j) {
 
 static enum MHD_Result queue_error(srv_req *r, const srv_error *e) {
     size_t len = 0;
-    char *s = srv_error_json(e, &len);
+    char *s = r->route == ROUTE_MESSAGES ? srv_anthropic_error_json(e, &len)
+                                         : srv_error_json(e, &len);
     snprintf(r->err_msg, sizeof r->err_msg, "%.190s", e->message);
     /* After a 413 or an early answer the unread body makes the connection unusable. */
     bool close = e->http_status == 413 || atomic_load(&r->s->state) == STATE_DRAINING;
@@ -245,6 +257,17 @@ static enum MHD_Result route_metrics(srv_req *r) {
                  "# TYPE kiln_server_requests_in_flight gauge\n"
                  "kiln_server_requests_in_flight %d\n",
                  atomic_load(&s->in_flight));
+    int64_t n_stored = 0;
+    size_t stored_bytes = 0;
+    srv_rstore_stats(s->rstore, &n_stored, &stored_bytes);
+    srv_buf_addf(&b,
+                 "# HELP kiln_response_store_entries Stored /v1/responses results.\n"
+                 "# TYPE kiln_response_store_entries gauge\n"
+                 "kiln_response_store_entries %lld\n"
+                 "# HELP kiln_response_store_bytes Bytes of stored /v1/responses results.\n"
+                 "# TYPE kiln_response_store_bytes gauge\n"
+                 "kiln_response_store_bytes %zu\n",
+                 (long long)n_stored, stored_bytes);
     if (b.oom) {
         srv_buf_free(&b);
         return fail(r, 500, "server_error", NULL, NULL, "out of memory (metrics)");
@@ -354,6 +377,18 @@ done:
     return ret;
 }
 
+/* GET /v1/responses/{id} (the stored response) and DELETE /v1/responses/{id}. */
+static enum MHD_Result route_response_id(srv_req *r, const char *url) {
+    const char *id = url + strlen("/v1/responses/");
+    srv_error e = {0};
+    size_t len = 0;
+    double now = srv_now_ms() / 1e3;
+    char *body = !strcmp(r->method, "DELETE") ? srv_responses_delete(r->s->rstore, id, now, &len, &e)
+                                              : srv_responses_get(r->s->rstore, id, now, &len, &e);
+    if (!body) return queue_error(r, &e);
+    return queue_body(r, 200, "application/json", body, len, false);
+}
+
 /* ------------------------------------------------------------------------------------ */
 /* Generation.                                                                           */
 
@@ -397,6 +432,8 @@ static bool tool_text(srv_req *r, const char *text, size_t len, bool finish) {
         case KILN_TOOL_EVENT_CONTENT:
             if (!r->gen.stream) {
                 if (!srv_buf_add(&r->text, te.text, te.len)) return false;
+            } else if (r->api) {
+                if (!r->api->ops->text(r->api, te.text, te.len, &r->out)) return false;
             } else {
                 bool ok = srv_sse_text(&r->ri, te.text, te.len, r->toks, r->n_toks,
                                        &r->text_offset, &r->out);
@@ -411,6 +448,10 @@ static bool tool_text(srv_req *r, const char *text, size_t len, bool finish) {
                                       "function", "function", "name", te.name, te.name_len,
                                       "arguments", "");
                 if (!c || json_array_append_new(r->tool_calls, c)) return false;
+            } else if (r->api) {
+                if (!r->api->ops->tool_call(r->api, te.index, te.id, te.name, te.name_len,
+                                            &r->out))
+                    return false;
             } else {
                 r->ri.n_tool_calls++;
                 if (!srv_sse_tool_call(&r->ri, te.index, te.id, te.name, NULL, 0, &r->out))
@@ -420,6 +461,9 @@ static bool tool_text(srv_req *r, const char *text, size_t len, bool finish) {
         case KILN_TOOL_EVENT_ARGUMENTS:
             if (!r->gen.stream) {
                 if (!srv_buf_add(&r->args, te.text, te.len)) return false;
+            } else if (r->api) {
+                if (!r->api->ops->tool_args(r->api, te.index, te.text, te.len, &r->out))
+                    return false;
             } else if (!srv_sse_tool_call(&r->ri, te.index, NULL, NULL, te.text, te.len,
                                           &r->out)) {
                 return false;
@@ -445,11 +489,13 @@ static bool take_event(srv_req *r, const kiln_event *ev) {
         }
         r->t_last = now;
         r->n_tokens++;
+        if (r->api && r->api->ops->token) r->api->ops->token(r->api, ev->token);
         if (r->gen.logprobs) return push_tok(r, ev);
         return true;
     case KILN_EVENT_TEXT:
         if (r->tp) return tool_text(r, ev->text, ev->text_len, false);
         if (!r->gen.stream) return srv_buf_add(&r->text, ev->text, ev->text_len);
+        if (r->api) return r->api->ops->text(r->api, ev->text, ev->text_len, &r->out);
         {
             bool ok = srv_sse_text(&r->ri, ev->text, ev->text_len, r->toks, r->n_toks,
                                    &r->text_offset, &r->out);
@@ -468,6 +514,10 @@ static bool take_event(srv_req *r, const kiln_event *ev) {
         srv_metrics_generation(&s->metrics, ev->usage.prompt_tokens, ev->usage.cached_tokens,
                                ev->usage.completion_tokens, ev->finish_reason,
                                (now - r->t_start) / 1e3);
+        if (r->gen.stream && !r->client_gone && r->api) {
+            srv_api_end end = {r->finish, &r->usage, r->fin_message, NULL};
+            return r->api->ops->end(r->api, &end, &r->out);
+        }
         if (r->gen.stream && !r->client_gone) {
             if (ev->finish_reason == KILN_FINISH_ERROR) {
                 srv_error e = {.http_status = 500, .type = "server_error"};
@@ -537,11 +587,22 @@ static enum MHD_Result finish_error(srv_req *r) {
 
 static enum MHD_Result route_generate(srv_req *r) {
     kiln_server *s = r->s;
-    srv_kind kind = r->route == ROUTE_CHAT ? SRV_CHAT : SRV_COMPLETION;
+    srv_kind kind = r->route == ROUTE_COMPLETIONS ? SRV_COMPLETION : SRV_CHAT;
     srv_error e = {0};
     r->is_gen = true;
-    if (!srv_gen_parse(kind, r->body.p, r->body.len, s->n_vocab, &s->gen, &r->gen, &e))
-        return queue_error(r, &e);
+    const char *in = r->body.p;
+    size_t in_len = r->body.len;
+    char *chat = NULL; /* /v1/messages, /v1/responses: the request as a chat request */
+    if (r->route == ROUTE_MESSAGES || r->route == ROUTE_RESPONSES) {
+        srv_api_ctx ctx = {.store = s->rstore, .now_s = srv_now_ms() / 1e3};
+        if (!srv_api_translate(r->route == ROUTE_MESSAGES ? SRV_API_ANTHROPIC : SRV_API_RESPONSES,
+                               in, in_len, &ctx, &chat, &in_len, &r->api, &e))
+            return queue_error(r, &e);
+        in = chat;
+    }
+    bool parsed = srv_gen_parse(kind, in, in_len, s->n_vocab, &s->gen, &r->gen, &e);
+    free(chat);
+    if (!parsed) return queue_error(r, &e);
     srv_gen *g = &r->gen;
     if (!srv_gen_check_engine(g, s->has_draft, &e)) return queue_error(r, &e);
     srv_prompt pr;
@@ -617,7 +678,15 @@ static enum MHD_Result route_generate(srv_req *r) {
         g->req.prediction = NULL;
     }
 
-    srv_make_id(kind == SRV_CHAT ? "chatcmpl-" : "cmpl-", r->id, sizeof r->id);
+    if (r->api) {
+        snprintf(r->id, sizeof r->id, "%s", r->api->id);
+        r->api->model = s->model_name;
+        r->api->m = s->m;
+        r->api->n_prompt = n;
+        r->api->created = (int64_t)time(NULL);
+    } else {
+        srv_make_id(kind == SRV_CHAT ? "chatcmpl-" : "cmpl-", r->id, sizeof r->id);
+    }
     r->ri = (srv_resp_info){.kind = kind,
                             .id = r->id,
                             .created = (int64_t)time(NULL),
@@ -726,8 +795,17 @@ static enum MHD_Result route_generate(srv_req *r) {
         if (r->finish == KILN_FINISH_ERROR) return finish_error(r);
         if (r->text.oom) return MHD_NO;
         size_t len = 0;
-        char *body = srv_response_json(&r->ri, r->text.p ? r->text.p : "", r->text.len, r->toks,
-                                       r->n_toks, r->finish, &r->usage, &len);
+        char *body;
+        if (r->api) {
+            if (r->finish == KILN_FINISH_CANCELLED)
+                return fail(r, 503, "server_error", "shutting_down", NULL,
+                            "The server is shutting down; the generation was cancelled");
+            srv_api_end end = {r->finish, &r->usage, r->fin_message, r->tool_calls};
+            body = r->api->ops->whole(r->api, r->text.p ? r->text.p : "", r->text.len, &end, &len);
+        } else {
+            body = srv_response_json(&r->ri, r->text.p ? r->text.p : "", r->text.len, r->toks,
+                                     r->n_toks, r->finish, &r->usage, &len);
+        }
         return queue_body(r, 200, "application/json", body, len, false);
     }
 
@@ -741,7 +819,9 @@ static enum MHD_Result route_generate(srv_req *r) {
         take_event(r, &ev);
         return finish_error(r);
     }
-    if (!srv_sse_role(&r->ri, &r->out) || !take_event(r, &ev)) return MHD_NO;
+    if (!(r->api ? r->api->ops->start(r->api, &r->out) : srv_sse_role(&r->ri, &r->out)) ||
+        !take_event(r, &ev))
+        return MHD_NO;
     if (r->client_gone) return MHD_NO;
     struct MHD_Response *resp =
         MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, SRV_SSE_BLOCK, sse_reader, r, NULL);
@@ -768,7 +848,8 @@ static int route_of(const char *url, bool *is_post) {
         {"/v1/completions", ROUTE_COMPLETIONS, true}, {"/v1/chat/completions", ROUTE_CHAT, true},
         {"/v1/models", ROUTE_MODELS, false},          {"/health", ROUTE_HEALTH, false},
         {"/metrics", ROUTE_METRICS, false},           {"/tokenize", ROUTE_TOKENIZE, true},
-        {"/detokenize", ROUTE_DETOKENIZE, true},
+        {"/detokenize", ROUTE_DETOKENIZE, true},      {"/v1/messages", ROUTE_MESSAGES, true},
+        {"/v1/responses", ROUTE_RESPONSES, true},
     };
     for (size_t i = 0; i < sizeof table / sizeof table[0]; i++)
         if (!strcmp(url, table[i].path)) {
@@ -779,11 +860,18 @@ static int route_of(const char *url, bool *is_post) {
         *is_post = false;
         return ROUTE_MODELS;
     }
+    if (!strncmp(url, "/v1/responses/", 14) && url[14] && !strchr(url + 14, '/')) {
+        *is_post = false;
+        return ROUTE_RESPONSE_ID;
+    }
     return ROUTE_NONE;
 }
 
+/* The key as "Authorization: Bearer <key>" (OpenAI) or "x-api-key: <key>" (Anthropic). */
 static bool authorized(kiln_server *s, struct MHD_Connection *c) {
     if (!s->api_key) return true;
+    const char *x = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "x-api-key");
+    if (x && srv_secret_equal(x, s->api_key)) return true;
     const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
     if (!h || strncasecmp(h, "Bearer ", 7) != 0) return false;
     h += 7;
@@ -805,7 +893,11 @@ static enum MHD_Result dispatch(srv_req *r, const char *url) {
         return route_detokenize(r);
     case ROUTE_COMPLETIONS:
     case ROUTE_CHAT:
+    case ROUTE_MESSAGES:
+    case ROUTE_RESPONSES:
         return route_generate(r);
+    case ROUTE_RESPONSE_ID:
+        return route_response_id(r, url);
     default:
         return fail(r, 404, "invalid_request_error", NULL, NULL, "Invalid URL");
     }
@@ -818,7 +910,8 @@ static bool precheck(srv_req *r, struct MHD_Connection *c, const char *method, c
     bool is_post = false;
     r->route = route_of(url, &is_post);
     r->checked = true;
-    bool is_get = !strcmp(method, "GET") || !strcmp(method, "HEAD");
+    bool is_get = !strcmp(method, "GET") || !strcmp(method, "HEAD") ||
+                  (r->route == ROUTE_RESPONSE_ID && !strcmp(method, "DELETE"));
     int state = atomic_load(&s->state);
     bool open_route = r->route == ROUTE_HEALTH || r->route == ROUTE_METRICS;
     if (r->route == ROUTE_NONE)
@@ -827,10 +920,11 @@ static bool precheck(srv_req *r, struct MHD_Connection *c, const char *method, c
     else if (is_post ? strcmp(method, "POST") != 0 : !is_get)
         *ret = fail(r, 405, "invalid_request_error", NULL, NULL,
                     "Method %.12s is not allowed on %.100s (use %s)", method, url,
-                    is_post ? "POST" : "GET");
+                    is_post ? "POST" : r->route == ROUTE_RESPONSE_ID ? "GET or DELETE" : "GET");
     else if (!open_route && !authorized(s, c))
         *ret = fail(r, 401, "invalid_request_error", "invalid_api_key", NULL,
-                    "Incorrect API key provided. Pass it as 'Authorization: Bearer <key>'.");
+                    "Incorrect API key provided. Pass it as 'Authorization: Bearer <key>' (or "
+                    "'x-api-key: <key>').");
     else if (state == STATE_DRAINING && !open_route)
         *ret = fail(r, 503, "server_error", "shutting_down", NULL, "The server is shutting down");
     else if (state == STATE_LOADING && !open_route)
@@ -957,6 +1051,7 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
     }
     if (r->counted) atomic_fetch_sub(&s->in_flight, 1);
     srv_gen_free(&r->gen);
+    srv_api_out_destroy(r->api);
     srv_buf_free(&r->body);
     srv_buf_free(&r->text);
     srv_buf_free(&r->out);
@@ -1053,6 +1148,15 @@ kiln_status kiln_server_start(const kiln_server_params *p, kiln_server **out, ki
         goto fail;
     }
     if ((st = srv_watch_create(s->max_conn + 8, &s->watch, err))) goto fail;
+    s->rstore = srv_rstore_create(p->response_store_max > 0   ? (size_t)p->response_store_max
+                                  : p->response_store_max < 0 ? 0
+                                                              : SRV_DEFAULT_RESPONSE_STORE_MAX,
+                                  p->response_store_ttl_s > 0 ? p->response_store_ttl_s
+                                                              : SRV_DEFAULT_RESPONSE_STORE_TTL);
+    if (!s->rstore) {
+        st = kiln_error_set(err, KILN_ERR_OUT_OF_MEMORY, "out of memory (response store)");
+        goto fail;
+    }
     bool ipv6 = false;
     if ((st = bind_listen(s, s->host, p->port, &ipv6, err))) goto fail;
     unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ITC |
@@ -1072,6 +1176,7 @@ kiln_status kiln_server_start(const kiln_server_params *p, kiln_server **out, ki
 fail:
     if (s->listen_fd >= 0) close(s->listen_fd);
     srv_watch_destroy(s->watch);
+    srv_rstore_destroy(s->rstore);
     srv_metrics_destroy(&s->metrics);
     pthread_mutex_destroy(&s->shut_mu);
     free(s->host);
@@ -1164,6 +1269,7 @@ void kiln_server_destroy(kiln_server *s) {
     kiln_server_shutdown(s, 0);
     MHD_stop_daemon(s->d);
     srv_watch_destroy(s->watch);
+    srv_rstore_destroy(s->rstore);
     srv_chat_free(&s->chat);
     srv_metrics_destroy(&s->metrics);
     pthread_mutex_destroy(&s->shut_mu);

@@ -3,6 +3,9 @@
  *
  * HTTP/1.1 by libmicrohttpd (one thread per connection), JSON by jansson. Routes:
  *   POST /v1/completions, POST /v1/chat/completions (OpenAI API; SSE when "stream": true),
+ *   POST /v1/messages (Anthropic's Messages API, anthropic.h; errors in Anthropic's shape),
+ *   POST /v1/responses, GET and DELETE /v1/responses/{id} (OpenAI's Responses API,
+ *   responses.h, with the in-memory store of response_store.h),
  *   GET /v1/models, GET /v1/models/{id}, GET /health (200 ready, 503 loading/draining),
  *   GET /metrics (Prometheus text), POST /tokenize, POST /detokenize (vLLM's shapes).
  * Errors use OpenAI's {"error": {"message", "type", "param", "code"}} body.
@@ -29,7 +32,8 @@ typedef struct kiln_server_params {
     const char *host;        /* address to bind; NULL = "127.0.0.1" */
     int port;                /* 0 = an ephemeral port (see kiln_server_port) */
     const char *api_key;     /* when set, the /v1 routes, /tokenize and /detokenize require
-                                "Authorization: Bearer <key>" (401 otherwise) */
+                                "Authorization: Bearer <key>" or "x-api-key: <key>" (401
+                                otherwise) */
     const char *model_name;  /* the id /v1/models lists and responses carry; NULL = "kiln" */
     size_t max_body;         /* request body limit in bytes (413 above); 0 = 8 MiB */
     int32_t max_connections; /* concurrent connections; 0 = 256 */
@@ -38,6 +42,9 @@ typedef struct kiln_server_params {
     FILE *log;               /* one line per request and server events; NULL = stderr */
     bool quiet;              /* no per-request log lines */
     bool verbose;            /* also libmicrohttpd's own messages */
+    int64_t response_store_max;  /* bytes of stored /v1/responses results (previous_response_id,
+                                    GET /v1/responses/{id}); 0 = 64 MiB, < 0 = store nothing */
+    double response_store_ttl_s; /* seconds a stored response lives; 0 = 3600 */
     const char *tool_parser; /* the tool-call markup parsed from chat replies: "hermes",
                                 "llama3", "mistral" or "none"; NULL or "auto" = the family the
                                 chat template asks for (kiln_tool_format_detect) */

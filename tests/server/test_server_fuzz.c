@@ -2,7 +2,8 @@
  * test_server_fuzz.c - raw socket abuse of the in-process server, bounded in count and time:
  * garbage bytes, truncated and mutated HTTP, malformed framing (bad Content-Length, bad
  * chunks), huge and numerous headers, slow senders, silent half requests, the connection
- * cap, pipelining, and randomised JSON bodies on the generation routes. After each group
+ * cap, pipelining, and randomised JSON bodies on the generation routes (near-valid Anthropic
+ * Messages and Responses bodies too). After each group
  * the server must still answer the next request; at the end no sequence runs and no KV
  * block is in use. A response, when one comes, must be well-formed HTTP and never a 500.
  */
@@ -373,6 +374,162 @@ static void fuzz_json(int iters) {
     check_alive("json fuzz");
 }
 
+/* Near-valid bodies for /v1/messages (Anthropic) and /v1/responses: a valid request with
+ * fields replaced by random values, content blocks and input items of every kind (and broken
+ * ones), tools and tool choices. Every answer is 200 (whole or a stream of named events), 400
+ * or 404 (an unknown previous_response_id or item_reference), in the route's error shape. */
+static void rand_block(srv_buf *b, bool anthropic) {
+    static const char *const anth[] = {
+        "{\"type\":\"text\",\"text\":\"Hi\"}",
+        "{\"type\":\"text\"}",
+        "{\"type\":\"image\",\"source\":{\"type\":\"base64\",\"data\":\"AA\"}}",
+        "{\"type\":\"tool_use\",\"id\":\"t1\",\"name\":\"f\",\"input\":{\"a\":1}}",
+        "{\"type\":\"tool_use\",\"id\":5,\"name\":\"f\",\"input\":[]}",
+        "{\"type\":\"tool_result\",\"tool_use_id\":\"t1\",\"content\":\"ok\"}",
+        "{\"type\":\"tool_result\",\"tool_use_id\":\"t1\",\"content\":[{\"type\":\"text\","
+        "\"text\":\"ok\"},{\"type\":\"image\"}]}",
+        "{\"type\":\"thinking\",\"thinking\":\"hmm\"}",
+        "{\"type\":\"document\"}",
+        "{\"type\":7}",
+        "\"text\"",
+    };
+    static const char *const resp[] = {
+        "{\"role\":\"user\",\"content\":\"Hi\"}",
+        "{\"type\":\"message\",\"role\":\"assistant\",\"content\":[{\"type\":\"output_text\","
+        "\"text\":\"Once\"}]}",
+        "{\"role\":\"user\",\"content\":[{\"type\":\"input_text\",\"text\":\"a\"},{\"type\":"
+        "\"input_image\",\"image_url\":\"x\"}]}",
+        "{\"type\":\"function_call\",\"call_id\":\"c1\",\"name\":\"f\",\"arguments\":\"{}\"}",
+        "{\"type\":\"function_call\",\"call_id\":1}",
+        "{\"type\":\"function_call_output\",\"call_id\":\"c1\",\"output\":\"ok\"}",
+        "{\"type\":\"function_call_output\",\"call_id\":\"c1\",\"output\":[{\"type\":"
+        "\"input_text\",\"text\":\"ok\"}]}",
+        "{\"type\":\"item_reference\",\"id\":\"msg_nope\"}",
+        "{\"type\":\"reasoning\",\"summary\":[]}",
+        "{\"role\":\"robot\",\"content\":\"x\"}",
+        "{\"type\":\"web_search_call\"}",
+        "[]",
+    };
+    if (anthropic)
+        srv_buf_adds(b, anth[rnd(sizeof anth / sizeof anth[0])]);
+    else
+        srv_buf_adds(b, resp[rnd(sizeof resp / sizeof resp[0])]);
+}
+
+static void fuzz_msgapi(int iters) {
+    static const char *const anth_fields[] = {
+        "model", "max_tokens", "system", "stop_sequences", "temperature", "top_p", "top_k",
+        "stream", "metadata", "tools", "tool_choice", "thinking", "seed", "fill", "speculation"};
+    static const char *const resp_fields[] = {
+        "model", "instructions", "max_output_tokens", "temperature", "top_p", "stream", "store",
+        "previous_response_id", "tools", "tool_choice", "parallel_tool_calls", "text",
+        "metadata", "truncation", "background", "top_logprobs", "seed", "stop"};
+    static const char *const extras[] = {
+        "[{\"name\":\"f\",\"input_schema\":{\"type\":\"object\"}}]",
+        "[{\"type\":\"function\",\"name\":\"f\",\"parameters\":{\"type\":\"object\"}}]",
+        "[{\"type\":\"web_search_20250305\",\"name\":\"w\"}]",
+        "{\"type\":\"any\"}",
+        "{\"type\":\"tool\",\"name\":\"f\"}",
+        "{\"type\":\"function\",\"name\":\"f\"}",
+        "\"required\"",
+        "{\"format\":{\"type\":\"json_schema\",\"name\":\"x\",\"schema\":{\"type\":\"object\"}}}",
+        "{\"type\":\"enabled\",\"budget_tokens\":10}",
+        "[{\"type\":\"text\",\"text\":\"sys\"}]",
+        "[\"\\n\\n\",\"zz\"]",
+        "\"resp_0123\"",
+    };
+    int ok = 0, bad = 0;
+    for (int i = 0; i < iters; i++) {
+        bool anthropic = rnd(2);
+        srv_buf b = {0};
+        if (anthropic) {
+            srv_buf_adds(&b, "{\"model\":\"m\",\"messages\":");
+            if (rnd(5) == 0) {
+                rand_value(&b);
+            } else {
+                srv_buf_adds(&b, "[{\"role\":\"user\",\"content\":");
+                if (rnd(3) == 0) {
+                    srv_buf_adds(&b, "\"Hi\"");
+                } else {
+                    srv_buf_adds(&b, "[");
+                    int nb = 1 + (int)rnd(3);
+                    for (int k = 0; k < nb; k++) {
+                        if (k) srv_buf_adds(&b, ",");
+                        rand_block(&b, true);
+                    }
+                    srv_buf_adds(&b, "]");
+                }
+                srv_buf_adds(&b, "}");
+                if (rnd(2))
+                    srv_buf_adds(&b, ",{\"role\":\"assistant\",\"content\":[{\"type\":\"text\","
+                                     "\"text\":\"Once\"},{\"type\":\"tool_use\",\"id\":\"t1\","
+                                     "\"name\":\"f\",\"input\":{}}]}");
+                srv_buf_adds(&b, "]");
+            }
+        } else {
+            srv_buf_adds(&b, "{\"input\":");
+            if (rnd(5) == 0) {
+                rand_value(&b);
+            } else {
+                srv_buf_adds(&b, "[");
+                int nb = 1 + (int)rnd(4);
+                for (int k = 0; k < nb; k++) {
+                    if (k) srv_buf_adds(&b, ",");
+                    rand_block(&b, false);
+                }
+                srv_buf_adds(&b, "]");
+            }
+        }
+        int nf = (int)rnd(5);
+        for (int f = 0; f < nf; f++) {
+            const char *name = anthropic ? anth_fields[rnd(sizeof anth_fields / sizeof anth_fields[0])]
+                                         : resp_fields[rnd(sizeof resp_fields / sizeof resp_fields[0])];
+            srv_buf_addf(&b, ",\"%s\":", name);
+            if (rnd(2))
+                srv_buf_adds(&b, extras[rnd(sizeof extras / sizeof extras[0])]);
+            else
+                rand_value(&b);
+        }
+        /* keep generations short (the last key wins) */
+        srv_buf_adds(&b, anthropic ? ",\"max_tokens\":3}" : ",\"max_output_tokens\":3}");
+        const char *path = anthropic ? "/v1/messages" : "/v1/responses";
+        tu_resp r = tu_request(g_port, "POST", path, NULL, b.p);
+        CHECKF(r.status == 200 || r.status == 400 || r.status == 404, "%s: status %d for %s: %s",
+               path, r.status, b.p, r.body.p);
+        if (r.status == 200) {
+            ok++;
+            if (strstr(r.headers, "event-stream")) {
+                const char *p = r.body.p ? r.body.p : "";
+                bool ended = anthropic ? strstr(p, "event: message_stop") != NULL
+                                       : strstr(p, "event: response.completed") != NULL ||
+                                             strstr(p, "event: response.incomplete") != NULL;
+                CHECKF(ended, "%s: a stream without its last event for %s", path, b.p);
+            } else {
+                json_t *j = tu_json(&r);
+                CHECKF(json_is_object(j), "%s: 200 without a JSON body for %s", path, b.p);
+                json_decref(j);
+            }
+        } else if (r.status == 400 || r.status == 404) {
+            bad++;
+            json_t *j = tu_json(&r);
+            json_t *e = json_object_get(j, "error");
+            CHECKF(json_is_string(json_object_get(e, "message")), "%s: %d without an error for %s",
+                   path, r.status, b.p);
+            if (anthropic)
+                CHECKF(json_is_string(json_object_get(j, "type")) &&
+                           !strcmp(json_string_value(json_object_get(j, "type")), "error") &&
+                           json_is_string(json_object_get(e, "type")),
+                       "/v1/messages: not Anthropic's error shape: %s", r.body.p);
+            json_decref(j);
+        }
+        tu_free(&r);
+        srv_buf_free(&b);
+    }
+    printf("messages/responses fuzz: %d accepted, %d rejected\n", ok, bad);
+    CHECK(ok > 0 && bad > 0);
+    check_alive("messages/responses fuzz");
+}
+
 static void run_framing(int n) {
     (void)n;
     fuzz_framing();
@@ -416,7 +573,7 @@ int main(void) {
         {"mutated", fuzz_mutated, 50 * scale},       {"framing", run_framing, 0},
         {"big headers", run_big_headers, 0},         {"slow senders", run_slow, 0},
         {"connection cap", fuzz_connection_cap, 16}, {"pipelining", run_pipelined, 0},
-        {"json bodies", fuzz_json, 80 * scale},
+        {"json bodies", fuzz_json, 80 * scale},      {"msg/resp bodies", fuzz_msgapi, 120 * scale},
     };
     for (size_t i = 0; i < sizeof groups / sizeof groups[0]; i++) {
         double g0 = tu_now_ms();
