@@ -39,7 +39,7 @@ static kiln_model *load(const char *path, kiln_device_kind dev, kiln_status *st_
     kiln_status st = kiln_model_load(path, &mp, &m, &err);
     if (st_out) *st_out = st;
     if (st != KILN_OK && !st_out) {
-        fprintf(stderr, "load %s on %s: %s\n", path, dev ? "cuda" : "cpu", err.message);
+        fprintf(stderr, "load %s on %s: %s\n", path, dev == KILN_DEVICE_CUDA ? "cuda" : "cpu", err.message);
         exit(1);
     }
     return m;
