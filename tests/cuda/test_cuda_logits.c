@@ -102,14 +102,14 @@ static int32_t greedy_tf(const kiln_model *m, const int32_t *prompt, int32_t np,
  * rounded to the weights' type (cuda_kernels.h kiln_cu_matmul_tc), as PyTorch's bf16 path
  * does; the CPU and the references multiply f32 activations. Their logits are then held to
  * HALF_REL of the largest |logit| (the measured errors are printed; bench/gpu/README.md has
- * them), their argmax / greedy ids to HALF_AGREE of the rows; KILN_CUDA_TC=0 (the f32 CUDA-core
- * matmul) holds them to the f32 bounds. */
-#define HALF_REL   2e-2
+ * them), their argmax / greedy ids to HALF_AGREE of the rows. This is with KILN_CUDA_TC=1 (the
+ * tensor cores are opt-in); by default the f32 CUDA-core matmul holds them to the f32 bounds. */
+#define HALF_REL   1e-2 /* pycode10M measured 0.0595 / 18.0 = 3.3e-3 vs the CPU (run 5) */
 #define HALF_AGREE 0.9
 
 static bool tc_on(void) {
     const char *e = getenv("KILN_CUDA_TC");
-    return !(e && !strcmp(e, "0"));
+    return e && !strcmp(e, "1");
 }
 
 static double max_abs_diff(const float *a, const float *b, size_t n, double *max_abs) {

@@ -69,10 +69,10 @@ typedef struct cu_mm_out {
 /**
  * y_i[t, o] = sum_k w_i[o, k] x[t, k] for each of the n weights, t < n_tok, o < n_out (x
  * [n_tok, n_in]); consecutive weights of one dtype and load path share a launch (4 at most).
- * f16 / bf16 weights (kiln_cu_matmul_tc_ok) run on the tensor cores (kiln_cu_matmul_tc: x
+ * With KILN_CUDA_TC=1, f16 / bf16 weights (kiln_cu_matmul_tc_ok) run on the tensor cores (kiln_cu_matmul_tc: x
  * rounded to the weights' type, f32 accumulation, its order there); xh is scratch of
  * xh_bytes for the prefill tile kernel's rounded x (n_tok * n_in * 2 bytes; NULL or too small:
- * the streaming kernel takes every row, the same bits). f32 weights (and KILN_CUDA_TC=0): the
+ * the streaming kernel takes every row, the same bits). Otherwise (the default) the
  * CUDA-core kernel, whose order is: when n_in % 8 == 0 and w, x are 16-byte
  * aligned, lane l of the warp owning o sums the 8-element chunks k = 8l + 256j .. +7 in one
  * fmaf chain from +0 in ascending k; otherwise the elements k = l + 32j likewise; then the 32
@@ -99,8 +99,9 @@ cudaError_t kiln_cu_matmul_glu(cudaStream_t s, float *y, const void *w_gate, con
  *  tile kernel (prefill) when the scratch holds them: the same order, so the same bits. */
 #define KILN_CU_TC_STREAM_MAX_TOK 16
 
-/** Whether kiln_cu_matmul_tc takes a weight: f16 or bf16, n_in % 8 == 0, w and x 16-byte
- *  aligned, and KILN_CUDA_TC not "0". */
+/** Whether kiln_cu_matmul_tc takes a weight: KILN_CUDA_TC=1 (opt-in: its streaming kernel is
+ *  slower than the CUDA-core kernel at batch-1 decode today), f16 or bf16, n_in % 8 == 0, w
+ *  and x 16-byte aligned. */
 bool kiln_cu_matmul_tc_ok(cu_elem e, const void *w, int64_t n_in, const float *x);
 
 /**

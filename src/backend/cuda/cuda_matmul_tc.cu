@@ -396,8 +396,10 @@ template <int E> __global__ void k_round_pairs(const float *x, uint32_t *xh, int
 bool cu_tc_enabled(void) {
     static int on = -1;
     if (on < 0) {
+        /* opt-in (KILN_CUDA_TC=1) until the streaming kernel reaches the CUDA-core kernel's
+         * decode speed (bench/gpu/README.md, run 5) */
         const char *e = getenv("KILN_CUDA_TC");
-        on = !(e && !strcmp(e, "0"));
+        on = e && !strcmp(e, "1");
     }
     return on != 0;
 }
