@@ -78,21 +78,30 @@ typedef struct kiln_model kiln_model;
 
 /** Where a model's weights live, and so where every engine over the model computes. */
 typedef enum kiln_device_kind {
-    KILN_DEVICE_CPU = 0,  /* host memory and the CPU kernels (the default) */
-    KILN_DEVICE_CUDA = 1, /* an NVIDIA GPU's memory and the CUDA kernels (a build with CUDA:
+    KILN_DEVICE_AUTO = 0, /* the default: the GPU device_index (0) when this build and machine
+                             have one (kiln_device_count(KILN_DEVICE_CUDA) > device_index) and
+                             the CUDA backend runs the model; otherwise (no GPU, or the CUDA
+                             backend refuses the model as KILN_ERR_UNSUPPORTED) the CPU.
+                             kiln_model_device says where it went */
+    KILN_DEVICE_CPU = 1,  /* host memory and the CPU kernels */
+    KILN_DEVICE_CUDA = 2, /* an NVIDIA GPU's memory and the CUDA kernels (a build with CUDA:
                              CMake -DKILN_CUDA=ON|AUTO where nvcc is found) */
 } kiln_device_kind;
 
 typedef struct kiln_model_params {
     const char *tokenizer_path; /* llama2.c tokenizer.bin; NULL = look beside the model */
     bool require_tokenizer;     /* fail when no tokenizer can be found (text prompts need one) */
-    kiln_device_kind device;    /* default KILN_DEVICE_CPU. KILN_DEVICE_CUDA copies every
+    kiln_device_kind device;    /* default KILN_DEVICE_AUTO (above). KILN_DEVICE_CUDA copies every
                                    weight to the GPU at load (f32, f16 and bf16 weights;
                                    dense architectures without experts or recurrent layers);
                                    engines created over the model then run there, with their
                                    KV cache in the GPU's memory */
-    int32_t device_index;       /* CUDA: the GPU, in [0, kiln_device_count(KILN_DEVICE_CUDA)) */
+    int32_t device_index;       /* CUDA (and AUTO): the GPU, in [0, kiln_device_count(KILN_DEVICE_CUDA)) */
 } kiln_model_params;
+
+/** Where a loaded model's weights are: KILN_DEVICE_CPU or KILN_DEVICE_CUDA (never AUTO);
+ *  *index (may be NULL) gets the GPU's index (0 for the CPU). NULL model: KILN_DEVICE_CPU. */
+KILN_API kiln_device_kind kiln_model_device(const kiln_model *model, int32_t *index);
 
 /** Devices of a kind this build and machine can run on: 1 for the CPU; for CUDA the GPUs the
  *  driver reports, 0 when there is no driver or GPU or kiln was built without CUDA. */
@@ -100,7 +109,8 @@ KILN_API int32_t kiln_device_count(kiln_device_kind kind);
 
 /**
  * Load a model from a GGUF file, a llama2.c checkpoint or a Hugging Face directory.
- * params may be NULL (defaults: tokenizer found beside the model, not required).
+ * params may be NULL (defaults: tokenizer found beside the model, not required, device
+ * KILN_DEVICE_AUTO).
  * *out is set only on success; free it with kiln_model_free after every engine using it is
  * destroyed and its streams are read (kiln_stream_next decodes text with the model's
  * tokenizer; kiln_stream_destroy does not need the model).

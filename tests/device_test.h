@@ -23,7 +23,10 @@ static inline void kiln_test_require_cuda(int32_t index) {
  * "cuda:N" pick that GPU, skipping the test (exit 77) when there is none. Returns the kind. */
 static inline kiln_device_kind kiln_test_device(kiln_model_params *mp) {
     const char *d = getenv("KILN_TEST_DEVICE");
-    if (!d || !*d || !strcmp(d, "cpu")) return KILN_DEVICE_CPU;
+    if (!d || !*d || !strcmp(d, "cpu")) {
+        mp->device = KILN_DEVICE_CPU; /* not the library's default (AUTO: the GPU when present) */
+        return KILN_DEVICE_CPU;
+    }
     if (strncmp(d, "cuda", 4) != 0 || (d[4] != '\0' && d[4] != ':')) {
         fprintf(stderr, "KILN_TEST_DEVICE='%s': expected cpu, cuda or cuda:N\n", d);
         exit(1);

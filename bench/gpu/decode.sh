@@ -11,7 +11,8 @@
 # SHARED_DIR: the reference data for the tests (default ../shared). Logs: see below. Env:
 # KILN_8B_MODEL (the model's path), KILN_RUN_LIBS (a folder of the
 # server's shared libraries when the machine lacks them, as for check.sh), SKIP_TESTS=1,
-# SKIP_TORCH=1, MORE=1 (also: without programmatic launch, and the first milestone's kernels).
+# SKIP_TORCH=1, SKIP_PROF=1 (no per-operation split), MORE=1 (also: without programmatic launch,
+# and the first milestone's kernels). The tensor-core matmul (KILN_CUDA_TC=1) is timed beside the default.
 # The figures it printed are in README.md here.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -68,7 +69,8 @@ if [ -n "$gen_pid" ]; then
 fi
 ls -la "$model"
 
-./build-gpu/bench/gpu_matmul_bench >"$out/gemv.txt" 2>&1
+# the tensor-core matmul (KILN_CUDA_TC=1) for the bf16 weights: the kernels torch_gemm.py compares
+KILN_CUDA_TC=1 ./build-gpu/bench/gpu_matmul_bench >"$out/gemv.txt" 2>&1
 say "gpu_matmul_bench rc=$?"
 keep "$out/gemv.txt"
 cat "$out/gemv.txt"
@@ -99,8 +101,14 @@ bench ctx128-nographs 128 128 KILN_CUDA_GRAPHS=0
 [ "${MORE:-0}" = 1 ] && bench ctx128-nopdl 128 128 KILN_CUDA_PDL=0
 # the per-operation split: graphed decode steps timed by event nodes inside the graphs (no
 # programmatic launch overlap then), prefill chunks as launched
-bench prof-ctx128 128 64 KILN_CUDA_PROFILE=1 KILN_CUDA_PDL=0
-bench prof-ctx8192 8192 32 KILN_CUDA_PROFILE=1 KILN_CUDA_PDL=0
+if [ "${SKIP_PROF:-0}" != 1 ]; then
+  bench prof-ctx128 128 64 KILN_CUDA_PROFILE=1 KILN_CUDA_PDL=0
+  bench prof-ctx8192 8192 32 KILN_CUDA_PROFILE=1 KILN_CUDA_PDL=0
+fi
+# the tensor-core matmul for the bf16 weights (opt-in): TTFT, prefill and decode
+bench ctx128-tc 128 128 KILN_CUDA_TC=1
+bench ctx1024-tc 1024 128 KILN_CUDA_TC=1
+bench ctx8192-tc 8192 128 KILN_CUDA_TC=1
 # the first milestone's kernels ("before"; README.md: aborts since run 2, see there)
 [ "${MORE:-0}" = 1 ] && bench prof-ctx128-v1 128 32 KILN_CUDA_PROFILE=1 KILN_CUDA_KERNELS=v1
 say "benches done"

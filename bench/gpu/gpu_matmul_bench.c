@@ -64,6 +64,10 @@ static void *dev_random(size_t n_bf16, uint64_t seed) {
     return d;
 }
 
+/* the tensor-core matmul's scratch (the backend's: half its activation arena) */
+static void *g_xh;
+static size_t g_xh_bytes;
+
 typedef struct shape {
     const char *name;
     int64_t n_out, n_in; /* per weight */
@@ -84,7 +88,7 @@ static float time_shape(const shape *sh, void *const *w, int32_t M, const float 
         if (sh->glu) {
             const size_t wb = (size_t)sh->n_out * sh->n_in * 2;
             CK(kiln_cu_matmul_glu(0, y, w[c], (char *)w[c] + wb, CU_BF16, sh->n_out, sh->n_in, x,
-                                  M, CU_ACT_SILU));
+                                  M, CU_ACT_SILU, g_xh, g_xh_bytes));
         } else {
             cu_mm_out o[3];
             size_t off = 0, yoff = 0;
@@ -93,7 +97,7 @@ static float time_shape(const shape *sh, void *const *w, int32_t M, const float 
                 off += (size_t)sh->outs[i] * sh->n_in * 2;
                 yoff += (size_t)M * sh->outs[i];
             }
-            CK(kiln_cu_matmul_multi(0, o, sh->n_w, sh->n_in, x, M));
+            CK(kiln_cu_matmul_multi(0, o, sh->n_w, sh->n_in, x, M, g_xh, g_xh_bytes));
         }
         CK(cudaEventRecord(b, 0));
         CK(cudaEventSynchronize(b));
@@ -169,6 +173,8 @@ int main(int argc, char **argv) {
         }
         CK(cudaMalloc((void **)&x, nx * 4));
         CK(cudaMemcpy(x, h, nx * 4, cudaMemcpyHostToDevice));
+        g_xh_bytes = nx * 2;
+        CK(cudaMalloc(&g_xh, g_xh_bytes));
         free(h);
         size_t ny = 0;
         for (int i = 0; i < n_sh; i++) {

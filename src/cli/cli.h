@@ -188,7 +188,7 @@ void cli_warn_ctx(const char *cmd, const kiln_model *m, int64_t n_ctx);
 /** "f32" -> KILN_DTYPE_F32, "f16" -> KILN_DTYPE_F16; false for anything else. */
 bool cli_parse_kv_type(const char *s, kiln_dtype *out);
 
-/** Parse a --device value into mp: "cpu", "cuda" (GPU 0) or "cuda:N" (N a decimal integer in
+/** Parse a --device value into mp: "auto" (the default), "cpu", "cuda" (GPU 0) or "cuda:N" (N a decimal integer in
  *  [0, 1023]). False for anything else; whether the device exists is kiln_model_load's
  *  check. */
 bool cli_parse_device(const char *s, kiln_model_params *mp);

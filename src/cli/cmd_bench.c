@@ -69,7 +69,7 @@ static void bench_usage(FILE *f) {
         "                          most bytes DIR may hold (default 16G)\n"
         "      --seed S            seed of the synthetic prompts (default 1)\n"
         "      --json              print one JSON object instead of a table\n"
-        "      --device D          cpu (default), cuda or cuda:N (as for kiln run)\n"
+        "      --device D          auto (default), cpu, cuda or cuda:N (as for kiln run)\n"
         "\n"
         "shared prefix (what the prefix cache buys; replaces --concurrency, --prompt-tokens):\n"
         "      --shared-prefix N   every prompt starts with the same N synthetic tokens; runs\n"
@@ -297,7 +297,7 @@ int kiln_cmd_bench(int argc, char **argv) {
             break;
         case CLI_OPT_DEVICE:
             if (!cli_parse_device(optarg, &lp))
-                return cli_usage_error("bench", "--device must be cpu, cuda or cuda:N (got '%s')",
+                return cli_usage_error("bench", "--device must be auto, cpu, cuda or cuda:N (got '%s')",
                                        optarg);
             break;
         case 'S':

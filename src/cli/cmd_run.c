@@ -32,8 +32,9 @@ static void run_usage(FILE *f) {
             "                          0 = off (default)\n"
             "      --xtc-threshold T   XTC probability threshold, [0, 1] (default 0.1)\n"
             "      --seed S            random seed (default: random, printed)\n"
-            "      --device D          cpu (default), cuda or cuda:N: where the weights, the\n"
-            "                          KV cache and the computation live\n"
+            "      --device D          auto (default: the GPU when one is present and runs the\n"
+            "                          model, else the CPU), cpu, cuda or cuda:N: where the\n"
+            "                          weights, the KV cache and the computation live\n"
             "  -t, --threads N         threads (default: physical cores; 1 below ~4M weights)\n"
             "      --ctx N             context length (default: the model's)\n"
             "      --kv-type T         KV cache storage, K and V: f32 (default), f16, bf16,\n"
@@ -291,7 +292,7 @@ int kiln_cmd_run(int argc, char **argv) {
             break;
         case CLI_OPT_DEVICE:
             if (!cli_parse_device(optarg, &lp))
-                return cli_usage_error("run", "--device must be cpu, cuda or cuda:N (got '%s')",
+                return cli_usage_error("run", "--device must be auto, cpu, cuda or cuda:N (got '%s')",
                                        optarg);
             break;
         case 'h':

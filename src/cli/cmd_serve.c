@@ -45,6 +45,8 @@ static void serve_usage(FILE *f) {
            "      --tool-parser F       tool-call markup parsed from chat replies: hermes,\n"
            "                            llama3, mistral, none, or auto (default: the family\n"
            "                            the chat template writes; hermes without one)\n"
+           "      --device D            auto (default: the GPU when one is present and runs\n"
+           "                            the model, else the CPU), cpu, cuda or cuda:N\n"
            "engine limits:\n"
            "  -t, --threads N           compute threads (default: physical cores; 1 below\n"
            "                            ~4M weights)\n"
@@ -147,6 +149,7 @@ int kiln_cmd_serve(int argc, char **argv) {
         {"quiet", no_argument, 0, 'q'},
         {"verbose", no_argument, 0, 'v'},
         {"tool-parser", required_argument, 0, 0x3001},
+        {"device", required_argument, 0, CLI_OPT_DEVICE},
         CLI_ENGINE_LONG_OPTIONS,
         CLI_SPEC_LONG_OPTIONS,
         {"help", no_argument, 0, 'h'},
@@ -185,6 +188,12 @@ int kiln_cmd_serve(int argc, char **argv) {
             break;
         case 'T':
             lp.tokenizer_path = optarg;
+            break;
+        case CLI_OPT_DEVICE:
+            if (!cli_parse_device(optarg, &lp))
+                return cli_usage_error("serve",
+                                       "--device must be auto, cpu, cuda or cuda:N (got '%s')",
+                                       optarg);
             break;
         case 'H':
             sp.host = optarg;

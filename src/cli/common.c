@@ -186,6 +186,11 @@ bool cli_parse_kv_type(const char *s, kiln_dtype *out) {
 }
 
 bool cli_parse_device(const char *s, kiln_model_params *mp) {
+    if (!strcmp(s, "auto")) {
+        mp->device = KILN_DEVICE_AUTO;
+        mp->device_index = 0;
+        return true;
+    }
     if (!strcmp(s, "cpu")) {
         mp->device = KILN_DEVICE_CPU;
         mp->device_index = 0;

@@ -10,35 +10,57 @@
 #include "util/error.h"
 #include "util/vec.h"
 
+/* the load on one device kind (CPU or CUDA) */
+static kiln_status load_on(const char *path, const kiln_model_params *params,
+                           kiln_device_kind dev, kiln_model **out, kiln_error *err) {
+    kiln_model_load_params lp = {0};
+    if (params) {
+        lp.tokenizer_path = params->tokenizer_path;
+        lp.require_tokenizer = params->require_tokenizer;
+    }
+    if (dev == KILN_DEVICE_CUDA) {
+        const int32_t idx = params ? params->device_index : 0;
+        lp.backend = kiln_backend_ops_of(KILN_BACKEND_CUDA);
+        if (!lp.backend)
+            return kiln_error_set(err, KILN_ERR_UNSUPPORTED,
+                                  "%s: device cuda: this kiln was built without CUDA "
+                                  "(configure with -DKILN_CUDA=ON where nvcc is installed)",
+                                  path);
+        const int32_t n = kiln_backend_device_count(KILN_BACKEND_CUDA);
+        if (idx < 0 || idx >= n)
+            return kiln_error_set(err, KILN_ERR_INVALID_ARGUMENT, "%s: device cuda:%d: %s", path,
+                                  idx,
+                                  n == 0 ? "no CUDA GPU is available (no driver or no device)"
+                                         : "no such GPU");
+        lp.device = idx;
+    }
+    return kiln_model_open(path, &lp, out, err);
+}
+
 kiln_status kiln_model_load(const char *path, const kiln_model_params *params, kiln_model **out,
                             kiln_error *err) {
     if (!out) return kiln_error_set(err, KILN_ERR_INVALID_ARGUMENT, "out must not be NULL");
     *out = NULL;
     if (!path) return kiln_error_set(err, KILN_ERR_INVALID_ARGUMENT, "path must not be NULL");
-    kiln_model_load_params lp = {0};
-    if (params) {
-        lp.tokenizer_path = params->tokenizer_path;
-        lp.require_tokenizer = params->require_tokenizer;
-        if (params->device == KILN_DEVICE_CUDA) {
-            lp.backend = kiln_backend_ops_of(KILN_BACKEND_CUDA);
-            if (!lp.backend)
-                return kiln_error_set(err, KILN_ERR_UNSUPPORTED,
-                                      "%s: device cuda: this kiln was built without CUDA "
-                                      "(configure with -DKILN_CUDA=ON where nvcc is installed)",
-                                      path);
-            const int32_t n = kiln_backend_device_count(KILN_BACKEND_CUDA);
-            if (params->device_index < 0 || params->device_index >= n)
-                return kiln_error_set(err, KILN_ERR_INVALID_ARGUMENT,
-                                      "%s: device cuda:%d: %s", path, params->device_index,
-                                      n == 0 ? "no CUDA GPU is available (no driver or no device)"
-                                             : "no such GPU");
-            lp.device = params->device_index;
-        } else if (params->device != KILN_DEVICE_CPU) {
-            return kiln_error_set(err, KILN_ERR_INVALID_ARGUMENT, "%s: unknown device kind %d",
-                                  path, (int)params->device);
-        }
+    const kiln_device_kind dev = params ? params->device : KILN_DEVICE_AUTO;
+    if (dev == KILN_DEVICE_CPU || dev == KILN_DEVICE_CUDA) return load_on(path, params, dev, out, err);
+    if (dev != KILN_DEVICE_AUTO)
+        return kiln_error_set(err, KILN_ERR_INVALID_ARGUMENT, "%s: unknown device kind %d", path,
+                              (int)dev);
+    /* AUTO: the GPU when there is one and its backend runs the model, else the CPU */
+    const int32_t idx = params ? params->device_index : 0;
+    if (idx >= 0 && idx < kiln_backend_device_count(KILN_BACKEND_CUDA)) {
+        const kiln_status st = load_on(path, params, KILN_DEVICE_CUDA, out, err);
+        if (st != KILN_ERR_UNSUPPORTED) return st;
+        if (err) *err = (kiln_error){0};
     }
-    return kiln_model_open(path, &lp, out, err);
+    return load_on(path, params, KILN_DEVICE_CPU, out, err);
+}
+
+kiln_device_kind kiln_model_device(const kiln_model *model, int32_t *index) {
+    const bool gpu = model && model->placed && !model->placed->host_memory;
+    if (index) *index = gpu ? model->device : 0;
+    return gpu ? KILN_DEVICE_CUDA : KILN_DEVICE_CPU;
 }
 
 int32_t kiln_device_count(kiln_device_kind kind) {

@@ -39,7 +39,7 @@ static kiln_model *load(const char *path, kiln_device_kind dev, kiln_status *st_
     kiln_status st = kiln_model_load(path, &mp, &m, &err);
     if (st_out) *st_out = st;
     if (st != KILN_OK && !st_out) {
-        fprintf(stderr, "load %s on %s: %s\n", path, dev ? "cuda" : "cpu", err.message);
+        fprintf(stderr, "load %s on %s: %s\n", path, dev == KILN_DEVICE_CUDA ? "cuda" : "cpu", err.message);
         exit(1);
     }
     return m;
@@ -98,6 +98,20 @@ static int32_t greedy_tf(const kiln_model *m, const int32_t *prompt, int32_t np,
     return same;
 }
 
+/* Models with f16 / bf16 weights run their matmuls on the tensor cores with the activations
+ * rounded to the weights' type (cuda_kernels.h kiln_cu_matmul_tc), as PyTorch's bf16 path
+ * does; the CPU and the references multiply f32 activations. Their logits are then held to
+ * HALF_REL of the largest |logit| (the measured errors are printed; bench/gpu/README.md has
+ * them), their argmax / greedy ids to HALF_AGREE of the rows. This is with KILN_CUDA_TC=1 (the
+ * tensor cores are opt-in); by default the f32 CUDA-core matmul holds them to the f32 bounds. */
+#define HALF_REL   1e-2 /* pycode10M measured 0.0595 / 18.0 = 3.3e-3 vs the CPU (run 5) */
+#define HALF_AGREE 0.9
+
+static bool tc_on(void) {
+    const char *e = getenv("KILN_CUDA_TC");
+    return e && !strcmp(e, "1");
+}
+
 static double max_abs_diff(const float *a, const float *b, size_t n, double *max_abs) {
     double m = 0.0, big = 0.0;
     for (size_t i = 0; i < n; i++) {
@@ -119,7 +133,8 @@ static int32_t same_argmax(const float *a, const float *b, int32_t rows, int32_t
 
 /* ---- (a) GPU against CPU ---------------------------------------------------------------------- */
 
-static void vs_cpu(const char *rel) {
+static void vs_cpu(const char *rel, bool half_w) {
+    const bool half = half_w && tc_on();
     const char *path = kiln_test_shared(rel);
     if (access(path, R_OK) != 0) {
         printf("| %-40s | (missing: skipped)\n", rel);
@@ -144,13 +159,17 @@ static void vs_cpu(const char *rel) {
     double big = 0.0;
     double d = max_abs_diff(g32, c32, (size_t)n * V, &big);
     int32_t agree = same_argmax(g32, c32, n, V);
-    CHECKF(d <= 1e-4, "%s, f32 KV: max |gpu - cpu| %.3g > 1e-4", rel, d);
-    printf("| %-40s | f32 KV | max|gpu-cpu| %9.3g (bound 1e-4, max|logit| %.3g) | argmax %d/%d |\n",
-           rel, d, big, agree, n);
+    const double b32 = half ? HALF_REL * big : 1e-4;
+    CHECKF(d <= b32, "%s, f32 KV: max |gpu - cpu| %.3g > %.3g", rel, d, b32);
+    if (half)
+        CHECKF(agree >= HALF_AGREE * n, "%s, f32 KV: argmax agrees on %d of %d rows", rel, agree, n);
+    printf("| %-40s | f32 KV | max|gpu-cpu| %9.3g (bound %.3g%s, max|logit| %.3g) | argmax %d/%d |\n",
+           rel, d, b32, half ? ": tensor cores, bf16/f16 x" : "", big, agree, n);
     float *c16 = forward_all(mc, ids, n, KILN_DTYPE_F16), *g16 = forward_all(mg, ids, n, KILN_DTYPE_F16);
     const double eg = max_abs_diff(g16, c32, (size_t)n * V, NULL),
                  ec = max_abs_diff(c16, c32, (size_t)n * V, NULL);
-    const double bound = 2.0 * ec > 2e-2 ? 2.0 * ec : 2e-2;
+    double bound = 2.0 * ec > 2e-2 ? 2.0 * ec : 2e-2;
+    if (half) bound += b32;
     d = max_abs_diff(g16, c16, (size_t)n * V, NULL);
     agree = same_argmax(g16, c16, n, V);
     CHECKF(eg <= bound, "%s, f16 KV: max |gpu f16 - cpu f32| %.3g > %.3g (cpu f16's: %.3g)", rel,
@@ -168,7 +187,9 @@ static void vs_cpu(const char *rel) {
 
 /* ---- (b) GPU against transformers --------------------------------------------------------------- */
 
-static void vs_transformers(const char *dir_rel, const char *logits_ref, const char *name) {
+static void vs_transformers(const char *dir_rel, const char *logits_ref, const char *name,
+                            bool half_w) {
+    const bool half = half_w && tc_on();
     char rp[512], lp[512];
     snprintf(rp, sizeof rp, "%s/reference.safetensors", dir_rel);
     snprintf(lp, sizeof lp, "%s/%s", dir_rel, logits_ref);
@@ -193,14 +214,21 @@ static void vs_transformers(const char *dir_rel, const char *logits_ref, const c
     const int32_t T = (int32_t)ids->shape[0], V = m->cfg.n_vocab;
     REQUIRE(want->shape[0] == T && want->shape[1] == V);
     float *g = forward_all(m, ids->data, T, KILN_DTYPE_F32);
-    const double d = max_abs_diff(g, want->data, (size_t)T * V, NULL);
+    double big = 0.0;
+    const double d = max_abs_diff(g, want->data, (size_t)T * V, &big);
     int32_t first_bad = -1;
     const int32_t ng = (int32_t)greedy->shape[0];
     const int32_t same = greedy_tf(m, prompt->data, (int32_t)prompt->shape[0], greedy->data, ng,
                                    &first_bad);
-    CHECKF(d <= 1e-4, "%s: max |gpu - transformers| %.3g > 1e-4", name, d);
-    CHECKF(first_bad < 0, "%s: greedy id %d differs from transformers'", name, first_bad);
-    printf("| %-10s | max|gpu-hf| %9.3g (bound 1e-4) | greedy %d/%d |\n", name, d, same, ng);
+    const double bound = half ? HALF_REL * big : 1e-4;
+    CHECKF(d <= bound, "%s: max |gpu - transformers| %.3g > %.3g", name, d, bound);
+    if (half)
+        CHECKF(same >= HALF_AGREE * ng, "%s: %d of %d greedy ids equal transformers'", name,
+               same, ng);
+    else
+        CHECKF(first_bad < 0, "%s: greedy id %d differs from transformers'", name, first_bad);
+    printf("| %-10s | max|gpu-hf| %9.3g (bound %.3g%s, max|logit| %.3g) | greedy %d/%d |\n", name,
+           d, bound, half ? ": tensor cores, bf16/f16 x" : "", big, same, ng);
     free(g);
     kiln_model_free(m);
     kiln_safetensors_close(lref);
@@ -280,12 +308,12 @@ static void refused(const char *dir_rel, const char *name) {
 int main(void) {
     kiln_test_require_cuda(0);
     printf("(a) GPU against CPU, one forward over 96 ids\n");
-    vs_cpu("models/stories260K/stories260K-f32.gguf");
-    vs_cpu("models/stories260K/stories260K.bin");
-    vs_cpu("models/llama2xs-260K/llama2xs-f32.gguf");
-    vs_cpu("models/pycode10M");
+    vs_cpu("models/stories260K/stories260K-f32.gguf", false);
+    vs_cpu("models/stories260K/stories260K.bin", false);
+    vs_cpu("models/llama2xs-260K/llama2xs-f32.gguf", false);
+    vs_cpu("models/pycode10M", true); /* bf16 weights */
     printf("(b) GPU against transformers\n");
-    vs_transformers("models/pycode10M", "reference.safetensors", "pycode10M");
+    vs_transformers("models/pycode10M", "reference.safetensors", "pycode10M", true);
     static const char *dense[] = {"llama", "llama3", "mistral", "qwen2", "qwen3",
                                   "gemma2", "gemma3", "phi3", "gpt2"};
     for (size_t i = 0; i < sizeof dense / sizeof dense[0]; i++) {
@@ -295,7 +323,7 @@ int main(void) {
         vs_transformers(rel,
                         !strcmp(dense[i], "gemma2") ? "reference_eager_f64.safetensors"
                                                     : "reference.safetensors",
-                        dense[i]);
+                        dense[i], false);
     }
     printf("(d) decode steps through CUDA graphs against one prefill, bitwise\n");
     decode_vs_prefill("models/stories260K/stories260K-f32.gguf", KILN_DTYPE_F32);

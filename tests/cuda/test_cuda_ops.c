@@ -420,9 +420,11 @@ static double elem_of(kiln_dtype t, const void *row, int64_t k) {
 
 static void test_matmul(void) {
     const kiln_dtype types[] = {KILN_DTYPE_F32, KILN_DTYPE_F16, KILN_DTYPE_BF16};
-    const int64_t shapes[][2] = {{1, 1}, {5, 3}, {64, 64}, {172, 64}, {256, 768}, {1000, 257},
-                                 {67, 515}};
-    const int32_t ntoks[] = {1, 2, 3, 4, 5, 8, 9, 16, 33};
+    const int64_t shapes[][2] = {{1, 1},      {5, 3},      {64, 64},  {172, 64}, {256, 768},
+                                 {1000, 257}, {67, 515},   {300, 1000}, {40, 4104}};
+    /* up to KILN_CU_TC_STREAM_MAX_TOK rows the tensor-core path streams, above it tiles */
+    const int32_t ntoks[] = {1, 2, 3, 4, 5, 8, 9, 16, 17, 33, 130, 300};
+    const bool tc = getenv("KILN_CUDA_TC") && !strcmp(getenv("KILN_CUDA_TC"), "1");
     double worst_cpu = 0.0, worst_ref = 0.0;
     for (size_t ti = 0; ti < 3; ti++)
         for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
@@ -437,8 +439,17 @@ static void test_matmul(void) {
                 else if (t == KILN_DTYPE_F16) ((uint16_t *)w)[i] = kiln_fp32_to_fp16(v);
                 else ((uint16_t *)w)[i] = kiln_fp32_to_bf16(v);
             }
-            const int32_t MT = 33 + 5;
+            const int32_t MT = 300 + 5;
             float *x = rand_floats((size_t)MT * n_in, 1.0f);
+            /* the tensor cores' B operand: x rounded to the weights' type (cuda_kernels.h
+             * kiln_cu_matmul_tc); the double reference takes the same x */
+            const bool rnd = tc && t != KILN_DTYPE_F32 && n_in % 8 == 0;
+            float *xr = malloc((size_t)MT * n_in * sizeof *xr);
+            REQUIRE(xr);
+            for (size_t i = 0; i < (size_t)MT * n_in; i++)
+                xr[i] = !rnd ? x[i]
+                        : t == KILN_DTYPE_F16 ? kiln_fp16_to_fp32(kiln_fp32_to_fp16(x[i]))
+                                              : kiln_bf16_to_fp32(kiln_fp32_to_bf16(x[i]));
             void *dw = dput(w, rs * n_out);
             float *dx = dput(x, (size_t)MT * n_in * 4), *dy = dput(NULL, (size_t)MT * n_out * 4);
             const kiln_mat hm = {w, t, n_out, n_in, "w", 0}, gm = {dw, t, n_out, n_in, "w", 0};
@@ -468,7 +479,7 @@ static void test_matmul(void) {
                     for (int64_t o = 0; o < n_out; o++) {
                         double ref = 0.0, S = 0.0;
                         for (int64_t k = 0; k < n_in; k++) {
-                            const double p = elem_of(t, w + rs * o, k) * (double)x[r * n_in + k];
+                            const double p = elem_of(t, w + rs * o, k) * (double)xr[r * n_in + k];
                             ref += p;
                             S += fabs(p);
                         }
@@ -488,16 +499,19 @@ static void test_matmul(void) {
                        what, bad_inv);
                 free(g);
             }
-            /* rows 5 .. 37 as one batch: the same bits at another offset */
-            const kiln_mm gmm = {&gm, dy};
-            gpu->ops->matmul(gpu, &gmm, 1, dx + 5 * n_in, 33);
-            float *g = dget(dy, (size_t)33 * n_out);
-            CHECKF(memcmp(g, alone + 5 * n_out, (size_t)33 * n_out * 4) == 0,
-                   "matmul %s %lldx%lld: rows 5..37 as a batch differ from each alone",
-                   kiln_dtype_name(t), (long long)n_out, (long long)n_in);
-            free(g);
+            /* rows 5 .. 37 and 5 .. 304 as one batch: the same bits at another offset */
+            for (int32_t nb = 33; nb <= 300; nb += 267) {
+                const kiln_mm gmm = {&gm, dy};
+                gpu->ops->matmul(gpu, &gmm, 1, dx + 5 * n_in, nb);
+                float *g = dget(dy, (size_t)nb * n_out);
+                CHECKF(memcmp(g, alone + 5 * n_out, (size_t)nb * n_out * 4) == 0,
+                       "matmul %s %lldx%lld: rows 5..%d as a batch differ from each alone",
+                       kiln_dtype_name(t), (long long)n_out, (long long)n_in, 4 + nb);
+                free(g);
+            }
             free(w);
             free(x);
+            free(xr);
             free(c);
             free(alone);
             dfree(dw);
@@ -531,20 +545,23 @@ static void test_matmul(void) {
         dfree(y2);
         dfree(z);
     }
-    printf("matmul: largest |gpu - double ref| / sum|w x| = %.3g (bound 1e-5), |gpu - cpu| / "
-           "sum|w x| = %.3g; rows bitwise equal alone, in batches of 2..33 and at an offset\n",
-           worst_ref, worst_cpu);
+    printf("matmul: largest |gpu - double ref| / sum|w x| = %.3g (bound 1e-5; f16 / bf16 weights: "
+           "%s), |gpu - cpu| / sum|w x| = %.3g; rows bitwise equal alone, in batches of 2..300 "
+           "and at an offset\n",
+           worst_ref, tc ? "x rounded to their type in the reference, the tensor cores' operand"
+                         : "x in f32",
+           worst_cpu);
 }
 
 /* the fused forms (backend.h matmul_add, matmul_glu) give the bits of their sequences */
 static void test_matmul_fused(void) {
-    const kiln_dtype types[] = {KILN_DTYPE_F32, KILN_DTYPE_BF16};
+    const kiln_dtype types[] = {KILN_DTYPE_F32, KILN_DTYPE_BF16, KILN_DTYPE_F16};
     const int64_t shapes[][2] = {{64, 256}, {300, 72}, {33, 515}};
-    const int32_t ntoks[] = {1, 3, 9};
+    const int32_t ntoks[] = {1, 3, 9, 40, 200};
     int checked = 0;
-    for (size_t ti = 0; ti < 2; ti++)
+    for (size_t ti = 0; ti < 3; ti++)
         for (size_t si = 0; si < 3; si++)
-            for (size_t ni = 0; ni < 3; ni++) {
+            for (size_t ni = 0; ni < 5; ni++) {
                 const kiln_dtype t = types[ti];
                 const int64_t n_out = shapes[si][0], n_in = shapes[si][1];
                 const int32_t nt = ntoks[ni];
@@ -554,6 +571,7 @@ static void test_matmul_fused(void) {
                 for (int64_t i = 0; i < 2 * n_out * n_in; i++) {
                     const float v = uni();
                     if (t == KILN_DTYPE_F32) ((float *)w)[i] = v;
+                    else if (t == KILN_DTYPE_F16) ((uint16_t *)w)[i] = kiln_fp32_to_fp16(v);
                     else ((uint16_t *)w)[i] = kiln_fp32_to_bf16(v);
                 }
                 float *x = rand_floats((size_t)nt * n_in, 1.0f),
@@ -1023,7 +1041,7 @@ int main(void) {
         fprintf(stderr, "cuda backend: %s\n", err.message);
         return 1;
     }
-    const kiln_backend_reserve res = {.act_bytes = 1 << 20, .max_tokens = MAX_TOK,
+    const kiln_backend_reserve res = {.act_bytes = 8 << 20, .max_tokens = MAX_TOK,
                                       .max_keys = MAX_KEYS, .n_head = 8, .n_head_kv = 2,
                                       .head_dim = 256};
     REQUIRE(cpu->ops->arena_reserve(cpu, &res, &err) == KILN_OK);

@@ -97,6 +97,9 @@ typedef struct cuda_backend {
     int n_graphs;
     int32_t *ids_dev; /* the argmax operation's ids */
     size_t ids_cap;
+    /* the tensor-core matmul's rounded activations (kiln_cu_matmul_tc's xh): half the arena */
+    void *xh;
+    size_t xh_bytes;
     /* KILN_CUDA_KERNELS=v1 */
     bool legacy;
     float *tmp;
@@ -322,6 +325,7 @@ static void cuda_destroy(kiln_backend *be) {
         if (c->att_cnt) cudaFree(c->att_cnt);
         if (c->tmp) cudaFree(c->tmp);
         if (c->ids_dev) cudaFree(c->ids_dev);
+        if (c->xh) cudaFree(c->xh);
         if (c->prof_ev) {
             for (int i = 0; i < PROF_MAX_MARKS; i++)
                 if (c->prof_ev[i]) cudaEventDestroy(c->prof_ev[i]);
@@ -465,6 +469,25 @@ static kiln_status cuda_arena_reserve(kiln_backend *be, const kiln_backend_reser
         if (s_cap != c->att_s_cap) graphs_drop(c);
         c->att_s_cap = s_cap;
     }
+    /* the tensor-core matmul's scratch: any matmul input in the arena, rounded to 2 bytes */
+    const size_t xh_want = (bytes / 2 + 255) & ~(size_t)255;
+    if (xh_want > c->xh_bytes) {
+        cu_enter(c);
+        void *p = NULL;
+        cudaError_t e = cudaStreamSynchronize(c->stream);
+        if (e == cudaSuccess) e = cudaMalloc(&p, xh_want);
+        if (e != cudaSuccess) {
+            (void)cudaGetLastError();
+            return kiln_error_set(err, KILN_ERR_OUT_OF_MEMORY,
+                                  "cuda backend: out of device memory for the matmul's %zu-byte "
+                                  "activation scratch (half the activation arena): %s",
+                                  xh_want, cudaGetErrorString(e));
+        }
+        if (c->xh) cudaFree(c->xh);
+        c->xh = p;
+        c->xh_bytes = xh_want;
+        graphs_drop(c);
+    }
     if ((size_t)want.max_tokens > c->ids_cap) {
         cu_enter(c);
         int32_t *p = NULL;
@@ -506,7 +529,8 @@ static void cuda_numerics(const kiln_backend *be, char *buf, size_t n) {
     if (c->legacy)
         snprintf(buf, n, "cuda sm_%d%d mm=warp-v1 attn=2pass-v1", c->cc_major, c->cc_minor);
     else
-        snprintf(buf, n, "cuda sm_%d%d mm=warp8-v2 attn=split%d-v2", c->cc_major, c->cc_minor,
+        snprintf(buf, n, "cuda sm_%d%d mm=warp8-v2%s attn=split%d-v2", c->cc_major, c->cc_minor,
+                 kiln_cu_matmul_tc_ok(CU_BF16, NULL, 8, NULL) ? "+mma16816-v3" : "",
                  KILN_CU_ATTN_SPLIT);
 }
 
@@ -638,7 +662,6 @@ static float *legacy_tmp(cuda_backend *c, size_t n) {
     if (n > c->tmp_floats) {
         cu_check(c, "legacy scratch (synchronize)", cudaStreamSynchronize(c->stream));
         if (c->tmp) cudaFree(c->tmp);
-        if (c->ids_dev) cudaFree(c->ids_dev);
         c->tmp = NULL;
         cu_check(c, "legacy scratch", cudaMalloc((void **)&c->tmp, n * sizeof(float)));
         c->tmp_floats = n;
@@ -668,7 +691,8 @@ static void cuda_matmul(kiln_backend *be, const kiln_mm *outs, int n_outs, const
         }
         cu_check(c, "matmul",
                  c->legacy ? kiln_cu_matmul_v1(c->stream, o, n, outs[i0].w->n_in, x, n_tok)
-                           : kiln_cu_matmul_multi(c->stream, o, n, outs[i0].w->n_in, x, n_tok));
+                           : kiln_cu_matmul_multi(c->stream, o, n, outs[i0].w->n_in, x, n_tok,
+                                                  c->xh, c->xh_bytes));
     }
 }
 
@@ -688,7 +712,8 @@ static void cuda_matmul_add(kiln_backend *be, const kiln_mat *w, const float *x,
         cu_check(c, "add", kiln_cu_add(c->stream, y, o.y, (int64_t)n_tok * w->n_out));
         return;
     }
-    cu_check(c, "matmul_add", kiln_cu_matmul_add(c->stream, &o, w->n_in, x, n_tok));
+    cu_check(c, "matmul_add", kiln_cu_matmul_add(c->stream, &o, w->n_in, x, n_tok, c->xh,
+                                                     c->xh_bytes));
 }
 
 static void cuda_matmul_glu(kiln_backend *be, const kiln_mat *wg, const kiln_mat *wu,
@@ -710,7 +735,7 @@ static void cuda_matmul_glu(kiln_backend *be, const kiln_mat *wg, const kiln_mat
         return;
     }
     cu_check(c, "matmul_glu", kiln_cu_matmul_glu(c->stream, g, wg->data, wu->data, e, wg->n_out,
-                                                 wg->n_in, x, n_tok, act));
+                                                 wg->n_in, x, n_tok, act, c->xh, c->xh_bytes));
 }
 
 static void cuda_norm(kiln_backend *be, float *out, const float *x, const float *w, const float *b,

@@ -15,6 +15,7 @@
 #ifndef KILN_BACKEND_CUDA_CUDA_KERNELS_H
 #define KILN_BACKEND_CUDA_CUDA_KERNELS_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include <cuda_runtime_api.h>
@@ -68,7 +69,11 @@ typedef struct cu_mm_out {
 /**
  * y_i[t, o] = sum_k w_i[o, k] x[t, k] for each of the n weights, t < n_tok, o < n_out (x
  * [n_tok, n_in]); consecutive weights of one dtype and load path share a launch (4 at most).
- * The order of every y[t, o] (cuda_matmul.cu): when n_in % 8 == 0 and w, x are 16-byte
+ * With KILN_CUDA_TC=1, f16 / bf16 weights (kiln_cu_matmul_tc_ok) run on the tensor cores (kiln_cu_matmul_tc: x
+ * rounded to the weights' type, f32 accumulation, its order there); xh is scratch of
+ * xh_bytes for the prefill tile kernel's rounded x (n_tok * n_in * 2 bytes; NULL or too small:
+ * the streaming kernel takes every row, the same bits). Otherwise (the default) the
+ * CUDA-core kernel, whose order is: when n_in % 8 == 0 and w, x are 16-byte
  * aligned, lane l of the warp owning o sums the 8-element chunks k = 8l + 256j .. +7 in one
  * fmaf chain from +0 in ascending k; otherwise the elements k = l + 32j likewise; then the 32
  * lane sums are added by the xor butterfly (offsets 16, 8, 4, 2, 1). Each y[t, o] is that fixed
@@ -76,19 +81,43 @@ typedef struct cu_mm_out {
  * the decode path is the same kernel), or the other weights of the call.
  */
 cudaError_t kiln_cu_matmul_multi(cudaStream_t s, const cu_mm_out *outs, int n, int64_t n_in,
-                                 const float *x, int32_t n_tok);
+                                 const float *x, int32_t n_tok, void *xh, size_t xh_bytes);
 
 /** y[t, o] += (x W^T)[t, o], the dot in kiln_cu_matmul_multi's order, then one add: the bits of
  *  a matmul into a temporary followed by kiln_cu_add (the residual). y must not overlap x. */
 cudaError_t kiln_cu_matmul_add(cudaStream_t s, const cu_mm_out *out, int64_t n_in,
-                               const float *x, int32_t n_tok);
+                               const float *x, int32_t n_tok, void *xh, size_t xh_bytes);
 
 /** y[t, o] = act(g) * u with g = (x Wg^T)[t, o], u = (x Wu^T)[t, o] each in
  *  kiln_cu_matmul_multi's order and the glu kernel's arithmetic: the bits of the two matmuls
  *  and kiln_cu_glu. w_gate and w_up are [n_out, n_in] of elem. */
 cudaError_t kiln_cu_matmul_glu(cudaStream_t s, float *y, const void *w_gate, const void *w_up,
                                cu_elem elem, int64_t n_out, int64_t n_in, const float *x,
-                               int32_t n_tok, int act);
+                               int32_t n_tok, int act, void *xh, size_t xh_bytes);
+
+/** Row counts up to this take kiln_cu_matmul_tc's streaming kernel (decode), larger ones its
+ *  tile kernel (prefill) when the scratch holds them: the same order, so the same bits. */
+#define KILN_CU_TC_STREAM_MAX_TOK 16
+
+/** Whether kiln_cu_matmul_tc takes a weight: KILN_CUDA_TC=1 (opt-in: its streaming kernel is
+ *  slower than the CUDA-core kernel at batch-1 decode today), f16 or bf16, n_in % 8 == 0, w
+ *  and x 16-byte aligned. */
+bool kiln_cu_matmul_tc_ok(cu_elem e, const void *w, int64_t n_in, const float *x);
+
+/**
+ * The tensor-core matmul (cuda_matmul_tc.cu; mma.sync m16n8k16, f32 accumulation; issue 16):
+ * mode 0 y = x W^T for up to 4 weights of one type (outs), 1 y += x W^T (one weight), 2 the
+ * GLU form y = act(x Wg^T) * (x Wu^T) (outs[0] the gate, w_up the up weight). x [n_tok, n_in]
+ * f32 is rounded to the weights' type (round to nearest even: PyTorch's bf16 / f16 matmul
+ * operands). Order of every y[t, o]: k in groups of 32 from 0 (past n_in +0), each group two
+ * m16n8k16 instructions (k0 + 8q + {0..3}, then k0 + 8q + {4..7}, at the instruction's slots
+ * 2q, 2q+1, 2q+8, 2q+9), all into one f32 accumulator from +0; row o of w is the A operand,
+ * token t the B column: the same for the streaming kernel (n_tok <= KILN_CU_TC_STREAM_MAX_TOK,
+ * or no room in xh) and the tile kernel, whatever n_tok, offset or grid.
+ */
+cudaError_t kiln_cu_matmul_tc(cudaStream_t s, int mode, const cu_mm_out *outs, int n,
+                              const void *w_up, int act, int64_t n_in, const float *x,
+                              int32_t n_tok, void *xh, size_t xh_bytes);
 
 /** The first milestone's matmul (k = 4l + 128j chunks, 8 warps of one output each), kept
  *  for before/after timings (KILN_CUDA_KERNELS=v1); other bits than kiln_cu_matmul_multi. */

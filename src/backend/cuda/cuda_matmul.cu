@@ -326,9 +326,22 @@ static bool grid_ok(int32_t n_tok, int64_t blocks) {
 }
 
 extern "C" cudaError_t kiln_cu_matmul_multi(cudaStream_t s, const cu_mm_out *outs, int n,
-                                            int64_t n_in, const float *x, int32_t n_tok) {
+                                            int64_t n_in, const float *x, int32_t n_tok,
+                                            void *xh, size_t xh_bytes) {
     if (n_tok < 1) return cudaSuccess;
     for (int i = 0; i < n;) {
+        if (kiln_cu_matmul_tc_ok(outs[i].w_elem, outs[i].w, n_in, x)) {
+            /* a tensor-core group: consecutive weights of one type that it takes */
+            int k = 1;
+            while (i + k < n && k < CU_MM_MAX_OUTS && outs[i + k].w_elem == outs[i].w_elem &&
+                   kiln_cu_matmul_tc_ok(outs[i + k].w_elem, outs[i + k].w, n_in, x))
+                k++;
+            const cudaError_t err =
+                kiln_cu_matmul_tc(s, MM_STORE, outs + i, k, NULL, 0, n_in, x, n_tok, xh, xh_bytes);
+            if (err != cudaSuccess) return err;
+            i += k;
+            continue;
+        }
         /* a group: consecutive weights of one dtype and path, at most CU_MM_MAX_OUTS */
         const cu_elem e = outs[i].w_elem;
         const bool vec = vec_path(e, outs[i].w, n_in, x);
@@ -342,7 +355,8 @@ extern "C" cudaError_t kiln_cu_matmul_multi(cudaStream_t s, const cu_mm_out *out
         a.n_tok = n_tok;
         int k = 0;
         while (i < n && k < CU_MM_MAX_OUTS && outs[i].w_elem == e &&
-               vec_path(e, outs[i].w, n_in, x) == vec) {
+               vec_path(e, outs[i].w, n_in, x) == vec &&
+               !kiln_cu_matmul_tc_ok(outs[i].w_elem, outs[i].w, n_in, x)) {
             a.y[k] = outs[i].y;
             a.w[k] = outs[i].w;
             a.n_out[k] = outs[i].n_out;
@@ -360,8 +374,11 @@ extern "C" cudaError_t kiln_cu_matmul_multi(cudaStream_t s, const cu_mm_out *out
 }
 
 extern "C" cudaError_t kiln_cu_matmul_add(cudaStream_t s, const cu_mm_out *out, int64_t n_in,
-                                          const float *x, int32_t n_tok) {
+                                          const float *x, int32_t n_tok, void *xh,
+                                          size_t xh_bytes) {
     if (n_tok < 1 || out->n_out < 1) return cudaSuccess;
+    if (kiln_cu_matmul_tc_ok(out->w_elem, out->w, n_in, x))
+        return kiln_cu_matmul_tc(s, MM_ADD, out, 1, NULL, 0, n_in, x, n_tok, xh, xh_bytes);
     mm_args a = {};
     a.n_in = n_in;
     a.x = x;
@@ -380,8 +397,13 @@ extern "C" cudaError_t kiln_cu_matmul_add(cudaStream_t s, const cu_mm_out *out, 
 
 extern "C" cudaError_t kiln_cu_matmul_glu(cudaStream_t s, float *y, const void *w_gate,
                                           const void *w_up, cu_elem elem, int64_t n_out,
-                                          int64_t n_in, const float *x, int32_t n_tok, int act) {
+                                          int64_t n_in, const float *x, int32_t n_tok, int act,
+                                          void *xh, size_t xh_bytes) {
     if (n_tok < 1 || n_out < 1) return cudaSuccess;
+    if (kiln_cu_matmul_tc_ok(elem, w_gate, n_in, x) && kiln_cu_matmul_tc_ok(elem, w_up, n_in, x)) {
+        const cu_mm_out g = {y, w_gate, elem, n_out};
+        return kiln_cu_matmul_tc(s, MM_GLU, &g, 1, w_up, act, n_in, x, n_tok, xh, xh_bytes);
+    }
     mm_args a = {};
     a.n_in = n_in;
     a.x = x;
