@@ -133,7 +133,7 @@ static void test_chat_messages(void) {
                        "{\"type\":\"text\",\"text\":\"two\"}],\"name\":\"bob\"},"
                        "{\"role\":\"assistant\",\"content\":null},"
                        "{\"role\":\"user\",\"content\":[]}],"
-                       "\"logprobs\":true,\"top_logprobs\":2,\"tools\":[{\"type\":\"function\"}],"
+                       "\"logprobs\":true,\"top_logprobs\":2,\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}],"
                        "\"chat_template_kwargs\":{\"enable_thinking\":false}}";
     REQUIRE(parse(SRV_CHAT, body, &g, &e));
     REQUIRE(json_array_size(g.messages) == 4);
@@ -660,7 +660,8 @@ static void test_prefill_parse(void) {
         "{\"messages\":[{\"role\":\"assistant\",\"content\":\"a\"},{\"role\":\"user\","
         "\"content\":\"u\"}]}",
         "{\"messages\":[{\"role\":\"user\",\"content\":\"u\"},{\"role\":\"assistant\","
-        "\"content\":\"\",\"tool_calls\":[{\"id\":\"1\"}]}]}",
+        "\"content\":\"\",\"tool_calls\":[{\"id\":\"1\",\"type\":\"function\",\"function\":"
+        "{\"name\":\"f\",\"arguments\":\"{}\"}}]}]}",
         "{\"messages\":[{\"role\":\"user\",\"content\":\"u\"},{\"role\":\"assistant\","
         "\"content\":null}]}",
         "{\"messages\":[{\"role\":\"user\",\"content\":\"u\"},{\"role\":\"assistant\","

@@ -235,15 +235,6 @@ __global__ void __launch_bounds__(WARPS * 32) k_matmul(mm_args a) {
     }
 }
 
-bool cu_pdl_enabled(void) {
-    static int on = -1;
-    if (on < 0) {
-        const char *e = getenv("KILN_CUDA_PDL");
-        on = !(e && !strcmp(e, "0"));
-    }
-    return on != 0;
-}
-
 /* launched with programmatic stream serialization: it may start while the kernel before it
  * finishes (k_matmul waits for it before reading anything it wrote) */
 /* Launch shapes (gpu_matmul_bench's variant table on the H200, run 3 of bench/gpu/README.md:
