@@ -89,7 +89,7 @@ MODELS = [
     # models whose rows split into the k-quants' 256-blocks
     *[{"key": "pycode10M-" + t, "src": "@pycode10M-" + t, "ids": "@pycode10M",
        "n_ids": N_PY_MADE_IDS, "quant": t != "f16",
-       "make": ["convert", M + "pycode10M", "OUT", "--type", t]}
+       "make": ["convert", M + "pycode10M", "OUT", "--type", t, "--no-tokenizer"]}
       for t in ["f16", "q8_0", "q4_k", "q6_k"]],
 ]
 BY_KEY = {m["key"]: m for m in MODELS}
