@@ -400,6 +400,13 @@ int kiln_cmd_run(int argc, char **argv) {
         /* one request: exactly its need, plus room for one verify step's drafts */
         int64_t kv = (int64_t)ids.n + rq.max_tokens;
         if (ep.spec > KILN_SPEC_OFF || rq.prediction) kv += KILN_MAX_SPEC_K + 1;
+        if (ep.kv_quant_start > 0) {
+            /* the delayed transition's f16 reserve (engine.c: N positions plus 4 blocks, at
+             * most half the pool) counted in quantized blocks: an f16 block costs up to 3.6
+             * q4_0 blocks, so 8 reserves' positions more cover it in any format */
+            const int64_t bs = ep.block_size > 0 ? ep.block_size : 16;
+            kv += 8 * (((int64_t)ep.kv_quant_start + bs - 1) / bs + 4) * bs;
+        }
         ep.kv_tokens = kv > INT32_MAX ? INT32_MAX : (int32_t)kv;
     }
     if (kiln_engine_create(m, &ep, &engine, &err) != KILN_OK) {

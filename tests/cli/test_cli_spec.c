@@ -253,6 +253,34 @@ static void cleanup(const char *dir) {
     if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
 }
 
+/* `kiln run --kv-quant-start N` with the default pool (sized from the request): the run must
+ * find room for the delayed transition's f16 reserve (it was refused before: the reserve was
+ * more than half of a pool of exactly prompt + max tokens), and while the sequence is not
+ * longer than N its greedy tokens are those of --kv-type f16 (the design's promise: bitwise
+ * f16 logits below N). */
+static void test_kv_quant_start_default_pool(void) {
+    char err[4096];
+    const char *const f16[] = {"--kv-type", "f16", NULL};
+    json_t *ref = run_json(f16, err, sizeof err);
+    REQUIRE(ref);
+    const size_t n_prompt = json_array_size(json_object_get(ref, "prompt_ids"));
+    char start[16];
+    snprintf(start, sizeof start, "%zu", n_prompt + 10);
+    const char *const q[] = {"--kv-type", "q4_0", "--kv-quant-start", start, NULL};
+    json_t *got = run_json(q, err, sizeof err);
+    CHECKF(got != NULL, "--kv-type q4_0 --kv-quant-start %s with the default pool: %s", start,
+           err);
+    if (got) {
+        json_t *a = json_object_get(ref, "generated_ids"), *b = json_object_get(got, "generated_ids");
+        CHECK(json_array_size(b) == json_array_size(a));
+        for (size_t i = 0; i < 9 && i < json_array_size(a); i++)
+            CHECKF(json_equal(json_array_get(a, i), json_array_get(b, i)),
+                   "token %zu below --kv-quant-start differs from --kv-type f16", i);
+    }
+    json_decref(ref);
+    json_decref(got);
+}
+
 int main(void) {
     snprintf(g_kiln, sizeof g_kiln, "%s/kiln", KILN_BINARY_DIR);
     kiln_test_require_file(g_kiln);
@@ -263,6 +291,7 @@ int main(void) {
     test_help();
     test_flag_errors();
     test_run_exact();
+    test_kv_quant_start_default_pool();
     cleanup(g_tmpdir);
     return kiln_test_finish("test_cli_spec");
 }
