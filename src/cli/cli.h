@@ -185,9 +185,6 @@ const char *cli_spec_name(kiln_spec_source s);
  * were trained on, so quality usually degrades (llama.cpp warns likewise). */
 void cli_warn_ctx(const char *cmd, const kiln_model *m, int64_t n_ctx);
 
-/** "f32" -> KILN_DTYPE_F32, "f16" -> KILN_DTYPE_F16; false for anything else. */
-bool cli_parse_kv_type(const char *s, kiln_dtype *out);
-
 /** Parse a --device value into mp: "auto" (the default), "cpu", "cuda" (GPU 0) or "cuda:N" (N a decimal integer in
  *  [0, 1023]). False for anything else; whether the device exists is kiln_model_load's
  *  check. */
@@ -210,5 +207,10 @@ bool cli_parse_kv_format(const char *s, kiln_dtype *out);
 const char *cli_kv_format_names(void);
 /** The traits table's name of format t, "?" when t is not a format. */
 const char *cli_kv_format_name(kiln_dtype t);
+/** One of --kv-type / --kv-type-k / --kv-type-v (opt, as typed) with its value arg: sets *k
+ *  and *v (--kv-type), or the one side named. Returns 0, or cli_usage_error(cmd, ...)'s exit
+ *  code naming opt and the accepted formats when arg is not a format. (kv_names.c) */
+int cli_kv_side_option(const char *cmd, const char *opt, const char *arg, kiln_dtype *k,
+                       kiln_dtype *v);
 
 #endif

@@ -150,14 +150,10 @@ int kiln_cmd_fit(int argc, char **argv) {
         case OPT_KV:
         case OPT_KVK:
         case OPT_KVV: {
-            kiln_dtype t;
             const char *name = c == OPT_KV ? "--kv-type" : c == OPT_KVK ? "--kv-type-k"
                                                                          : "--kv-type-v";
-            if (!cli_parse_kv_format(optarg, &t))
-                return cli_usage_error("fit", "%s must be one of %s (got '%s')", name,
-                                       cli_kv_format_names(), optarg);
-            if (c != OPT_KVV) kv_k = t;
-            if (c != OPT_KVK) kv_v = t;
+            const int rc = cli_kv_side_option("fit", name, optarg, &kv_k, &kv_v);
+            if (rc) return rc;
             break;
         }
         case OPT_MEM:

@@ -79,14 +79,14 @@ int kiln_cmd_logits(int argc, char **argv) {
                                        optarg);
             break;
         case 'K':
-            if (!cli_parse_kv_type(optarg, &kv_type))
+            if (!cli_parse_kv_format(optarg, &kv_type))
                 return cli_usage_error("logits",
                                        "--kv-type must be f32, f16, bf16, q8_0 or q4_0 (got '%s')",
                                        optarg);
             break;
         case 'k':
         case 'v':
-            if (!cli_parse_kv_type(optarg, c == 'k' ? &kv_k : &kv_v))
+            if (!cli_parse_kv_format(optarg, c == 'k' ? &kv_k : &kv_v))
                 return cli_usage_error("logits",
                                        "--kv-type-%c must be f32, f16, bf16, q8_0 or q4_0 (got "
                                        "'%s')",

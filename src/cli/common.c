@@ -178,13 +178,6 @@ int cli_backend(int n, kiln_backend **be) {
     return 0;
 }
 
-bool cli_parse_kv_type(const char *s, kiln_dtype *out) {
-    const kiln_kv_format_traits *f = kiln_kv_format_by_name(s);
-    if (!f) return false;
-    *out = f->dtype;
-    return true;
-}
-
 bool cli_parse_device(const char *s, kiln_model_params *mp) {
     if (!strcmp(s, "auto")) {
         mp->device = KILN_DEVICE_AUTO;
@@ -289,7 +282,7 @@ int cli_engine_option(const char *cmd, int opt, const char *arg, kiln_engine_par
     }
     if (opt == CLI_OPT_KV_TYPE) {
         kiln_dtype t;
-        if (!cli_parse_kv_type(arg, &t))
+        if (!cli_parse_kv_format(arg, &t))
             return cli_usage_error(cmd, "--kv-type must be %s (got '%s')", kiln_kv_format_names(),
                                    arg);
         ep->kv_type = t == KILN_DTYPE_F16    ? KILN_KV_F16
@@ -302,7 +295,7 @@ int cli_engine_option(const char *cmd, int opt, const char *arg, kiln_engine_par
     if (opt == CLI_OPT_KV_TYPE_K || opt == CLI_OPT_KV_TYPE_V) {
         const char *name = opt == CLI_OPT_KV_TYPE_K ? "--kv-type-k" : "--kv-type-v";
         kiln_dtype t;
-        if (!arg || !cli_parse_kv_type(arg, &t))
+        if (!arg || !cli_parse_kv_format(arg, &t))
             return cli_usage_error(cmd, "%s must be %s (got '%s')", name, kiln_kv_format_names(),
                                    arg ? arg : "");
         *(opt == CLI_OPT_KV_TYPE_K ? &ep->kv_type_k : &ep->kv_type_v) = arg;
