@@ -209,7 +209,7 @@ const char *cli_kv_format_names(void);
 const char *cli_kv_format_name(kiln_dtype t);
 /** One of --kv-type / --kv-type-k / --kv-type-v (opt, as typed) with its value arg: sets *k
  *  and *v (--kv-type), or the one side named. Returns 0, or cli_usage_error(cmd, ...)'s exit
- *  code naming opt and the accepted formats when arg is not a format. (kv_names.c) */
+ *  code naming opt and the accepted formats when arg is not a format. (common.c) */
 int cli_kv_side_option(const char *cmd, const char *opt, const char *arg, kiln_dtype *k,
                        kiln_dtype *v);
 

@@ -468,3 +468,15 @@ int cli_print_json(json_t *o) {
     json_decref(o);
     return rc;
 }
+
+int cli_kv_side_option(const char *cmd, const char *opt, const char *arg, kiln_dtype *k,
+                       kiln_dtype *v) {
+    kiln_dtype t;
+    if (!arg || !cli_parse_kv_format(arg, &t))
+        return cli_usage_error(cmd, "%s must be one of %s (got '%s')", opt, cli_kv_format_names(),
+                               arg ? arg : "");
+    const bool only_k = !strcmp(opt, "--kv-type-k"), only_v = !strcmp(opt, "--kv-type-v");
+    if (!only_v) *k = t;
+    if (!only_k) *v = t;
+    return 0;
+}
