@@ -170,10 +170,12 @@ describe('in chromium', { skip: NO_BROWSER }, () => {
     await msg.waitFor();
     return msg;
   }
-  const done = (msg, state = 'done') =>
-    tab.waitForFunction(([el, s]) => el.dataset.state === s, [msg, state], { timeout: 60000 * SLOW })
-      .catch(() => null)
-      .then(async () => assert.equal(await msg.getAttribute('data-state'), state));
+  /** Wait until the reply's data-state is `state` (done, stopped or error, set by the page). */
+  async function done(msg, state = 'done') {
+    const el = await msg.elementHandle();
+    await tab.waitForFunction((e) => e.dataset.state !== 'streaming', el, { timeout: 60000 * SLOW });
+    assert.equal(await msg.getAttribute('data-state'), state, await msg.innerText());
+  }
   const history = () => tab.evaluate(() => window.kiln.history);
   const squash = (s) => s.replace(/\s+/g, ' ').trim();
 
