@@ -28,6 +28,7 @@
 
 #include "server/anthropic.h"
 #include "server/api_out.h"
+#include "server/chat_page.h"
 #include "server/metrics.h"
 #include "server/openai.h"
 #include "server/prompt.h"
@@ -58,6 +59,7 @@ enum {
     ROUTE_MESSAGES,    /* POST /v1/messages (Anthropic) */
     ROUTE_RESPONSES,   /* POST /v1/responses */
     ROUTE_RESPONSE_ID, /* GET, DELETE /v1/responses/{id} */
+    ROUTE_PAGE,        /* GET / : the chat page (chat_page.h) */
 };
 
 enum { STATE_LOADING = 0, STATE_READY = 1, STATE_DRAINING = 2 };
@@ -237,6 +239,16 @@ static enum MHD_Result route_models(srv_req *r, const char *url) {
         return queue_json(r, 200, model_object(s));
     }
     return queue_json(r, 200, json_pack("{s:s, s:[o]}", "object", "list", "data", model_object(s)));
+}
+
+static enum MHD_Result route_page(srv_req *r) {
+    struct MHD_Response *resp = srv_chat_page_response();
+    if (!resp) return MHD_NO;
+    enum MHD_Result ret = MHD_queue_response(r->conn, 200, resp);
+    MHD_destroy_response(resp);
+    r->responded = true;
+    r->status = 200;
+    return ret;
 }
 
 static enum MHD_Result route_health(srv_req *r) {
@@ -849,7 +861,7 @@ static int route_of(const char *url, bool *is_post) {
         {"/v1/models", ROUTE_MODELS, false},          {"/health", ROUTE_HEALTH, false},
         {"/metrics", ROUTE_METRICS, false},           {"/tokenize", ROUTE_TOKENIZE, true},
         {"/detokenize", ROUTE_DETOKENIZE, true},      {"/v1/messages", ROUTE_MESSAGES, true},
-        {"/v1/responses", ROUTE_RESPONSES, true},
+        {"/v1/responses", ROUTE_RESPONSES, true},     {"/", ROUTE_PAGE, false},
     };
     for (size_t i = 0; i < sizeof table / sizeof table[0]; i++)
         if (!strcmp(url, table[i].path)) {
@@ -885,6 +897,8 @@ static enum MHD_Result dispatch(srv_req *r, const char *url) {
         return route_models(r, url);
     case ROUTE_HEALTH:
         return route_health(r);
+    case ROUTE_PAGE:
+        return route_page(r);
     case ROUTE_METRICS:
         return route_metrics(r);
     case ROUTE_TOKENIZE:
@@ -913,7 +927,9 @@ static bool precheck(srv_req *r, struct MHD_Connection *c, const char *method, c
     bool is_get = !strcmp(method, "GET") || !strcmp(method, "HEAD") ||
                   (r->route == ROUTE_RESPONSE_ID && !strcmp(method, "DELETE"));
     int state = atomic_load(&s->state);
-    bool open_route = r->route == ROUTE_HEALTH || r->route == ROUTE_METRICS;
+    /* The page is open (no key, any state): it asks for the key itself. */
+    bool open_route =
+        r->route == ROUTE_HEALTH || r->route == ROUTE_METRICS || r->route == ROUTE_PAGE;
     if (r->route == ROUTE_NONE)
         *ret = fail(r, 404, "invalid_request_error", NULL, NULL, "Invalid URL (%.12s %.100s)",
                     method, url);

@@ -12,6 +12,7 @@
 #include <pthread.h>
 
 #include "model/model.h"
+#include "server/chat_page.h"
 #include "server_test_util.h"
 
 /* The prefix cache (issue 13): the second of two identical long prompts must report
@@ -835,6 +836,37 @@ static void test_shutdown(void) {
     tsrv_stop(&t);
 }
 
+/* GET / is the chat page (chat_page.h): no key needed, HTML with its CSP, the embedded bytes
+ * whole, nothing linked from elsewhere. Its hashes and behaviour are checked in a browser by
+ * tests/server/e2e/page.test.mjs. */
+static void test_chat_page(tsrv *t) {
+    size_t len = 0;
+    const char *page = srv_chat_page(&len);
+    CHECK(len > 1000 && strlen(page) == len);
+    tu_resp r = tu_request(t->port, "GET", "/", "", NULL);
+    CHECKF(r.status == 200, "GET /: %d", r.status);
+    CHECKF(strcasestr(r.headers, "Content-Type: text/html; charset=utf-8\r\n") != NULL, "%s",
+           r.headers);
+    char csp[600];
+    snprintf(csp, sizeof csp, "Content-Security-Policy: %s\r\n", srv_chat_page_csp());
+    CHECKF(strstr(r.headers, csp) != NULL, "%s", r.headers);
+    CHECK(strstr(srv_chat_page_csp(), "default-src 'none'; script-src 'sha256-") ==
+          srv_chat_page_csp());
+    CHECK(strstr(srv_chat_page_csp(), "style-src 'sha256-") != NULL);
+    CHECK(strcasestr(r.headers, "X-Content-Type-Options: nosniff\r\n") != NULL);
+    CHECKF(r.body.len == len && r.body.p && !memcmp(r.body.p, page, len),
+           "body %zu of %zu bytes", r.body.len, len);
+    CHECK(!strncmp(page, "<!DOCTYPE html>", 15));
+    CHECK(!strstr(page, "http://") && !strstr(page, "https://") && !strstr(page, " src="));
+    tu_free(&r);
+    r = tu_request(t->port, "POST", "/", KEY_HDR, "{}");
+    CHECKF(r.status == 405, "POST /: %d", r.status);
+    tu_free(&r);
+    r = tu_request(t->port, "GET", "/index.html", "", NULL);
+    CHECKF(r.status == 404, "GET /index.html: %d", r.status);
+    tu_free(&r);
+}
+
 int main(void) {
     const char *path = kiln_test_shared("models/stories260K/stories260K-f32.gguf");
     kiln_test_require_file(path);
@@ -851,6 +883,7 @@ int main(void) {
     tsrv t;
     tsrv_start(&t, g_model, &sp, &ep);
     test_routes(&t);
+    test_chat_page(&t);
     test_stop_usage(&t);
     test_errors(&t);
     test_disconnects(&t);
