@@ -38,7 +38,8 @@
 #define CKPT_BYTES_MIN ((int64_t)256 << 20)
 
 kiln_status kiln_engine_prefix_init(kiln_engine *e, kiln_error *err) {
-    if (e->p.no_prefix_cache) return KILN_OK;
+    /* a sliding group that frees blocks: no hit could be used (kv_window.c) */
+    if (e->p.no_prefix_cache || e->pool_swa) return KILN_OK;
     const bool disk = e->p.cache_dir && e->p.cache_dir[0];
     uint64_t fp = 0;
     kiln_error ferr = {0};
