@@ -516,7 +516,7 @@ typedef struct kiln_engine_params {
      * blocks for up to max_seqs sequences of N + 2 blocks' positions, at most half of it, and
      * the rest in the quantized formats. Ignored (0) when neither side is quantized. */
     int32_t kv_quant_start;
-    /* Sliding-window memory (DESIGN.md "Sliding-window memory"). A model with sliding-window
+    /* Sliding-window memory (src/engine/kv_window.c). A model with sliding-window
      * layers (Gemma 2 and 3, Mistral) keeps their K/V in a second block pool, one table per
      * sequence, and at each step's commit gives back every block wholly before the window
      * of the next position (p - W, p]: a sequence then holds about W positions there, not

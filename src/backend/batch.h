@@ -23,7 +23,7 @@ typedef struct kiln_batch_seq {
      * exactly n_past positions, and leaves it holding n_past + n_new. Rolling the KV back
      * does not roll this state back. */
     float *rec_state;
-    /* Layer groups (DESIGN.md "Sliding-window memory"): the sequence's table in the sliding
+    /* Layer groups (src/engine/kv_window.c): the sequence's table in the sliding
      * group's pool (runner.h kiln_runner_set_sliding_pool), n_blocks_swa entries covering
      * n_past + n_new positions, of which the entries wholly below the first key any of this
      * step's tokens attends to may be holes (-1). NULL when the runner has no sliding pool. */

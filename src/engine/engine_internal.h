@@ -342,7 +342,7 @@ void kiln_engine_prefix_commit(kiln_engine *e, kiln_seq *s);
  *  and release the f16 ones. No-op without kv_quant_start. */
 void kiln_engine_kv_transition(kiln_engine *e, kiln_seq *s);
 
-/* ---- sliding-window memory (kv_window.c; DESIGN.md "Sliding-window memory") ---- */
+/* ---- sliding-window memory (kv_window.c; src/engine/kv_window.c) ---- */
 
 /** Whether an engine of model m with params p (resolved) gets a sliding group: its window W
  *  (the largest layer window) with sliding[l] (n_layer entries, filled) telling the group's

@@ -1,5 +1,6 @@
 /*
- * kv_window.c - sliding-window memory (DESIGN.md "Sliding-window memory"; issue 14 item 4).
+ * kv_window.c - sliding-window memory (issue 14 item 4): layer groups, and freeing blocks
+ * outside the window.
  *
  * A model's attention layers fall in two groups: full (no window) and sliding (window W; the
  * group's W is the largest of its layers'). With a sliding group the engine keeps two block

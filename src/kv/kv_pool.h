@@ -1,7 +1,8 @@
 /*
  * kv_pool.h - the paged KV cache's block pool (DESIGN.md "KV cache"; vLLM's PagedAttention,
  * Kwon et al. 2023). A block holds the K and V rows of block_size consecutive positions of
- * one sequence, for every layer: block id b has, per layer l, K storage
+ * one sequence, for every layer of the pool (all of the model's, or a layer group's, below):
+ * block id b has, per layer l, K storage
  * [block_size][kv_dim] and V storage [block_size][kv_dim] in the pool's dtype. Blocks are
  * refcounted (a shared prefix is one block with several owners) and carry a format tag.
  *
@@ -10,8 +11,16 @@
  * or, without one, on the host. The (layer, block)
  * region is block_size * kv_dim elements, contiguous, row-major, padded up to a multiple of
  * KILN_KV_ALIGNMENT bytes so every region starts 64-byte aligned; region (l, b) sits at
- * offset (l * n_blocks + b) * region_bytes. Contents are unspecified until written (the
- * attention kernels only read positions a sequence has written).
+ * offset (slot(l) * n_blocks + b) * region_bytes, slot(l) being l's index among the pool's
+ * layers. Contents are unspecified until written (the attention kernels only read positions
+ * a sequence has written).
+ *
+ * Layer groups (issue 14 item 4; the engine's use: src/engine/kv_window.c). A pool may hold
+ * storage for a subset of the model's layers (kiln_kv_pool_params.layers): a model with
+ * sliding-window layers gets one pool for its full-attention layers and one for its sliding
+ * layers (window > 0), each sequence one table in each. A sliding group's table gives back
+ * blocks no query can read any more (kiln_block_table_free_below), leaving holes (-1); the
+ * attention kernels then read only the blocks inside each token's window.
  *
  * Internal invariants (unref/ref of a free block, an out-of-range block id) are bugs in the
  * caller, not bad user input: such a call is ignored (the free list is never corrupted),
@@ -56,7 +65,7 @@ typedef struct kiln_kv_pool_params {
      * which the engine converts a sequence's committed full blocks. */
     int32_t n_blocks_hi;
     kiln_dtype dtype_hi;
-    /* Layer groups (DESIGN.md "Sliding-window memory"; vLLM's hybrid KV cache manager keeps
+    /* Layer groups (src/engine/kv_window.c; vLLM's hybrid KV cache manager keeps
      * one block pool per attention kind in the same way): layers NULL stores every layer;
      * else layers[l] (n_layer entries, copied) says whether this pool holds storage for layer
      * l. A block then costs only its group's layers, and kiln_kv_pool_k / _v return NULL for
@@ -274,7 +283,7 @@ void kiln_block_table_truncate(kiln_block_table *bt, kiln_kv_pool *pool, int32_t
 /**
  * Give back every block wholly below position `pos` (blocks i with (i+1)*block_size <= pos),
  * leaving holes (-1) in their entries: what a sliding-window group does at the commit step
- * (DESIGN.md "Sliding-window memory"). The table keeps its length (n_blocks), so block i still
+ * (src/engine/kv_window.c). The table keeps its length (n_blocks), so block i still
  * holds positions [i*bs, (i+1)*bs). Returns the number of blocks given back (0 when pos <= 0,
  * a pointer is NULL, or they are gone already). O(blocks freed).
  */

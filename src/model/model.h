@@ -190,7 +190,7 @@ kiln_backend_reserve kiln_model_reserve(const kiln_model *m, int32_t max_tokens,
  * the logits of the rows st->b->out are written to logits ([n_out, n_vocab], backend memory;
  * NULL: none). Activations are carved from be's arena, which must hold
  * kiln_model_reserve(m, st->n_tokens, st->max_keys); step_begin must have been called for st.
- * Layer groups (DESIGN.md "Sliding-window memory"): pool_swa NULL keeps every layer's K/V in
+ * Layer groups (src/engine/kv_window.c): pool_swa NULL keeps every layer's K/V in
  * pool; else the layers pool_swa holds (kiln_kv_pool_holds_layer) use pool_swa and each
  * sequence's block_table_swa, the others pool and block_table.
  * Written once over the operations table: it calls nothing else. The batch must have been

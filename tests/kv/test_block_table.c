@@ -195,7 +195,7 @@ static void test_fork(void) {
     kiln_kv_pool_destroy(pool);
 }
 
-/* Layer groups and holes (DESIGN.md "Sliding-window memory"): a pool with a layer mask holds
+/* Layer groups and holes (src/engine/kv_window.c): a pool with a layer mask holds
  * storage only for its layers; free_below gives back the blocks wholly below a position and
  * leaves holes that truncate, release and reserve skip. */
 static void test_groups_and_holes(void) {
