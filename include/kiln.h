@@ -522,9 +522,10 @@ typedef struct kiln_engine_params {
      * of the next position (p - W, p]: a sequence then holds about W positions there, not
      * all of them. Outputs are bitwise those of keeping every block. Not done (every block is
      * kept, as with this flag) with kv_quant_start or on a backend without host memory
-     * (CUDA). While a sliding group frees blocks, the prefix cache and its disk tier are off
-     * (no_prefix_cache reads true): the sliding blocks a hit would need are not indexed.
-     * true: keep every block of every layer (one pool; the prefix cache works). */
+     * (CUDA). The prefix cache keeps the window's sliding blocks as checkpoints at block
+     * boundaries (prefill chunk ends, the latest decode boundary), and a hit is shortened to
+     * the longest run ending on one; the disk tier (cache_dir) is off for such a model.
+     * true: keep every block of every layer (one pool; hits at every block, the disk tier). */
     bool kv_keep_window;
     int32_t block_size;    /* positions per KV block; 0 = 16 */
     int32_t step_tokens;   /* tokens per forward step (decode first, then prefill); 0 = 512 */
@@ -631,10 +632,12 @@ typedef struct kiln_engine_stats {
      * block is main. */
     int64_t kv_bytes;
     /* Sliding-window memory (kv_keep_window false on a model with windows): blocks the
-     * sliding group's pool holds (one block: block_size positions of every sliding layer) and
-     * has; 0 without one. The kv_blocks_* above and below count the full group's pool, whose
-     * blocks then cover only the layers without a window. kv_bytes includes both pools. */
-    int32_t kv_blocks_window_held, kv_blocks_window_total;
+     * sliding group's pool holds (used or cached; one block: block_size positions of every
+     * sliding layer), of those the ones only kept for prefix-cache checkpoints (cached,
+     * evictable), and its total; 0 without one. The kv_blocks_* above and below count the
+     * full group's pool, whose blocks then cover only the layers without a window. kv_bytes
+     * includes both pools. */
+    int32_t kv_blocks_window_held, kv_blocks_window_cached, kv_blocks_window_total;
     int32_t kv_blocks_main_held, kv_blocks_hi_held;
     int32_t kv_blocks_main_total, kv_blocks_hi_total;
     int64_t kv_blocks_converted;

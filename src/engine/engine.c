@@ -323,6 +323,7 @@ kiln_status kiln_engine_create_debug(const kiln_model *m, const kiln_engine_para
     }
     e->p.cache_dir = e->cache_dir; /* the caller's string is borrowed for create only */
     if ((st = kiln_engine_prefix_init(e, err))) goto fail;
+    kiln_engine_window_attach_cache(e);
     e->p.no_prefix_cache = e->pcache == NULL;
     e->hit_blocks = malloc((size_t)n_blocks * sizeof *e->hit_blocks);
     e->running = calloc((size_t)p.max_seqs, sizeof *e->running);
@@ -424,6 +425,8 @@ void kiln_engine_destroy(kiln_engine *e) {
     free(e->b_seqs);
     free(e->b_seq_of);
     free(e->hit_blocks);
+    free(e->win_ckref);
+    free(e->win_gen);
     free(e->cache_dir);
     free(e->logits_buf);
     kiln_engine_grammar_shutdown(e);
@@ -523,6 +526,7 @@ void kiln_engine_get_stats(const kiln_engine *e, kiln_engine_stats *out) {
     if (e->pool_swa) {
         const kiln_kv_pool_stats ws = kiln_kv_pool_get_stats(e->pool_swa);
         out->kv_blocks_window_held = ws.used + ws.cached;
+        out->kv_blocks_window_cached = ws.cached;
         out->kv_blocks_window_total = ws.n_blocks;
     }
     out->kv_blocks_main_held = ps.class_held[KILN_KV_CLASS_MAIN];

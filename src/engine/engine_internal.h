@@ -251,6 +251,9 @@ struct kiln_engine {
     int64_t rec_state_floats; /* per-sequence recurrent state size; 0 for most models */
     kiln_kv_pool *pool;     /* the full group's blocks (every layer without pool_swa) */
     kiln_kv_pool *pool_swa; /* the sliding group's blocks (kv_window.c), or NULL */
+    int32_t win_keep;       /* sliding blocks a sequence keeps: ceil(W / bs) + 1 */
+    int32_t *win_ckref;     /* [pool_swa blocks]: prefix-cache checkpoints keeping it */
+    uint32_t *win_gen;      /* [pool_swa blocks]: evictions so far (stale checkpoints) */
     kiln_backend *be;    /* the compute backend context (threads, arena) */
     kiln_runner *runner; /* executes the scheduler's batches on be and pool */
     kiln_engine_debug debug;
@@ -363,6 +366,24 @@ kiln_status kiln_engine_window_reserve(kiln_engine *e, kiln_seq *s, kiln_error *
 void kiln_engine_window_truncate(kiln_engine *e, kiln_seq *s);
 /** Give back s->bt_swa (finish, preemption). */
 void kiln_engine_window_release(kiln_engine *e, kiln_seq *s);
+/** Bytes of a window checkpoint (win_keep sliding block ids) in the prefix cache. */
+size_t kiln_engine_window_ckpt_bytes(const kiln_engine *e);
+/** Install the sliding pool's eviction hook and the prefix cache's checkpoint-free hook
+ *  (after the prefix cache exists). */
+void kiln_engine_window_attach_cache(kiln_engine *e);
+/** Checkpoint the sliding blocks of the window before block i's end (i + 1 blocks committed)
+ *  on the indexed full-group block b (replacing a stale one): they are marked cached in the
+ *  sliding pool and kept until every checkpoint naming them is freed, or evicted (which makes
+ *  those checkpoints stale). False when a needed block was given back already or memory ran
+ *  out. */
+bool kiln_engine_window_checkpoint(kiln_engine *e, kiln_seq *s, int32_t i, int32_t b);
+/** Whether a window checkpoint (the prefix cache's state of a block) still names live blocks
+ *  (none was evicted since). True without a sliding pool. */
+bool kiln_engine_window_valid(const kiln_engine *e, const void *state);
+/** A prefix hit of n blocks ending at indexed block b (which has a checkpoint): s->bt_swa
+ *  (empty) gets n - k holes and shares the k checkpointed blocks. False on failure (s->bt_swa
+ *  left empty). */
+bool kiln_engine_window_share(kiln_engine *e, kiln_seq *s, int32_t b, int32_t n);
 /** The commit step: s keeps its last min(ceil(n_computed/bs), ceil(W/bs) + 1) sliding blocks
  *  and gives back the ones before (kv_window.c says why that is safe). */
 void kiln_engine_window_commit(kiln_engine *e, kiln_seq *s);

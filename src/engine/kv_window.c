@@ -25,21 +25,41 @@
  * safe (the margin is the whole uncommitted suffix). During a step a sequence holds up to
  * ceil(W/bs) + 1 + ceil(n_new/bs) sliding blocks.
  *
- * Sizing: the sliding pool gets min(n_main, max_seqs * (ceil(W/bs) + ceil(step_tokens/bs) +
- * 2)) blocks. Either bound means it never runs dry before the full pool: a sequence's live
- * sliding blocks are a subset of the indices of its full table, whose blocks are its own
- * (prefix hits are off, below), and a sequence never holds more than the second bound.
+ * Sizing: the sliding pool gets max(c, min(n_main, max_seqs * c)) blocks, c = ceil(W/bs) +
+ * ceil(step_tokens/bs) + 2, the most one sequence holds during a step. A sequence's live
+ * sliding blocks are no more than its full table's, so it rarely runs dry before the full
+ * pool; when it does (sequences sharing a prefix hold one full block each but a window of
+ * sliding blocks each), the sequence is not planned that step, and a step that plans nothing
+ * preempts the newest sequence, as for the full pool.
  *
- * Prefix cache: off while a sliding group frees blocks. A hit of H tokens needs the sliding
- * blocks of [H - W + 1, H), and they are not indexed (only the full group's blocks are); so
- * every hit is treated as empty, and the cache (with its disk tier) is not built at all.
- * kv_keep_window restores one pool and the cache.
+ * Prefix cache. A hit of H = n blocks needs, besides the full group's n blocks, the sliding
+ * blocks of the window before H. They are kept as a checkpoint, the way recurrent models keep
+ * their state (prefix.c): at a commit that ends on a block boundary, the prefix cache's
+ * indexed block b ending there gets the ids of the last min(n, keep) sliding blocks, which
+ * are marked cached in the sliding pool (so when the sequence gives them back they wait in
+ * its LRU instead of being freed; e->win_ckref counts the checkpoints keeping each). A lookup
+ * shortens a hit to the longest run whose last block has a valid checkpoint; the hit's
+ * sliding table is n - k holes and then the k checkpointed blocks, shared. A checkpoint is
+ * freed with its block's entry (unindexed, evicted) or when the sequence's next decode
+ * checkpoint replaces it; it goes stale when the sliding pool evicts one of its blocks for a
+ * new one (each eviction moves the block's generation, e->win_gen, on; a checkpoint records
+ * the generations it saw). Prefill chunks end on block boundaries (kiln_engine_prefix_align_chunks), so a prompt
+ * leaves checkpoints at its chunk ends. The disk tier is off for such a model: a checkpoint
+ * names blocks of this process's pool.
  */
 #include <stdlib.h>
 
 #include "backend/runner.h"
 #include "engine/engine_internal.h"
+#include "kv/prefix_cache.h"
+#include "util/error.h"
 #include "util/log.h"
+
+/* One sliding block of a window checkpoint: its id and the generation it had (win_gen). */
+typedef struct win_ref {
+    int32_t id; /* -1: none */
+    uint32_t gen;
+} win_ref;
 
 int32_t kiln_engine_window_plan(const kiln_model *m, const kiln_engine_params *p,
                                 bool host_memory, bool *sliding) {
@@ -65,6 +85,12 @@ kiln_status kiln_engine_window_create(kiln_engine *e, const kiln_kv_pool_params 
                   kiln_kv_blocks_for_tokens(e->p.step_tokens, bs) + 2;
     int64_t n = cap * e->p.max_seqs;
     if (n > main_params->n_blocks) n = main_params->n_blocks;
+    if (n < cap) n = cap; /* one sequence always fits */
+    e->win_keep = kiln_kv_blocks_for_tokens(window, bs) + 1;
+    e->win_ckref = calloc((size_t)n, sizeof *e->win_ckref);
+    e->win_gen = calloc((size_t)n, sizeof *e->win_gen);
+    if (!e->win_ckref || !e->win_gen)
+        return kiln_error_set(err, KILN_ERR_OUT_OF_MEMORY, "out of memory (window)");
     kiln_kv_pool_params pp = *main_params;
     pp.n_blocks = (int32_t)n;
     pp.layers = sliding;
@@ -99,4 +125,84 @@ void kiln_engine_window_commit(kiln_engine *e, kiln_seq *s) {
     const int32_t keep = kiln_kv_blocks_for_tokens(kiln_kv_pool_window(e->pool_swa), bs) + 1;
     const int32_t first = kiln_kv_blocks_for_tokens(s->n_computed, bs) - keep;
     if (first > 0) (void)kiln_block_table_free_below(&s->bt_swa, e->pool_swa, first * bs);
+}
+
+size_t kiln_engine_window_ckpt_bytes(const kiln_engine *e) {
+    return e->pool_swa ? (size_t)e->win_keep * sizeof(win_ref) : 0;
+}
+
+/* the sliding pool is about to hand out a cached block: every checkpoint naming it is stale
+ * from now on (its generation moves on) */
+static void win_on_evict(void *user, int32_t block) {
+    kiln_engine *e = user;
+    e->win_gen[block]++;
+    e->win_ckref[block] = 0;
+}
+
+/* a checkpoint is being freed: its sliding blocks are kept for one checkpoint fewer */
+static void win_state_free(void *user, int32_t block, const void *state) {
+    (void)block;
+    kiln_engine *e = user;
+    const win_ref *r = state;
+    for (int32_t k = 0; k < e->win_keep; k++) {
+        const int32_t id = r[k].id;
+        if (id < 0 || e->win_gen[id] != r[k].gen || e->win_ckref[id] <= 0) continue;
+        if (--e->win_ckref[id] == 0 && kiln_kv_pool_is_cached(e->pool_swa, id))
+            kiln_kv_pool_set_cached(e->pool_swa, id, false);
+    }
+}
+
+void kiln_engine_window_attach_cache(kiln_engine *e) {
+    if (!e->pool_swa || !e->pcache) return;
+    const kiln_kv_pool_hooks h = {.user = e, .on_evict = win_on_evict};
+    kiln_kv_pool_set_hooks(e->pool_swa, &h);
+    kiln_prefix_cache_set_state_free_fn(e->pcache, win_state_free, e);
+}
+
+bool kiln_engine_window_valid(const kiln_engine *e, const void *state) {
+    if (!e->pool_swa) return true;
+    const win_ref *r = state;
+    if (!r) return false;
+    for (int32_t k = 0; k < e->win_keep; k++)
+        if (r[k].id >= 0 && e->win_gen[r[k].id] != r[k].gen) return false;
+    return true;
+}
+
+bool kiln_engine_window_checkpoint(kiln_engine *e, kiln_seq *s, int32_t i, int32_t b) {
+    if (!e->pool_swa || !e->pcache || i < 0 || i >= s->bt_swa.n_blocks) return false;
+    win_ref *r = malloc((size_t)e->win_keep * sizeof *r);
+    if (!r) return false;
+    const int32_t first = i + 1 - e->win_keep > 0 ? i + 1 - e->win_keep : 0;
+    for (int32_t k = 0; k < e->win_keep; k++) {
+        const int32_t id = first + k <= i ? s->bt_swa.blocks[first + k] : -1;
+        if (first + k <= i && id < 0) { /* given back already */
+            free(r);
+            return false;
+        }
+        r[k] = (win_ref){id, id >= 0 ? e->win_gen[id] : 0};
+    }
+    const bool ok = kiln_prefix_cache_set_state(e->pcache, b, r);
+    for (int32_t k = 0; ok && k < e->win_keep; k++) {
+        if (r[k].id < 0) continue;
+        e->win_ckref[r[k].id]++;
+        kiln_kv_pool_set_cached(e->pool_swa, r[k].id, true);
+    }
+    free(r);
+    return ok;
+}
+
+bool kiln_engine_window_share(kiln_engine *e, kiln_seq *s, int32_t b, int32_t n) {
+    if (!e->pool_swa) return true;
+    const win_ref *r = e->pcache ? kiln_prefix_cache_state(e->pcache, b) : NULL;
+    if (!r || n < 1 || !kiln_engine_window_valid(e, r)) return false;
+    const int32_t k = n < e->win_keep ? n : e->win_keep;
+    int32_t *ids = malloc((size_t)k * sizeof *ids);
+    if (!ids) return false;
+    for (int32_t j = 0; j < k; j++) ids[j] = r[j].id;
+    kiln_error err = {0};
+    bool ok = kiln_block_table_holes(&s->bt_swa, n - k, &err) == KILN_OK &&
+              kiln_block_table_share(&s->bt_swa, e->pool_swa, ids, k, &err) == KILN_OK;
+    if (!ok) kiln_block_table_release(&s->bt_swa, e->pool_swa);
+    free(ids);
+    return ok;
 }

@@ -330,8 +330,9 @@ static void plan_seq(kiln_engine *e, kiln_seq *s, plan_state *ps) {
     {
         kiln_error err = {0};
         if (kiln_engine_window_reserve(e, s, &err) != KILN_OK) {
-            kiln_error_prefix(&err, "sliding-window blocks: ");
-            kiln_seq_finish(s, KILN_FINISH_ERROR, KILN_ERR_INTERNAL, err.message);
+            /* the sliding pool is short (sequences sharing a prefix can hold more sliding
+             * blocks than full ones): not this step; a step that plans nothing preempts */
+            kiln_block_table_truncate(&s->bt, e->pool, s->n_computed);
             return;
         }
     }

@@ -176,3 +176,16 @@ kiln_status kiln_block_table_share(kiln_block_table *bt, kiln_kv_pool *pool, con
     bt->n_blocks += n;
     return KILN_OK;
 }
+
+kiln_status kiln_block_table_holes(kiln_block_table *bt, int32_t n, kiln_error *err) {
+    if (!bt || n < 0 || !table_ok(bt) || bt->n_blocks != 0)
+        return kiln_error_set(err, KILN_ERR_INVALID_ARGUMENT,
+                              "block table holes: needs an empty table and n >= 0 (got %" PRId32
+                              ")",
+                              n);
+    kiln_status st = table_grow(bt, n, err);
+    if (st != KILN_OK) return st;
+    for (int32_t i = 0; i < n; i++) bt->blocks[i] = -1;
+    bt->n_blocks = bt->n_freed = n;
+    return KILN_OK;
+}

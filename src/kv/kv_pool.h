@@ -288,6 +288,13 @@ void kiln_block_table_truncate(kiln_block_table *bt, kiln_kv_pool *pool, int32_t
  * a pointer is NULL, or they are gone already). O(blocks freed).
  */
 int32_t kiln_block_table_free_below(kiln_block_table *bt, kiln_kv_pool *pool, int32_t pos);
+/**
+ * Make an empty table start with n holes (entries -1, n_freed = n): a sliding group's table
+ * that resumes at block n from a prefix-cache hit and then shares the window's blocks
+ * (kiln_block_table_share). Errors: KILN_ERR_INVALID_ARGUMENT (NULL or non-empty table, n < 0),
+ * KILN_ERR_OUT_OF_MEMORY (the table's array; the table stays empty).
+ */
+kiln_status kiln_block_table_holes(kiln_block_table *bt, int32_t n, kiln_error *err);
 /** Unref every block and free the table's memory; the table is left empty ({0}) and may be
  *  reused. NULL bt is a no-op. */
 void kiln_block_table_release(kiln_block_table *bt, kiln_kv_pool *pool);
