@@ -295,6 +295,10 @@ kiln_status kiln_engine_create_debug(const kiln_model *m, const kiln_engine_para
     if (window > 0) {
         for (int32_t l = 0; l < m->cfg.n_layer; l++) full[l] = !sliding[l];
         pp.layers = full;
+        /* a pool sized in bytes spends what the sliding group does not need on more blocks */
+        if (params && (params->kv_memory > 0 || params->memory_budget > 0))
+            pp.n_blocks = kiln_engine_window_main_blocks(m, &e->p, sliding, window, lay.fk,
+                                                         lay.fv);
     }
     st = kiln_kv_pool_create(&pp, &e->pool, err);
     if (!st) st = kiln_runner_create(m, e->be, e->pool, p.step_tokens, p.n_ctx, &e->runner, err);
@@ -302,6 +306,12 @@ kiln_status kiln_engine_create_debug(const kiln_model *m, const kiln_engine_para
     if (!st && window > 0) st = kiln_engine_window_create(e, &pp, sliding, window, err);
     free(sliding);
     if (st) goto fail;
+    if (window > 0) { /* the pools as built, for kiln_engine_get_params */
+        const int64_t tokens = (int64_t)kiln_kv_pool_n_blocks(e->pool) * e->p.block_size;
+        e->p.kv_tokens = tokens > INT32_MAX ? INT32_MAX : (int32_t)tokens;
+        e->p.kv_memory =
+            kiln_kv_pool_storage_bytes(e->pool) + kiln_kv_pool_storage_bytes(e->pool_swa);
+    }
     if ((st = kiln_sampler_scratch_create(e->n_vocab, &e->scratch, err))) goto fail;
     if (p.draft_model) {
         kiln_drafter_params dp = {.n_threads = p.n_threads,
@@ -325,7 +335,7 @@ kiln_status kiln_engine_create_debug(const kiln_model *m, const kiln_engine_para
     if ((st = kiln_engine_prefix_init(e, err))) goto fail;
     kiln_engine_window_attach_cache(e);
     e->p.no_prefix_cache = e->pcache == NULL;
-    e->hit_blocks = malloc((size_t)n_blocks * sizeof *e->hit_blocks);
+    e->hit_blocks = malloc((size_t)kiln_kv_pool_n_blocks(e->pool) * sizeof *e->hit_blocks);
     e->running = calloc((size_t)p.max_seqs, sizeof *e->running);
     e->b_tokens = malloc((size_t)p.step_tokens * sizeof *e->b_tokens);
     e->b_out = malloc((size_t)p.step_tokens * sizeof *e->b_out);

@@ -353,6 +353,16 @@ void kiln_engine_kv_transition(kiln_engine *e, kiln_seq *s);
  *  kv_quant_start, or when host_memory is false (the CUDA kernels read one table). */
 int32_t kiln_engine_window_plan(const kiln_model *m, const kiln_engine_params *p,
                                 bool host_memory, bool *sliding);
+/** Blocks of the full group's pool when the engine's KV memory is a byte budget
+ *  (p->kv_memory, resolved): with c = ceil(W/bs) + ceil(step_tokens/bs) + 2 and S =
+ *  max_seqs * c, the sliding pool gets min(n, S) blocks and the full group the rest:
+ *  n = (budget - S * sliding_block_bytes) / full_block_bytes when the budget holds S blocks of
+ *  both, else budget / (full + sliding block bytes); a full group without layers (Mistral)
+ *  gets max(S, max_seqs * ceil(n_ctx / bs)) ids when the budget holds S sliding blocks (the
+ *  rest of the budget is not used). At least 1. */
+int32_t kiln_engine_window_main_blocks(const kiln_model *m, const kiln_engine_params *p,
+                                       const bool *sliding, int32_t window, kiln_dtype fk,
+                                       kiln_dtype fv);
 /** Create e->pool_swa for the layers sliding[] with window W, in the formats and backend of
  *  main_params (the full group's pool), and hand it to e->runner. Its size: kv_window.c.
  *  Errors: kiln_kv_pool_create's and kiln_runner_set_sliding_pool's; e->pool_swa stays NULL. */

@@ -25,7 +25,9 @@
  * safe (the margin is the whole uncommitted suffix). During a step a sequence holds up to
  * ceil(W/bs) + 1 + ceil(n_new/bs) sliding blocks.
  *
- * Sizing: the sliding pool gets max(c, min(n_main, max_seqs * c)) blocks, c = ceil(W/bs) +
+ * Sizing: a pool sized in bytes (kv_memory, memory_budget) spends what the sliding group does
+ * not need on more full-group blocks (kiln_engine_window_main_blocks); one sized in positions
+ * (kv_tokens, the default) keeps that many. The sliding pool gets max(c, min(n_main, max_seqs * c)) blocks, c = ceil(W/bs) +
  * ceil(step_tokens/bs) + 2, the most one sequence holds during a step. A sequence's live
  * sliding blocks are no more than its full table's, so it rarely runs dry before the full
  * pool; when it does (sequences sharing a prefix hold one full block each but a window of
@@ -78,11 +80,44 @@ int32_t kiln_engine_window_plan(const kiln_model *m, const kiln_engine_params *p
     return w;
 }
 
+/* blocks one sequence holds in the sliding pool during a step, at most */
+static int64_t seq_cap(int32_t window, int32_t step_tokens, int32_t bs) {
+    return (int64_t)kiln_kv_blocks_for_tokens(window, bs) +
+           kiln_kv_blocks_for_tokens(step_tokens, bs) + 2;
+}
+
+int32_t kiln_engine_window_main_blocks(const kiln_model *m, const kiln_engine_params *p,
+                                       const bool *sliding, int32_t window, kiln_dtype fk,
+                                       kiln_dtype fv) {
+    const kiln_model_config *c = &m->cfg;
+    const int64_t kv_dim = (int64_t)c->n_head_kv * c->head_dim;
+    int32_t n_sw = 0;
+    for (int32_t l = 0; l < c->n_layer; l++) n_sw += sliding[l];
+    const int64_t bb_full =
+        n_sw < c->n_layer
+            ? kiln_kv_block_bytes_kv(c->n_layer - n_sw, kv_dim, p->block_size, fk, fv)
+            : 0;
+    const int64_t bb_sw = kiln_kv_block_bytes_kv(n_sw, kv_dim, p->block_size, fk, fv);
+    const int64_t S = seq_cap(window, p->step_tokens, p->block_size) * p->max_seqs;
+    const int64_t budget = p->kv_memory;
+    int64_t n;
+    if (bb_sw <= 0) return 1;
+    if (budget / bb_sw >= S && bb_full == 0) {
+        /* ids only: enough for max_seqs full contexts, and no fewer than the sliding pool */
+        n = (int64_t)p->max_seqs * kiln_kv_blocks_for_tokens(p->n_ctx, p->block_size);
+        if (n < S) n = S;
+    }
+    else if (bb_full > 0 && budget / (bb_full + bb_sw) >= S)
+        n = (budget - S * bb_sw) / bb_full;
+    else
+        n = budget / (bb_full + bb_sw);
+    return n < 1 ? 1 : n > INT32_MAX ? INT32_MAX : (int32_t)n;
+}
+
 kiln_status kiln_engine_window_create(kiln_engine *e, const kiln_kv_pool_params *main_params,
                                       const bool *sliding, int32_t window, kiln_error *err) {
     const int32_t bs = e->p.block_size;
-    int64_t cap = (int64_t)kiln_kv_blocks_for_tokens(window, bs) +
-                  kiln_kv_blocks_for_tokens(e->p.step_tokens, bs) + 2;
+    const int64_t cap = seq_cap(window, e->p.step_tokens, bs);
     int64_t n = cap * e->p.max_seqs;
     if (n > main_params->n_blocks) n = main_params->n_blocks;
     if (n < cap) n = cap; /* one sequence always fits */

@@ -281,6 +281,40 @@ static void fit_check(const kiln_model *m) {
     kiln_engine_destroy(e);
 }
 
+/* A pool sized in bytes spends what the sliding group does not need on more full-group blocks
+ * (kiln_engine_window_main_blocks): the same kv_memory gives more blocks than keeping every
+ * block (Gemma: 5/6 or 1/2 of the layers need only a window), or for Mistral, all of whose
+ * layers are windowed, ids for every sequence's whole context; the storage stays within it. */
+static void budget_check(const kiln_model *m) {
+    int64_t total[2] = {0, 0};
+    for (int keep = 0; keep <= 1; keep++) {
+        kiln_engine_params p = base_params(keep);
+        p.kv_tokens = 0;
+        p.kv_memory = 8 << 20;
+        p.max_seqs = 4;
+        kiln_engine *e = NULL;
+        kiln_error err = {0};
+        REQUIRE(kiln_engine_create(m, &p, &e, &err) == KILN_OK);
+        kiln_engine_stats st;
+        kiln_engine_get_stats(e, &st);
+        kiln_engine_params got;
+        kiln_engine_get_params(e, &got);
+        total[keep] = st.kv_blocks_total;
+        printf("kv_memory 8 MiB, keep %d: %d blocks (%d sliding), %lld bytes of storage\n", keep,
+               st.kv_blocks_total, st.kv_blocks_window_total, (long long)st.kv_bytes);
+        CHECKF(st.kv_bytes <= p.kv_memory && got.kv_memory == st.kv_bytes,
+               "keep %d: %lld bytes of storage for a budget of %lld (params say %lld)", keep,
+               (long long)st.kv_bytes, (long long)p.kv_memory, (long long)got.kv_memory);
+        kiln_engine_destroy(e);
+    }
+    /* more blocks, or (a model whose every layer has a window: the full group only counts
+     * ids) enough for every sequence's whole context */
+    const int64_t every = 4 * (int64_t)kiln_kv_blocks_for_tokens(N_CTX, BS);
+    CHECKF(total[0] > total[1] || total[0] >= every,
+           "the freeing engine has %lld blocks, keeping every block %lld (every context: %lld)",
+           (long long)total[0], (long long)total[1], (long long)every);
+}
+
 int main(int argc, char **argv) {
     if (argc < 2) {
         fprintf(stderr, "usage: %s MODEL_REL [fit]\n", argv[0]);
@@ -318,6 +352,7 @@ int main(int argc, char **argv) {
         }
         for (int t = 0; t < N_TARGETS; t++) et_result_free(&ref[t]);
     }
+    budget_check(m);
     if (argc >= 3 && !strcmp(argv[2], "fit")) fit_check(m);
     kiln_model_free(m);
     if (kiln_test_failures) {
