@@ -350,7 +350,8 @@ void kiln_engine_kv_transition(kiln_engine *e, kiln_seq *s);
 /** Whether an engine of model m with params p (resolved) gets a sliding group: its window W
  *  (the largest layer window) with sliding[l] (n_layer entries, filled) telling the group's
  *  layers, or 0 (one pool for every layer): without windowed layers, with kv_keep_window or
- *  kv_quant_start, or when host_memory is false (the CUDA kernels read one table). */
+ *  kv_quant_start, for a model with recurrent state as well, or when host_memory is false (the
+ *  CUDA kernels read one table). */
 int32_t kiln_engine_window_plan(const kiln_model *m, const kiln_engine_params *p,
                                 bool host_memory, bool *sliding);
 /** Blocks of the full group's pool when the engine's KV memory is a byte budget

@@ -66,7 +66,10 @@ typedef struct win_ref {
 int32_t kiln_engine_window_plan(const kiln_model *m, const kiln_engine_params *p,
                                 bool host_memory, bool *sliding) {
     const kiln_model_config *c = &m->cfg;
-    if (p->kv_keep_window || p->kv_quant_start > 0 || !kiln_config_has_sliding(c)) return 0;
+    /* a model with recurrent state too would need both checkpoints at a prefix hit (not done) */
+    if (p->kv_keep_window || p->kv_quant_start > 0 || !kiln_config_has_sliding(c) ||
+        kiln_model_seq_state_floats(m) > 0)
+        return 0;
     if (!host_memory) {
         kiln_log_warn("kv: sliding-window layers keep every block on this backend (its "
                       "attention reads one block table per sequence)");
@@ -106,8 +109,7 @@ int32_t kiln_engine_window_main_blocks(const kiln_model *m, const kiln_engine_pa
         /* ids only: enough for max_seqs full contexts, and no fewer than the sliding pool */
         n = (int64_t)p->max_seqs * kiln_kv_blocks_for_tokens(p->n_ctx, p->block_size);
         if (n < S) n = S;
-    }
-    else if (bb_full > 0 && budget / (bb_full + bb_sw) >= S)
+    } else if (bb_full > 0 && budget / (bb_full + bb_sw) >= S)
         n = (budget - S * bb_sw) / bb_full;
     else
         n = budget / (bb_full + bb_sw);
@@ -157,8 +159,7 @@ void kiln_engine_window_release(kiln_engine *e, kiln_seq *s) {
 void kiln_engine_window_commit(kiln_engine *e, kiln_seq *s) {
     if (!e->pool_swa) return;
     const int32_t bs = e->p.block_size;
-    const int32_t keep = kiln_kv_blocks_for_tokens(kiln_kv_pool_window(e->pool_swa), bs) + 1;
-    const int32_t first = kiln_kv_blocks_for_tokens(s->n_computed, bs) - keep;
+    const int32_t first = kiln_kv_blocks_for_tokens(s->n_computed, bs) - e->win_keep;
     if (first > 0) (void)kiln_block_table_free_below(&s->bt_swa, e->pool_swa, first * bs);
 }
 
