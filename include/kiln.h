@@ -516,6 +516,17 @@ typedef struct kiln_engine_params {
      * blocks for up to max_seqs sequences of N + 2 blocks' positions, at most half of it, and
      * the rest in the quantized formats. Ignored (0) when neither side is quantized. */
     int32_t kv_quant_start;
+    /* Sliding-window memory (src/engine/kv_window.c). A model with sliding-window
+     * layers (Gemma 2 and 3, Mistral) keeps their K/V in a second block pool, one table per
+     * sequence, and at each step's commit gives back every block wholly before the window
+     * of the next position (p - W, p]: a sequence then holds about W positions there, not
+     * all of them. Outputs are bitwise those of keeping every block. Not done (every block is
+     * kept, as with this flag) with kv_quant_start or on a backend without host memory
+     * (CUDA). The prefix cache keeps the window's sliding blocks as checkpoints at block
+     * boundaries (prefill chunk ends, the latest decode boundary), and a hit is shortened to
+     * the longest run ending on one; the disk tier (cache_dir) is off for such a model.
+     * true: keep every block of every layer (one pool; hits at every block, the disk tier). */
+    bool kv_keep_window;
     int32_t block_size;    /* positions per KV block; 0 = 16 */
     int32_t step_tokens;   /* tokens per forward step (decode first, then prefill); 0 = 512 */
     int32_t prefill_chunk; /* most prompt tokens one sequence feeds per step; 0 = step_tokens */
@@ -620,6 +631,13 @@ typedef struct kiln_engine_stats {
      * transition, and their totals; blocks converted so far. Without kv_quant_start every
      * block is main. */
     int64_t kv_bytes;
+    /* Sliding-window memory (kv_keep_window false on a model with windows): blocks the
+     * sliding group's pool holds (used or cached; one block: block_size positions of every
+     * sliding layer), of those the ones only kept for prefix-cache checkpoints (cached,
+     * evictable), and its total; 0 without one. The kv_blocks_* above and below count the
+     * full group's pool, whose blocks then cover only the layers without a window. kv_bytes
+     * includes both pools. */
+    int32_t kv_blocks_window_held, kv_blocks_window_cached, kv_blocks_window_total;
     int32_t kv_blocks_main_held, kv_blocks_hi_held;
     int32_t kv_blocks_main_total, kv_blocks_hi_total;
     int64_t kv_blocks_converted;

@@ -284,9 +284,34 @@ kiln_status kiln_engine_create_debug(const kiln_model *m, const kiln_engine_para
     const kiln_backend_params bp = kiln_model_backend_params(m, p.n_threads);
     if ((st = kiln_backend_create(&bp, &e->be, err))) goto fail;
     pp.backend = e->be;
-    if ((st = kiln_kv_pool_create(&pp, &e->pool, err))) goto fail;
-    if ((st = kiln_runner_create(m, e->be, e->pool, p.step_tokens, p.n_ctx, &e->runner, err)))
+    /* layer groups (kv_window.c): the full group's pool holds the layers without a window */
+    bool *sliding = calloc((size_t)m->cfg.n_layer, 2 * sizeof(bool));
+    if (!sliding) {
+        st = kiln_error_set(err, KILN_ERR_OUT_OF_MEMORY, "out of memory (layer groups)");
         goto fail;
+    }
+    bool *full = sliding + m->cfg.n_layer;
+    const int32_t window = kiln_engine_window_plan(m, &p, e->be->ops->host_memory, sliding);
+    if (window > 0) {
+        for (int32_t l = 0; l < m->cfg.n_layer; l++) full[l] = !sliding[l];
+        pp.layers = full;
+        /* a pool sized in bytes spends what the sliding group does not need on more blocks */
+        if (params && (params->kv_memory > 0 || params->memory_budget > 0))
+            pp.n_blocks = kiln_engine_window_main_blocks(m, &e->p, sliding, window, lay.fk,
+                                                         lay.fv);
+    }
+    st = kiln_kv_pool_create(&pp, &e->pool, err);
+    if (!st) st = kiln_runner_create(m, e->be, e->pool, p.step_tokens, p.n_ctx, &e->runner, err);
+    pp.layers = NULL;
+    if (!st && window > 0) st = kiln_engine_window_create(e, &pp, sliding, window, err);
+    free(sliding);
+    if (st) goto fail;
+    if (window > 0) { /* the pools as built, for kiln_engine_get_params */
+        const int64_t tokens = (int64_t)kiln_kv_pool_n_blocks(e->pool) * e->p.block_size;
+        e->p.kv_tokens = tokens > INT32_MAX ? INT32_MAX : (int32_t)tokens;
+        e->p.kv_memory =
+            kiln_kv_pool_storage_bytes(e->pool) + kiln_kv_pool_storage_bytes(e->pool_swa);
+    }
     if ((st = kiln_sampler_scratch_create(e->n_vocab, &e->scratch, err))) goto fail;
     if (p.draft_model) {
         kiln_drafter_params dp = {.n_threads = p.n_threads,
@@ -308,8 +333,9 @@ kiln_status kiln_engine_create_debug(const kiln_model *m, const kiln_engine_para
     }
     e->p.cache_dir = e->cache_dir; /* the caller's string is borrowed for create only */
     if ((st = kiln_engine_prefix_init(e, err))) goto fail;
+    kiln_engine_window_attach_cache(e);
     e->p.no_prefix_cache = e->pcache == NULL;
-    e->hit_blocks = malloc((size_t)n_blocks * sizeof *e->hit_blocks);
+    e->hit_blocks = malloc((size_t)kiln_kv_pool_n_blocks(e->pool) * sizeof *e->hit_blocks);
     e->running = calloc((size_t)p.max_seqs, sizeof *e->running);
     e->b_tokens = malloc((size_t)p.step_tokens * sizeof *e->b_tokens);
     e->b_out = malloc((size_t)p.step_tokens * sizeof *e->b_out);
@@ -399,6 +425,7 @@ void kiln_engine_destroy(kiln_engine *e) {
     /* the disk tier's queue is flushed here: a restart finds every block written behind */
     kiln_engine_prefix_shutdown(e);
     kiln_kv_pool_destroy(e->pool);
+    kiln_kv_pool_destroy(e->pool_swa);
     kiln_backend_destroy(e->be);
     kiln_sampler_scratch_destroy(e->scratch);
     free(e->running);
@@ -408,6 +435,8 @@ void kiln_engine_destroy(kiln_engine *e) {
     free(e->b_seqs);
     free(e->b_seq_of);
     free(e->hit_blocks);
+    free(e->win_ckref);
+    free(e->win_gen);
     free(e->cache_dir);
     free(e->logits_buf);
     kiln_engine_grammar_shutdown(e);
@@ -503,7 +532,13 @@ void kiln_engine_get_stats(const kiln_engine *e, kiln_engine_stats *out) {
     out->n_requests_finished = atomic_load(&((kiln_engine *)e)->st_finished);
     kiln_engine *me = (kiln_engine *)e;
     out->kv_blocks_cached = ps.cached;
-    out->kv_bytes = kiln_kv_pool_storage_bytes(e->pool);
+    out->kv_bytes = kiln_kv_pool_storage_bytes(e->pool) + kiln_kv_pool_storage_bytes(e->pool_swa);
+    if (e->pool_swa) {
+        const kiln_kv_pool_stats ws = kiln_kv_pool_get_stats(e->pool_swa);
+        out->kv_blocks_window_held = ws.used + ws.cached;
+        out->kv_blocks_window_cached = ws.cached;
+        out->kv_blocks_window_total = ws.n_blocks;
+    }
     out->kv_blocks_main_held = ps.class_held[KILN_KV_CLASS_MAIN];
     out->kv_blocks_hi_held = ps.class_held[KILN_KV_CLASS_HI];
     out->kv_blocks_main_total = ps.class_blocks[KILN_KV_CLASS_MAIN];

@@ -42,6 +42,7 @@ void kiln_seq_finish(kiln_seq *s, kiln_finish_reason reason, kiln_status status,
 void kiln_seq_release(kiln_engine *e, kiln_seq *s) {
     if (!s) return;
     kiln_block_table_release(&s->bt, e->pool);
+    kiln_engine_window_release(e, s);
     atomic_fetch_add(&e->st_finished, 1);
     kiln_usage usage = {.prompt_tokens = s->n_prompt,
                         .cached_tokens = s->n_cached,
