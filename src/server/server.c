@@ -40,6 +40,7 @@
 #define SRV_DEFAULT_MAX_BODY  ((size_t)8 << 20)
 #define SRV_DEFAULT_MAX_CONN  256
 #define SRV_DEFAULT_TIMEOUT_S 30
+#define SRV_MAX_MODEL_NAMES   16
 #define SRV_SSE_BLOCK         (16 * 1024)
 #define SRV_WAIT_MS           200
 #define SRV_DEFAULT_RESPONSE_STORE_MAX ((size_t)64 << 20)
@@ -63,7 +64,10 @@ enum {
 enum { STATE_LOADING = 0, STATE_READY = 1, STATE_DRAINING = 2 };
 
 struct kiln_server {
-    char *host, *api_key, *model_name;
+    char *host, *api_key, *model_name; /* model_name: the served id, the first name */
+    char *names_buf;                   /* every name, NUL-separated; names[] point into it */
+    const char *names[SRV_MAX_MODEL_NAMES];
+    int32_t n_names;
     size_t max_body;
     int32_t max_conn, timeout_s;
     bool quiet, verbose;
@@ -227,11 +231,38 @@ static json_t *model_object(kiln_server *s) {
                      (json_int_t)s->started_at, "owned_by", "kiln", "max_model_len", s->n_ctx);
 }
 
+/* Whether `name` is the served id or one of its aliases (--model-name). */
+static bool model_known(const kiln_server *s, const char *name) {
+    for (int32_t i = 0; i < s->n_names; i++)
+        if (!strcmp(name, s->names[i])) return true;
+    return false;
+}
+
+/* Split "a,b, c" into s->names (trimmed, empties dropped, at most SRV_MAX_MODEL_NAMES); the
+ * first is the served id (s->model_name). False on allocation failure. */
+static bool split_model_names(kiln_server *s, const char *spec) {
+    s->names_buf = strdup(spec && spec[0] ? spec : "kiln");
+    if (!s->names_buf) return false;
+    for (char *p = s->names_buf; *p && s->n_names < SRV_MAX_MODEL_NAMES;) {
+        char *end = strchr(p, ',');
+        if (end) *end = '\0';
+        while (*p == ' ' || *p == '\t') p++;
+        size_t n = strlen(p);
+        while (n > 0 && (p[n - 1] == ' ' || p[n - 1] == '\t')) p[--n] = '\0';
+        if (n > 0) s->names[s->n_names++] = p;
+        if (!end) break;
+        p = end + 1;
+    }
+    if (s->n_names == 0) s->names[s->n_names++] = "kiln";
+    s->model_name = strdup(s->names[0]);
+    return s->model_name != NULL;
+}
+
 static enum MHD_Result route_models(srv_req *r, const char *url) {
     kiln_server *s = r->s;
     const char *sub = url + strlen("/v1/models");
     if (*sub == '/' && sub[1]) {
-        if (strcmp(sub + 1, s->model_name) != 0)
+        if (!model_known(s, sub + 1))
             return fail(r, 404, "invalid_request_error", "model_not_found", "model",
                         "The model '%.100s' does not exist", sub + 1);
         return queue_json(r, 200, model_object(s));
@@ -603,6 +634,18 @@ static enum MHD_Result route_generate(srv_req *r) {
     bool parsed = srv_gen_parse(kind, in, in_len, s->n_vocab, &s->gen, &r->gen, &e);
     free(chat);
     if (!parsed) return queue_error(r, &e);
+    json_t *mj = json_object_get(r->gen.root, "model");
+    if (!r->api && mj && !json_is_null(mj)) {
+        /* OpenAI (and vLLM) answer an unknown model with 404 model_not_found */
+        if (!json_is_string(mj))
+            return fail(r, 400, "invalid_request_error", NULL, "model",
+                        "'model' must be a string naming the served model '%s'", s->model_name);
+        if (!model_known(s, json_string_value(mj)))
+            return fail(r, 404, "invalid_request_error", "model_not_found", "model",
+                        "The model '%.100s' does not exist; this server serves '%s' (GET "
+                        "/v1/models)",
+                        json_string_value(mj), s->model_name);
+    }
     srv_gen *g = &r->gen;
     if (!srv_gen_check_engine(g, s->has_draft, &e)) return queue_error(r, &e);
     srv_prompt pr;
@@ -1131,7 +1174,7 @@ kiln_status kiln_server_start(const kiln_server_params *p, kiln_server **out, ki
     srv_metrics_init(&s->metrics);
     s->host = strdup(p->host ? p->host : "127.0.0.1");
     s->api_key = p->api_key && p->api_key[0] ? strdup(p->api_key) : NULL;
-    s->model_name = strdup(p->model_name && p->model_name[0] ? p->model_name : "kiln");
+    bool names_ok = split_model_names(s, p->model_name);
     s->max_body = p->max_body ? p->max_body : SRV_DEFAULT_MAX_BODY;
     s->max_conn = p->max_connections ? p->max_connections : SRV_DEFAULT_MAX_CONN;
     s->timeout_s = p->timeout_s ? p->timeout_s : SRV_DEFAULT_TIMEOUT_S;
@@ -1143,7 +1186,7 @@ kiln_status kiln_server_start(const kiln_server_params *p, kiln_server **out, ki
     atomic_init(&s->force_cancel, false);
     atomic_init(&s->in_flight, 0);
     kiln_status st;
-    if (!s->host || !s->model_name || (p->api_key && p->api_key[0] && !s->api_key)) {
+    if (!s->host || !names_ok || (p->api_key && p->api_key[0] && !s->api_key)) {
         st = kiln_error_set(err, KILN_ERR_OUT_OF_MEMORY, "out of memory (server)");
         goto fail;
     }
@@ -1182,6 +1225,7 @@ fail:
     free(s->host);
     free(s->api_key);
     free(s->model_name);
+    free(s->names_buf);
     free(s);
     return st;
 }
@@ -1276,5 +1320,6 @@ void kiln_server_destroy(kiln_server *s) {
     free(s->host);
     free(s->api_key);
     free(s->model_name);
+    free(s->names_buf);
     free(s);
 }
