@@ -340,6 +340,9 @@ static enum MHD_Result route_tokenize(srv_req *r) {
     bool ok = srv_gen_parse(chat ? SRV_CHAT : SRV_COMPLETION, r->body.p, r->body.len, s->n_vocab,
                             NULL, &g, &e);
     int32_t *ids = NULL, n = 0;
+    if (ok && g.n_prompts > 1)
+        ok = srv_fail(&e, 400, "invalid_request_error", NULL, "prompt",
+                      "/tokenize takes one prompt (got a batch of %d)", g.n_prompts);
     if (ok) ok = srv_prompt_ids(&s->chat, s->m, &g, &ids, &n, &e);
     if (!ok) {
         srv_gen_free(&g);
@@ -611,9 +614,14 @@ static bool take_event(srv_req *r, srv_choice *c, const kiln_event *ev) {
         snprintf(c->fin_message, sizeof c->fin_message, "%s", ev->message ? ev->message : "");
         if (ev->finish_reason == KILN_FINISH_CANCELLED && srv_watch_hungup(s->watch, c->watch_h))
             r->client_gone = true;
-        srv_metrics_generation(&s->metrics, ev->usage.prompt_tokens, ev->usage.cached_tokens,
-                               ev->usage.completion_tokens, ev->finish_reason,
-                               (now - r->t_start) / 1e3);
+        {
+            /* a prompt's tokens count once, with its first choice */
+            const bool first = r->gen.n <= 1 || c->ri.index % r->gen.n == 0;
+            srv_metrics_generation(&s->metrics, first ? ev->usage.prompt_tokens : 0,
+                                   first ? ev->usage.cached_tokens : 0,
+                                   ev->usage.completion_tokens, ev->finish_reason,
+                                   (now - r->t_start) / 1e3);
+        }
         /* the request's finish: the first error or cancellation, else choice 0's */
         if (c == &r->ch[0] || ev->finish_reason == KILN_FINISH_ERROR ||
             (ev->finish_reason == KILN_FINISH_CANCELLED && r->finish != KILN_FINISH_ERROR)) {
