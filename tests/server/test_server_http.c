@@ -194,6 +194,72 @@ static void test_choices(tsrv *t) {
     tu_free(&r);
 }
 
+/* A model without a tokenizer (stories260K.bin: its tok512.bin is not the default name):
+ * token prompts only, and the choices carry token_ids, whole and streamed, equal to the
+ * engine's ids (issue 20: no "text": "" without ids). */
+static void test_no_tokenizer(void) {
+    kiln_model *m = NULL;
+    kiln_error err = {0};
+    const char *path = kiln_test_shared("models/stories260K/stories260K.bin");
+    if (kiln_model_load(path, NULL, &m, &err) != KILN_OK || kiln_model_has_tokenizer(m)) {
+        kiln_model_free(m);
+        printf("test_no_tokenizer: skipped (%s)\n", err.message);
+        return;
+    }
+    kiln_server_params sp = {.model_name = "bare"};
+    kiln_engine_params ep = kiln_engine_default_params();
+    ep.n_threads = 1;
+    tsrv t;
+    tsrv_start(&t, m, &sp, &ep);
+    int32_t prompt[3] = {1, 403, 407};
+    kiln_request rq = kiln_request_defaults();
+    rq.prompt_ids = prompt;
+    rq.n_prompt_ids = 3;
+    rq.max_tokens = 5;
+    rq.temperature = 0;
+    rq.ignore_eos = true;
+    kiln_stream *st = NULL;
+    REQUIRE(kiln_engine_submit(t.e, &rq, &st, &err) == KILN_OK);
+    int32_t want[5], nw = 0;
+    for (;;) {
+        kiln_event ev;
+        REQUIRE(kiln_stream_next(st, 10000, &ev, &err) == KILN_OK && ev.type != KILN_EVENT_NONE);
+        if (ev.type == KILN_EVENT_TOKEN && nw < 5) want[nw++] = ev.token;
+        if (ev.type == KILN_EVENT_FINISH) break;
+    }
+    kiln_stream_destroy(st);
+    REQUIRE(nw == 5);
+    const char *body = "{\"prompt\":[1,403,407],\"max_tokens\":5,\"temperature\":0,"
+                       "\"ignore_eos\":true}";
+    tu_resp r = tu_request(t.port, "POST", "/v1/completions", NULL, body);
+    CHECKF(r.status == 200, "no tokenizer: %d %s", r.status, r.body.p);
+    json_t *j = tu_json(&r);
+    json_t *ids = json_object_get(json_array_get(json_object_get(j, "choices"), 0), "token_ids");
+    CHECKF(json_array_size(ids) == 5, "token_ids: %s", r.body.p);
+    for (int i = 0; i < 5; i++) CHECK(json_integer_value(json_array_get(ids, (size_t)i)) == want[i]);
+    json_decref(j);
+    tu_free(&r);
+    /* streamed: one chunk per token, the same ids */
+    r = tu_request(t.port, "POST", "/v1/completions", NULL,
+                   "{\"prompt\":[1,403,407],\"max_tokens\":5,\"temperature\":0,"
+                   "\"ignore_eos\":true,\"stream\":true}");
+    CHECK(r.status == 200);
+    int got = 0;
+    for (char *p = r.body.p; p && (p = strstr(p, "\"token_ids\":[")); p++) {
+        long v = strtol(p + strlen("\"token_ids\":["), NULL, 10);
+        CHECK(got < 5 && v == want[got]);
+        got++;
+    }
+    CHECKF(got == 5, "%d streamed token_ids", got);
+    tu_free(&r);
+    /* a text prompt needs a tokenizer: a 400, never an empty text */
+    r = tu_request(t.port, "POST", "/v1/completions", NULL, "{\"prompt\":\"Once\"}");
+    CHECKF(r.status == 400, "text prompt without a tokenizer: %d", r.status);
+    tu_free(&r);
+    tsrv_stop(&t);
+    kiln_model_free(m);
+}
+
 /* A stop string through HTTP (matched on the connection's thread, which reads the stream):
  * the same text, finish and usage as the engine API gives, whole and streamed, one logprobs
  * entry per counted token, and the KV blocks back once the response is complete. */
@@ -995,6 +1061,7 @@ int main(void) {
     CHECK(tu_wait_idle(t.e, 3000));
     tsrv_stop(&t);
 
+    test_no_tokenizer();
     test_prefix_cache(false);
     test_prefix_cache(true);
     test_queue_full();
