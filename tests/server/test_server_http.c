@@ -200,8 +200,17 @@ static void test_choices(tsrv *t) {
 static void test_no_tokenizer(void) {
     kiln_model *m = NULL;
     kiln_error err = {0};
-    const char *path = kiln_test_shared("models/stories260K/stories260K.bin");
-    if (kiln_model_load(path, NULL, &m, &err) != KILN_OK || kiln_model_has_tokenizer(m)) {
+    /* the checkpoint alone in a directory of its own: no tokenizer beside it */
+    char dir[64], path[96], cmd[512];
+    snprintf(dir, sizeof dir, "/tmp/kiln-test-notok-%d", (int)getpid());
+    snprintf(path, sizeof path, "%s/model.bin", dir);
+    snprintf(cmd, sizeof cmd, "mkdir -p %s && cp %s %s", dir,
+             kiln_test_shared("models/stories260K/stories260K.bin"), path);
+    REQUIRE(system(cmd) == 0);
+    kiln_status lst = kiln_model_load(path, NULL, &m, &err);
+    remove(path);
+    rmdir(dir);
+    if (lst != KILN_OK || kiln_model_has_tokenizer(m)) {
         kiln_model_free(m);
         printf("test_no_tokenizer: skipped (%s)\n", err.message);
         return;
