@@ -540,8 +540,7 @@ static bool tool_text(srv_req *r, srv_choice *c, const char *text, size_t len, b
             } else if (r->api) {
                 if (!r->api->ops->tool_args(r->api, te.index, te.text, te.len, &r->out))
                     return false;
-            } else if (!srv_sse_tool_call(&c->ri, te.index, NULL, NULL, te.text, te.len,
-                                          &r->out)) {
+            } else if (!srv_sse_tool_call(&c->ri, te.index, NULL, NULL, te.text, te.len, &r->out)) {
                 return false;
             }
             break;
@@ -618,9 +617,8 @@ static bool take_event(srv_req *r, srv_choice *c, const kiln_event *ev) {
             /* a prompt's tokens count once, with its first choice */
             const bool first = r->gen.n <= 1 || c->ri.index % r->gen.n == 0;
             srv_metrics_generation(&s->metrics, first ? ev->usage.prompt_tokens : 0,
-                                   first ? ev->usage.cached_tokens : 0,
-                                   ev->usage.completion_tokens, ev->finish_reason,
-                                   (now - r->t_start) / 1e3);
+                                   first ? ev->usage.cached_tokens : 0, ev->usage.completion_tokens,
+                                   ev->finish_reason, (now - r->t_start) / 1e3);
         }
         /* the request's finish: the first error or cancellation, else choice 0's */
         if (c == &r->ch[0] || ev->finish_reason == KILN_FINISH_ERROR ||
@@ -648,7 +646,8 @@ static bool take_event(srv_req *r, srv_choice *c, const kiln_event *ev) {
                 int64_t off = c->text_offset;
                 ok = srv_sse_finish(&c->ri, c->finish, c->toks, c->n_toks, &off, &r->out);
                 c->n_toks = 0;
-                if (ok && all) ok = srv_sse_usage(&r->ri, &r->usage, &r->out) && srv_sse_done(&r->out);
+                if (ok && all)
+                    ok = srv_sse_usage(&r->ri, &r->usage, &r->out) && srv_sse_done(&r->out);
             }
         }
         r->finished = all || r->errored;
@@ -837,162 +836,162 @@ static enum MHD_Result route_generate(srv_req *r) {
     }
 
     for (int32_t pi = 0; pi < g->n_prompts; pi++) {
-    if (!srv_gen_use_prompt(g, pi, s->n_vocab, &e)) return queue_error(r, &e);
-    srv_prompt pr;
-    if (!srv_prompt_build(&s->chat, s->m, g, true, &pr, &e)) return queue_error(r, &e);
-    const int32_t n = pr.n; /* a chat assistant prefill counts as prompt tokens (fill_hidden) */
-    r->n_prompt += n;
+        if (!srv_gen_use_prompt(g, pi, s->n_vocab, &e)) return queue_error(r, &e);
+        srv_prompt pr;
+        if (!srv_prompt_build(&s->chat, s->m, g, true, &pr, &e)) return queue_error(r, &e);
+        const int32_t n = pr.n; /* a chat assistant prefill counts as prompt tokens (fill_hidden) */
+        r->n_prompt += n;
 
-    /* Budget: prompt + max_tokens - 1 positions must fit the context and the KV pool. */
-    int64_t pool = (int64_t)s->kv_blocks_total * s->block_size;
-    int64_t limit = pool < s->n_ctx ? pool : s->n_ctx;
-    int64_t max_tokens = g->req.max_tokens;
-    if (!g->max_tokens_set) {
-        max_tokens = limit - n + 1;
-        /* OpenAI's default of 16 generated tokens, after an asserted fill's own tokens (which
-         * count towards max_tokens): its continuation ids, else the fill tokenized alone as
-         * the engine will (a default only: the engine checks the real count) */
-        int64_t dflt = 16;
-        if (kind == SRV_COMPLETION && g->has_fill && g->req.fill_policy == KILN_FILL_ASSERT) {
-            if (pr.fill_ids) {
-                dflt += pr.n_fill;
-            } else {
-                int32_t *fids = NULL, nf = 0;
-                srv_error fe = {0};
-                if (srv_tokenize(s->m, g->req.fill, g->req.fill_len, false, false, &fids, &nf,
-                                 &fe))
-                    dflt += nf;
-                free(fids);
+        /* Budget: prompt + max_tokens - 1 positions must fit the context and the KV pool. */
+        int64_t pool = (int64_t)s->kv_blocks_total * s->block_size;
+        int64_t limit = pool < s->n_ctx ? pool : s->n_ctx;
+        int64_t max_tokens = g->req.max_tokens;
+        if (!g->max_tokens_set) {
+            max_tokens = limit - n + 1;
+            /* OpenAI's default of 16 generated tokens, after an asserted fill's own tokens (which
+             * count towards max_tokens): its continuation ids, else the fill tokenized alone as
+             * the engine will (a default only: the engine checks the real count) */
+            int64_t dflt = 16;
+            if (kind == SRV_COMPLETION && g->has_fill && g->req.fill_policy == KILN_FILL_ASSERT) {
+                if (pr.fill_ids) {
+                    dflt += pr.n_fill;
+                } else {
+                    int32_t *fids = NULL, nf = 0;
+                    srv_error fe = {0};
+                    if (srv_tokenize(s->m, g->req.fill, g->req.fill_len, false, false, &fids, &nf,
+                                     &fe))
+                        dflt += nf;
+                    free(fids);
+                }
+            }
+            if (kind == SRV_COMPLETION && max_tokens > dflt) max_tokens = dflt;
+        }
+        int64_t need = (int64_t)n + (max_tokens > 0 ? max_tokens : 1) - 1;
+        if (max_tokens < 1 || need > s->n_ctx) {
+            srv_prompt_free(&pr);
+            return fail(r, 400, "invalid_request_error", "context_over_budget",
+                        g->max_tokens_set && n <= s->n_ctx ? "max_tokens"
+                        : kind == SRV_CHAT                 ? "messages"
+                                                           : "prompt",
+                        "This model's maximum context length is %d tokens. However, you requested "
+                        "%lld tokens (%d in the prompt, %lld for the completion).",
+                        s->n_ctx, (long long)(n + (max_tokens > 0 ? max_tokens : 0)), n,
+                        (long long)(max_tokens > 0 ? max_tokens : 0));
+        }
+        if (s->block_size > 0 && (need + s->block_size - 1) / s->block_size > s->kv_blocks_total) {
+            srv_prompt_free(&pr);
+            return fail(r, 400, "invalid_request_error", "context_over_budget", "max_tokens",
+                        "The request needs %lld KV positions (%d prompt + %lld completion tokens, "
+                        "less the last generated token, which is never stored), more than the "
+                        "server's whole KV cache (%lld positions).",
+                        (long long)need, n, (long long)max_tokens, (long long)pool);
+        }
+        g->req.max_tokens = (int32_t)max_tokens;
+        g->req.prompt_ids = pr.ids;
+        g->req.n_prompt_ids = n - pr.n_prefill;
+        g->req.prompt = NULL;
+        if (pr.n_prefill > 0) {
+            /* Chat assistant prefill: the message's tokens continue the prompt, asserted and not
+             * emitted, so the reply is only the continuation. */
+            g->req.fill_ids = pr.ids + (n - pr.n_prefill);
+            g->req.n_fill_ids = pr.n_prefill;
+            g->req.fill = NULL;
+            g->req.fill_policy = KILN_FILL_ASSERT;
+            g->req.fill_hidden = true;
+        } else if (pr.fill_ids) {
+            /* the fill as the prompt's continuation (srv_prompt_build): exactly its text */
+            g->req.fill_ids = pr.fill_ids;
+            g->req.n_fill_ids = pr.n_fill;
+            g->req.fill = NULL;
+        }
+        if (pr.pred_ids) {
+            g->req.prediction_ids = pr.pred_ids;
+            g->req.n_prediction_ids = pr.n_pred;
+            g->req.prediction = NULL;
+        }
+
+        if (r->api) r->api->n_prompt = n;
+        /* The prompt's text: echoed, and where completions' text_offset starts (OpenAI counts
+         * offsets from the start of prompt + completion). */
+        srv_buf ptext = {0};
+        if (kind == SRV_COMPLETION) {
+            if (g->prompt_text) {
+                srv_buf_add(&ptext, g->prompt_text, g->prompt_len);
+            } else if (kiln_model_has_tokenizer(s->m)) {
+                size_t tl = 0;
+                kiln_error derr = {0};
+                char *tb = NULL;
+                if (kiln_model_detokenize(s->m, g->prompt_ids, g->n_prompt_ids, NULL, 0, &tl,
+                                          &derr) == KILN_OK &&
+                    (tb = malloc(tl + 1)) &&
+                    kiln_model_detokenize(s->m, g->prompt_ids, g->n_prompt_ids, tb, tl, &tl,
+                                          &derr) == KILN_OK)
+                    srv_buf_add(&ptext, tb, tl);
+                free(tb);
             }
         }
-        if (kind == SRV_COMPLETION && max_tokens > dflt) max_tokens = dflt;
-    }
-    int64_t need = (int64_t)n + (max_tokens > 0 ? max_tokens : 1) - 1;
-    if (max_tokens < 1 || need > s->n_ctx) {
-        srv_prompt_free(&pr);
-        return fail(r, 400, "invalid_request_error", "context_over_budget",
-                    g->max_tokens_set && n <= s->n_ctx ? "max_tokens"
-                    : kind == SRV_CHAT                 ? "messages"
-                                                       : "prompt",
-                    "This model's maximum context length is %d tokens. However, you requested "
-                    "%lld tokens (%d in the prompt, %lld for the completion).",
-                    s->n_ctx, (long long)(n + (max_tokens > 0 ? max_tokens : 0)), n,
-                    (long long)(max_tokens > 0 ? max_tokens : 0));
-    }
-    if (s->block_size > 0 && (need + s->block_size - 1) / s->block_size > s->kv_blocks_total) {
-        srv_prompt_free(&pr);
-        return fail(r, 400, "invalid_request_error", "context_over_budget", "max_tokens",
-                    "The request needs %lld KV positions (%d prompt + %lld completion tokens, "
-                    "less the last generated token, which is never stored), more than the "
-                    "server's whole KV cache (%lld positions).",
-                    (long long)need, n, (long long)max_tokens, (long long)pool);
-    }
-    g->req.max_tokens = (int32_t)max_tokens;
-    g->req.prompt_ids = pr.ids;
-    g->req.n_prompt_ids = n - pr.n_prefill;
-    g->req.prompt = NULL;
-    if (pr.n_prefill > 0) {
-        /* Chat assistant prefill: the message's tokens continue the prompt, asserted and not
-         * emitted, so the reply is only the continuation. */
-        g->req.fill_ids = pr.ids + (n - pr.n_prefill);
-        g->req.n_fill_ids = pr.n_prefill;
-        g->req.fill = NULL;
-        g->req.fill_policy = KILN_FILL_ASSERT;
-        g->req.fill_hidden = true;
-    } else if (pr.fill_ids) {
-        /* the fill as the prompt's continuation (srv_prompt_build): exactly its text */
-        g->req.fill_ids = pr.fill_ids;
-        g->req.n_fill_ids = pr.n_fill;
-        g->req.fill = NULL;
-    }
-    if (pr.pred_ids) {
-        g->req.prediction_ids = pr.pred_ids;
-        g->req.n_prediction_ids = pr.n_pred;
-        g->req.prediction = NULL;
-    }
 
-    if (r->api) r->api->n_prompt = n;
-    /* The prompt's text: echoed, and where completions' text_offset starts (OpenAI counts
-     * offsets from the start of prompt + completion). */
-    srv_buf ptext = {0};
-    if (kind == SRV_COMPLETION) {
-        if (g->prompt_text) {
-            srv_buf_add(&ptext, g->prompt_text, g->prompt_len);
-        } else if (kiln_model_has_tokenizer(s->m)) {
-            size_t tl = 0;
-            kiln_error derr = {0};
-            char *tb = NULL;
-            if (kiln_model_detokenize(s->m, g->prompt_ids, g->n_prompt_ids, NULL, 0, &tl, &derr) ==
-                    KILN_OK &&
-                (tb = malloc(tl + 1)) &&
-                kiln_model_detokenize(s->m, g->prompt_ids, g->n_prompt_ids, tb, tl, &tl, &derr) ==
-                    KILN_OK)
-                srv_buf_add(&ptext, tb, tl);
-            free(tb);
+        /* The engine is now in charge of time: no idle timeout until the response is done. */
+        if (!r->timeout_off) {
+            MHD_set_connection_option(r->conn, MHD_CONNECTION_OPTION_TIMEOUT, 0u);
+            r->timeout_off = true;
+            atomic_fetch_add(&s->in_flight, 1);
+            r->counted = true;
         }
-    }
 
-    /* The engine is now in charge of time: no idle timeout until the response is done. */
-    if (!r->timeout_off) {
-        MHD_set_connection_option(r->conn, MHD_CONNECTION_OPTION_TIMEOUT, 0u);
-        r->timeout_off = true;
-        atomic_fetch_add(&s->in_flight, 1);
-        r->counted = true;
-    }
-
-    kiln_error err = {0};
-    kiln_stream *streams[KILN_MAX_CHOICES] = {0};
-    kiln_status st = kiln_engine_submit_n(s->e, &g->req, g->n, streams, &err);
-    srv_prompt_free(&pr); /* the engine copied what it needs */
-    g->req.prompt_ids = NULL;
-    g->req.fill_ids = NULL;
-    g->req.prediction_ids = NULL;
-    if (st != KILN_OK) {
-        srv_buf_free(&ptext);
-        if (st == KILN_ERR_QUEUE_FULL)
-            return fail(r, 503, "server_error", "queue_full", NULL,
-                        "The server is busy: its request queue is full. Retry later. (%s)",
-                        err.message);
-        if (st == KILN_ERR_CANCELLED)
-            return fail(r, 503, "server_error", "shutting_down", NULL, "%s", err.message);
-        if (st == KILN_ERR_CONTEXT_OVER_BUDGET)
-            return fail(r, 400, "invalid_request_error", "context_over_budget", NULL, "%s",
-                        err.message);
-        if (st == KILN_ERR_INVALID_ARGUMENT || st == KILN_ERR_NOT_FOUND)
-            return fail(r, 400, "invalid_request_error", NULL, NULL, "%s", err.message);
-        return fail(r, 500, "server_error", NULL, NULL, "%s", err.message);
-    }
-    const union MHD_ConnectionInfo *ci =
-        MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
-    const int64_t chars = srv_utf8_count(ptext.p ? ptext.p : "", ptext.len);
-    for (int32_t j = 0; j < g->n; j++) {
-        srv_choice *c = &r->ch[pi * g->n + j];
-        c->stream = streams[j];
-        c->ri = r->ri;
-        c->ri.index = pi * g->n + j;
-        c->text_offset = chars;
-        c->watch_h = srv_watch_add(s->watch, ci ? ci->connect_fd : -1, c->stream);
-        if (atomic_load(&s->force_cancel)) kiln_stream_cancel(c->stream);
-        if (g->echo && ptext.len > 0 && !srv_buf_add(&c->echo, ptext.p, ptext.len)) {
+        kiln_error err = {0};
+        kiln_stream *streams[KILN_MAX_CHOICES] = {0};
+        kiln_status st = kiln_engine_submit_n(s->e, &g->req, g->n, streams, &err);
+        srv_prompt_free(&pr); /* the engine copied what it needs */
+        g->req.prompt_ids = NULL;
+        g->req.fill_ids = NULL;
+        g->req.prediction_ids = NULL;
+        if (st != KILN_OK) {
             srv_buf_free(&ptext);
-            return fail(r, 500, "server_error", NULL, NULL, "out of memory (echo)");
+            if (st == KILN_ERR_QUEUE_FULL)
+                return fail(r, 503, "server_error", "queue_full", NULL,
+                            "The server is busy: its request queue is full. Retry later. (%s)",
+                            err.message);
+            if (st == KILN_ERR_CANCELLED)
+                return fail(r, 503, "server_error", "shutting_down", NULL, "%s", err.message);
+            if (st == KILN_ERR_CONTEXT_OVER_BUDGET)
+                return fail(r, 400, "invalid_request_error", "context_over_budget", NULL, "%s",
+                            err.message);
+            if (st == KILN_ERR_INVALID_ARGUMENT || st == KILN_ERR_NOT_FOUND)
+                return fail(r, 400, "invalid_request_error", NULL, NULL, "%s", err.message);
+            return fail(r, 500, "server_error", NULL, NULL, "%s", err.message);
         }
-        if (g->echo) c->text_offset = 0;
-        if (want_tp) {
-            kiln_tool_parser_params tpp = {.format = s->chat.tool_format,
-                                           .stream_arguments = g->stream,
-                                           .seed = srv_random_u64()};
-            kiln_error terr = {0};
-            c->tool_calls = json_array();
-            if (!c->tool_calls || kiln_tool_parser_create(&tpp, &c->tp, &terr) != KILN_OK) {
+        const union MHD_ConnectionInfo *ci =
+            MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+        const int64_t chars = srv_utf8_count(ptext.p ? ptext.p : "", ptext.len);
+        for (int32_t j = 0; j < g->n; j++) {
+            srv_choice *c = &r->ch[pi * g->n + j];
+            c->stream = streams[j];
+            c->ri = r->ri;
+            c->ri.index = pi * g->n + j;
+            c->text_offset = chars;
+            c->watch_h = srv_watch_add(s->watch, ci ? ci->connect_fd : -1, c->stream);
+            if (atomic_load(&s->force_cancel)) kiln_stream_cancel(c->stream);
+            if (g->echo && ptext.len > 0 && !srv_buf_add(&c->echo, ptext.p, ptext.len)) {
                 srv_buf_free(&ptext);
-                return fail(r, 500, "server_error", NULL, NULL, "out of memory (tool parser)");
+                return fail(r, 500, "server_error", NULL, NULL, "out of memory (echo)");
             }
-            c->ri.tool_calls = c->tool_calls;
+            if (g->echo) c->text_offset = 0;
+            if (want_tp) {
+                kiln_tool_parser_params tpp = {.format = s->chat.tool_format,
+                                               .stream_arguments = g->stream,
+                                               .seed = srv_random_u64()};
+                kiln_error terr = {0};
+                c->tool_calls = json_array();
+                if (!c->tool_calls || kiln_tool_parser_create(&tpp, &c->tp, &terr) != KILN_OK) {
+                    srv_buf_free(&ptext);
+                    return fail(r, 500, "server_error", NULL, NULL, "out of memory (tool parser)");
+                }
+                c->ri.tool_calls = c->tool_calls;
+            }
         }
-    }
-    srv_buf_free(&ptext);
-    } /* prompts */
+        srv_buf_free(&ptext);
+    }                   /* prompts */
     if (tool_grammar) { /* the engine took its own references */
         kiln_grammar_destroy(tool_grammar);
         r->tool_grammar = NULL;
@@ -1003,7 +1002,8 @@ static enum MHD_Result route_generate(srv_req *r) {
     srv_choice *c;
     if (!g->stream) {
         for (int32_t i = 0; i < r->n_ch; i++) /* the echoed prompt begins the text */
-            if (r->ch[i].echo.len && !srv_buf_add(&r->ch[i].text, r->ch[i].echo.p, r->ch[i].echo.len))
+            if (r->ch[i].echo.len &&
+                !srv_buf_add(&r->ch[i].text, r->ch[i].echo.p, r->ch[i].echo.len))
                 return MHD_NO;
         while (!r->finished) {
             if (!next_any(r, -1, &ev, &c) || !take_event(r, c, &ev)) {

@@ -101,7 +101,8 @@ static void test_choices(tsrv *t) {
         CHECK(json_is_null(json_object_get(lp, "top_logprobs")));
         CHECKF(json_integer_value(json_array_get(json_object_get(lp, "text_offset"), 0)) == 16,
                "text_offset starts at %lld, want 16 (the prompt's length)",
-               (long long)json_integer_value(json_array_get(json_object_get(lp, "text_offset"), 0)));
+               (long long)json_integer_value(
+                   json_array_get(json_object_get(lp, "text_offset"), 0)));
     }
     json_t *u = json_object_get(j, "usage");
     CHECK(json_integer_value(json_object_get(u, "prompt_tokens")) == u1.prompt_tokens);
@@ -245,7 +246,8 @@ static void test_no_tokenizer(void) {
     json_t *j = tu_json(&r);
     json_t *ids = json_object_get(json_array_get(json_object_get(j, "choices"), 0), "token_ids");
     CHECKF(json_array_size(ids) == 5, "token_ids: %s", r.body.p);
-    for (int i = 0; i < 5; i++) CHECK(json_integer_value(json_array_get(ids, (size_t)i)) == want[i]);
+    for (int i = 0; i < 5; i++)
+        CHECK(json_integer_value(json_array_get(ids, (size_t)i)) == want[i]);
     json_decref(j);
     tu_free(&r);
     /* streamed: one chunk per token, the same ids */
