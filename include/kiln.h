@@ -641,6 +641,9 @@ typedef struct kiln_engine_stats {
     int32_t kv_blocks_main_held, kv_blocks_hi_held;
     int32_t kv_blocks_main_total, kv_blocks_hi_total;
     int64_t kv_blocks_converted;
+    /* Choices of kiln_engine_submit_n that forked from choice 0's prompt KV (shared its full
+     * blocks, copied its partial one) instead of computing the prompt. */
+    int64_t n_forked;
 } kiln_engine_stats;
 
 /** Fill *out (all zero for a NULL engine). Any thread; the counters are read one by one, so
@@ -866,6 +869,35 @@ typedef struct kiln_stream kiln_stream;
  */
 KILN_API kiln_status kiln_engine_submit(kiln_engine *engine, const kiln_request *req,
                                         kiln_stream **out, kiln_error *err);
+
+/** The most choices kiln_engine_submit_n takes. Each choice is a running sequence that
+ *  decodes one token in every step, so a request of n choices takes n of the engine's max_seqs
+ *  slots and n rows of each step's budget; 16 keeps one request from crowding out the others
+ *  (OpenAI's own limit is 128; llama.cpp's server has no n at all). */
+#define KILN_MAX_CHOICES 16
+
+/**
+ * Submit n choices of one request (OpenAI's `n`): out[0..n) get n streams, choice i's. Choice i
+ * is the request with seed = req->seed + i (unsigned wrap-around): its tokens, logprobs and
+ * text are bitwise those of kiln_engine_submit with that seed (greedy choices are all equal).
+ * The prompt is computed once. Choice 0 prefills it; once its KV covers the prompt's first
+ * P - 1 positions (P prompt tokens), each other choice forks from it (DESIGN.md principle 2):
+ * it shares choice 0's full blocks (refcount + 1), copies the one partial block
+ * (copy-on-write, kiln_block_table_fork_prefix) and computes only the prompt's last token
+ * itself, to get its own logits row, then samples apart. So the engine feeds P + n - 1 prompt
+ * positions instead of n * P (kiln_engine_stats n_forked counts the forks). A choice that
+ * cannot fork at that moment (no free block for the copy, max_seqs running, a prompt of one
+ * token, a model with recurrent layers or freed sliding-window blocks, choice 0 cancelled or failed first) is admitted as an
+ * ordinary request instead (the prefix cache may still share the prompt's full blocks): its
+ * output is the same either way. Each stream is independent: its own events, usage
+ * (prompt_tokens is P in every choice), cancellation and FINISH.
+ * Errors: as kiln_engine_submit; KILN_ERR_INVALID_ARGUMENT also for n outside
+ * [1, KILN_MAX_CHOICES], NULL out, or a fill_session with n > 1 (a session is one object with
+ * one release); KILN_ERR_QUEUE_FULL when the n choices do not fit the queue. On failure no
+ * stream is created (out[] all NULL).
+ */
+KILN_API kiln_status kiln_engine_submit_n(kiln_engine *engine, const kiln_request *req, int32_t n,
+                                          kiln_stream **out, kiln_error *err);
 
 /* ---------------------------------------------------------------------------------------- */
 /* Streams                                                                                   */

@@ -394,19 +394,23 @@ static void *engine_main(void *arg) {
      * arrive any more (submit checks e->shutdown under the mutex). */
     kiln_engine_drain_incoming(e);
     kiln_engine_cancel_loading(e);
-    for (kiln_seq *s = e->wait_head, *next; s; s = next) {
-        next = s->next;
-        atomic_fetch_sub(&e->n_queued, 1);
-        kiln_seq_finish(s, KILN_FINISH_CANCELLED, KILN_OK, NULL);
-        kiln_seq_release(e, s);
-    }
-    e->wait_head = e->wait_tail = NULL;
+    /* running first: releasing a sequence lets its unforked choices go to the waiting FIFO */
     for (int32_t i = 0; i < e->n_running; i++) {
         kiln_seq_finish(e->running[i], KILN_FINISH_CANCELLED, KILN_OK, NULL);
         kiln_seq_release(e, e->running[i]);
     }
     e->n_running = 0;
     atomic_store(&e->st_running, 0);
+    while (e->wait_head) {
+        kiln_seq *s = e->wait_head;
+        e->wait_head = s->next;
+        if (!e->wait_head) e->wait_tail = NULL;
+        s->next = NULL;
+        atomic_fetch_sub(&e->n_queued, 1);
+        kiln_seq_finish(s, KILN_FINISH_CANCELLED, KILN_OK, NULL);
+        kiln_seq_release(e, s);
+    }
+    e->wait_head = e->wait_tail = NULL;
     return NULL;
 }
 
@@ -445,17 +449,14 @@ void kiln_engine_destroy(kiln_engine *e) {
     free(e);
 }
 
-kiln_status kiln_engine_submit_debug(kiln_engine *e, const kiln_request *req,
-                                     const kiln_request_debug *debug, kiln_stream **out,
-                                     kiln_error *err) {
-    if (!out) return kiln_error_set(err, KILN_ERR_INVALID_ARGUMENT, "out must not be NULL");
-    *out = NULL;
-    if (!e) return kiln_error_set(err, KILN_ERR_INVALID_ARGUMENT, "engine must not be NULL");
+/* A new sequence for req with its stream (two references: the caller's and the sequence's).
+ * Errors: as kiln_engine_submit's validation. */
+static kiln_status seq_build(kiln_engine *e, const kiln_request *req,
+                             const kiln_request_debug *debug, kiln_seq **out, kiln_error *err) {
     kiln_req *r = NULL;
     kiln_status st = kiln_req_create(e->model, req, debug, &r, err);
     if (st) return st;
     kiln_seq *s = calloc(1, sizeof *s);
-    kiln_stream *stream = NULL;
     if (!s) {
         kiln_req_destroy(r);
         return kiln_error_set(err, KILN_ERR_OUT_OF_MEMORY, "out of memory (sequence)");
@@ -464,50 +465,126 @@ kiln_status kiln_engine_submit_debug(kiln_engine *e, const kiln_request *req,
     s->method = &kiln_method_sample;
     s->ckpt_index = -1;
     s->n_prompt = (int32_t)r->prompt.n;
-    if ((st = kiln_ivec_append(&s->tokens, r->prompt.data, r->prompt.n))) {
+    if ((st = kiln_ivec_append(&s->tokens, r->prompt.data, r->prompt.n)))
         kiln_error_set(err, st, "out of memory (sequence tokens)");
-        goto fail;
+    if (!st && !(st = kiln_seq_spec_create(e, s, err)) && s->spec) s->method = &kiln_method_spec;
+    if (!st) st = kiln_seq_grammar_attach(e, s, err);
+    if (!st && !(st = kiln_stream_create(e->model, r, &s->stream, err))) s->stream->seq = s;
+    if (st) {
+        *out = s;
+        return st;
     }
-    if ((st = kiln_seq_spec_create(e, s, err))) goto fail;
-    if (s->spec) s->method = &kiln_method_spec;
-    if ((st = kiln_seq_grammar_attach(e, s, err))) goto fail;
-    if ((st = kiln_stream_create(e->model, r, &stream, err))) goto fail;
-    s->stream = stream;
-    stream->seq = s;
-
-    pthread_mutex_lock(&e->mu);
-    if (e->shutdown) {
-        st = kiln_error_set(err, KILN_ERR_CANCELLED, "the engine is shutting down");
-    } else if (atomic_load(&e->n_queued) >= e->p.max_queue) {
-        st = kiln_error_set(err, KILN_ERR_QUEUE_FULL,
-                            "the engine's queue is full (%d requests waiting, max_queue); retry "
-                            "later",
-                            e->p.max_queue);
-    } else {
-        s->id = e->next_id++;
-        if (e->in_tail)
-            e->in_tail->next = s;
-        else
-            e->in_head = s;
-        e->in_tail = s;
-        atomic_fetch_add(&e->n_queued, 1);
-        pthread_cond_signal(&e->cv);
-    }
-    pthread_mutex_unlock(&e->mu);
-    if (st) goto fail;
-    *out = stream;
+    *out = s;
     return KILN_OK;
-fail:
-    if (stream) {
-        kiln_stream_unref(stream);
-        kiln_stream_unref(stream);
+}
+
+/* Free a sequence that never reached the engine (its stream, both references). */
+static void seq_discard(kiln_engine *e, kiln_seq *s) {
+    if (!s) return;
+    if (s->stream) {
+        kiln_stream_unref(s->stream);
+        kiln_stream_unref(s->stream);
     }
     kiln_seq_spec_destroy(e, s);
     kiln_seq_grammar_detach(s);
     kiln_ivec_free(&s->tokens);
     kiln_req_destroy(s->req);
     free(s);
+}
+
+/* Queue s (with its fork_kids: n sequences in all) for the engine thread. */
+static kiln_status seq_enqueue(kiln_engine *e, kiln_seq *s, int32_t n, kiln_error *err) {
+    kiln_status st = KILN_OK;
+    pthread_mutex_lock(&e->mu);
+    if (e->shutdown) {
+        st = kiln_error_set(err, KILN_ERR_CANCELLED, "the engine is shutting down");
+    } else if (atomic_load(&e->n_queued) + n > e->p.max_queue) {
+        st = kiln_error_set(err, KILN_ERR_QUEUE_FULL,
+                            "the engine's queue is full (%d requests waiting, max_queue %d%s); "
+                            "retry later",
+                            atomic_load(&e->n_queued), e->p.max_queue,
+                            n > 1 ? ", and every choice counts" : "");
+    } else {
+        s->id = e->next_id++;
+        for (kiln_seq *c = s->fork_kids; c; c = c->next) c->id = e->next_id++;
+        if (e->in_tail)
+            e->in_tail->next = s;
+        else
+            e->in_head = s;
+        e->in_tail = s;
+        atomic_fetch_add(&e->n_queued, n);
+        pthread_cond_signal(&e->cv);
+    }
+    pthread_mutex_unlock(&e->mu);
     return st;
+}
+
+kiln_status kiln_engine_submit_debug(kiln_engine *e, const kiln_request *req,
+                                     const kiln_request_debug *debug, kiln_stream **out,
+                                     kiln_error *err) {
+    if (!out) return kiln_error_set(err, KILN_ERR_INVALID_ARGUMENT, "out must not be NULL");
+    *out = NULL;
+    if (!e) return kiln_error_set(err, KILN_ERR_INVALID_ARGUMENT, "engine must not be NULL");
+    kiln_seq *s = NULL;
+    kiln_status st = seq_build(e, req, debug, &s, err);
+    /* once queued, s belongs to the engine thread (it may be released at once) */
+    kiln_stream *stream = s ? s->stream : NULL;
+    if (!st) st = seq_enqueue(e, s, 1, err);
+    if (st) {
+        seq_discard(e, s);
+        return st;
+    }
+    *out = stream;
+    return KILN_OK;
+}
+
+kiln_status kiln_engine_submit_n(kiln_engine *e, const kiln_request *req, int32_t n,
+                                 kiln_stream **out, kiln_error *err) {
+    if (n == 1 && out) return kiln_engine_submit_debug(e, req, NULL, out, err);
+    kiln_status bad = KILN_OK;
+    if (!out || !e || !req)
+        bad = kiln_error_set(err, KILN_ERR_INVALID_ARGUMENT,
+                             "engine, req and out must not be NULL");
+    else if (n < 1 || n > KILN_MAX_CHOICES)
+        bad = kiln_error_set(err, KILN_ERR_INVALID_ARGUMENT, "n must be in [1, %d] (got %d)",
+                             KILN_MAX_CHOICES, n);
+    else if (req->fill_session)
+        bad = kiln_error_set(err, KILN_ERR_INVALID_ARGUMENT,
+                             "fill_session cannot be shared by n > 1 choices (it is one object "
+                             "with one release)");
+    if (bad) {
+        /* the request owns its fill session from a failed submit on too */
+        if (req && req->fill_session && req->fill_session->release)
+            req->fill_session->release(req->fill_session_user);
+        return bad;
+    }
+    for (int32_t i = 0; i < n; i++) out[i] = NULL;
+    kiln_seq *seqs[KILN_MAX_CHOICES] = {0};
+    kiln_status st = KILN_OK;
+    for (int32_t i = 0; i < n && !st; i++) {
+        kiln_request ri = *req;
+        ri.seed = req->seed + (uint64_t)i;
+        st = seq_build(e, &ri, NULL, &seqs[i], err);
+    }
+    for (int32_t i = 1; i < n && !st; i++) {
+        if (i == 1)
+            seqs[0]->fork_kids = seqs[1];
+        else
+            seqs[i - 1]->next = seqs[i];
+    }
+    kiln_stream *streams[KILN_MAX_CHOICES] = {0};
+    for (int32_t i = 0; i < n && !st; i++) streams[i] = seqs[i]->stream;
+    if (!st) st = seq_enqueue(e, seqs[0], n, err);
+    if (st) {
+        for (int32_t i = 0; i < n; i++) {
+            if (seqs[i]) seqs[i]->next = NULL;
+            seq_discard(e, seqs[i]);
+        }
+        return st;
+    }
+    /* the sequences are the engine thread's now (read nothing of them) */
+    for (int32_t i = 0; i < n; i++) out[i] = streams[i];
+    return KILN_OK;
 }
 
 kiln_status kiln_engine_submit(kiln_engine *e, const kiln_request *req, kiln_stream **out,
@@ -554,6 +631,7 @@ void kiln_engine_get_stats(const kiln_engine *e, kiln_engine_stats *out) {
     out->spec_drafted = atomic_load(&me->st_drafted);
     out->spec_accepted = atomic_load(&me->st_accepted);
     out->fill_tokens = atomic_load(&me->st_fill);
+    out->n_forked = atomic_load(&me->st_forked);
     kiln_engine_prefix_disk_stats(e, out);
 }
 

@@ -223,6 +223,9 @@ struct kiln_seq {
     struct kiln_seq_spec *spec; /* speculation and fill (spec.h), or NULL: plain sampling */
     struct kiln_gmatch *gm;     /* the grammar's recognizer over the output (grammar_seq.c), or
                                    NULL; always at the end of tokens[n_prompt..] */
+    kiln_seq *fork_kids;        /* choices 1..n-1 of kiln_engine_submit_n, waiting to fork
+                                   from this one's prompt KV (a list via next; counted as
+                                   queued); NULL for every other sequence */
     const int32_t *draft;       /* this step: tokens planned after tokens[n_computed..] */
     int32_t n_draft;
     kiln_finish_reason finish; /* KILN_FINISH_NONE while running */
@@ -307,6 +310,7 @@ struct kiln_engine {
     atomic_llong st_steps, st_prefill, st_decode, st_finished;
     atomic_llong st_hit_req, st_miss_req, st_hit_tok, st_miss_tok, st_preempt;
     atomic_llong st_verify, st_drafted, st_accepted, st_fill;
+    atomic_llong st_forked;
 };
 
 /* ---- the prefix cache's engine side (prefix.c) --------------------------------------- */
@@ -427,6 +431,16 @@ void kiln_engine_cancel_loading(kiln_engine *e);
 /** Whether the recurrent chunk rule applies: prefix cache on and the model has recurrent
  *  state (prefill chunks then end on block boundaries, where checkpoints are taken). */
 bool kiln_engine_prefix_align_chunks(const kiln_engine *e);
+
+/**
+ * Fork s's waiting choices (s->fork_kids) once s's KV covers its prompt's first n_prompt - 1
+ * positions: each shares those positions (kiln_block_table_fork_prefix) and joins the running
+ * sequences, to compute the prompt's last token itself. A choice that cannot fork goes to the
+ * head of the waiting FIFO as an ordinary request; a cancelled one finishes. With force, every
+ * choice is let go that way whatever s's progress (s is finishing or being released).
+ * Engine thread.
+ */
+void kiln_engine_fork_kids(kiln_engine *e, kiln_seq *s, bool force);
 
 /** Move submissions from the incoming queue to the waiting FIFO. Engine thread. */
 void kiln_engine_drain_incoming(kiln_engine *e);

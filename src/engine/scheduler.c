@@ -543,6 +543,7 @@ void kiln_engine_step(kiln_engine *e) {
         kiln_engine_prefix_commit(e, s);
         kiln_engine_window_commit(e, s);
         kiln_engine_kv_transition(e, s);
+        if (s->fork_kids) kiln_engine_fork_kids(e, s, false);
     }
     atomic_fetch_add(&e->st_prefill, n_pre);
     atomic_fetch_add(&e->st_decode, n_dec_tok);

@@ -189,3 +189,41 @@ kiln_status kiln_block_table_holes(kiln_block_table *bt, int32_t n, kiln_error *
     bt->n_blocks = bt->n_freed = n;
     return KILN_OK;
 }
+
+kiln_status kiln_block_table_fork_prefix(const kiln_block_table *src, kiln_block_table *dst,
+                                         kiln_kv_pool *pool, int32_t n_tokens, kiln_error *err) {
+    if (!src || !dst || !pool || src == dst || !table_ok(src) || !table_ok(dst) ||
+        dst->n_blocks != 0 || n_tokens < 0)
+        return kiln_error_set(err, KILN_ERR_INVALID_ARGUMENT,
+                              "block table fork_prefix: bad arguments (need two distinct tables, "
+                              "dst empty, n_tokens >= 0)");
+    const int32_t bs = kiln_kv_pool_block_size(pool);
+    const int32_t n_full = n_tokens / bs, n_blocks = kiln_kv_blocks_for_tokens(n_tokens, bs);
+    if (n_blocks > src->n_blocks)
+        return kiln_error_set(err, KILN_ERR_INVALID_ARGUMENT,
+                              "block table fork_prefix: %" PRId32 " positions need %" PRId32
+                              " blocks, src has %" PRId32,
+                              n_tokens, n_blocks, src->n_blocks);
+    kiln_status st = table_grow(dst, n_blocks, err);
+    if (st != KILN_OK) return st;
+    int32_t copy = -1;
+    if (n_blocks > n_full) {
+        const int32_t from = src->blocks[n_full];
+        copy = kiln_kv_pool_alloc_class(pool, kiln_kv_pool_block_class(pool, from));
+        if (copy < 0)
+            return kiln_error_set(err, KILN_ERR_OUT_OF_MEMORY,
+                                  "block table fork_prefix: no free block for the copy of the "
+                                  "partial block");
+        if ((st = kiln_kv_pool_copy_block(pool, copy, from, err))) {
+            kiln_kv_pool_unref(pool, copy);
+            return st;
+        }
+    }
+    kiln_block_table part = {.blocks = src->blocks, .n_blocks = n_full, .cap = n_full};
+    if ((st = kiln_block_table_fork(&part, dst, pool, err))) {
+        if (copy >= 0) kiln_kv_pool_unref(pool, copy);
+        return st;
+    }
+    if (copy >= 0) dst->blocks[dst->n_blocks++] = copy;
+    return KILN_OK;
+}

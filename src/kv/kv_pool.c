@@ -613,3 +613,31 @@ void *kiln_kv_pool_k(kiln_kv_pool *pool, int32_t layer, int32_t block) {
 void *kiln_kv_pool_v(kiln_kv_pool *pool, int32_t layer, int32_t block) {
     return region(pool, layer, block, 1);
 }
+
+kiln_status kiln_kv_pool_copy_block(kiln_kv_pool *pool, int32_t dst, int32_t src,
+                                    kiln_error *err) {
+    if (!pool || dst < 0 || src < 0 || dst >= pool->n_blocks || src >= pool->n_blocks ||
+        dst == src)
+        return kiln_error_set(err, KILN_ERR_INVALID_ARGUMENT,
+                              "kv pool copy: bad blocks (dst %" PRId32 ", src %" PRId32 ")", dst,
+                              src);
+    if (pool->format[dst] != pool->format[src])
+        return kiln_error_set(err, KILN_ERR_INVALID_ARGUMENT,
+                              "kv pool copy: blocks %" PRId32 " and %" PRId32
+                              " are of different formats",
+                              dst, src);
+    const pool_class *c = class_of(pool, src);
+    for (int32_t l = 0; l < pool->n_layer; l++)
+        for (int v = 0; v < 2 && pool->slot[l] >= 0; v++) { /* only the layers it holds */
+            void *d = region(pool, l, dst, v);
+            const void *sp = region(pool, l, src, v);
+            const size_t bytes = v ? c->region_v : c->region_k;
+            /* regions are KILN_KV_ALIGNMENT-padded, so a whole number of floats; the backend's
+             * copy moves bytes on the device that holds them */
+            if (pool->be && pool->be->ops->copy)
+                pool->be->ops->copy(pool->be, d, sp, (int64_t)(bytes / sizeof(float)));
+            else
+                memcpy(d, sp, bytes);
+        }
+    return KILN_OK;
+}

@@ -251,6 +251,16 @@ void *kiln_kv_pool_k(kiln_kv_pool *pool, int32_t layer, int32_t block);
 void *kiln_kv_pool_v(kiln_kv_pool *pool, int32_t layer, int32_t block);
 
 /**
+ * Copy block src's K and V storage, every layer the pool holds, into block dst (the copy-on-write of a
+ * partial block when a sequence forks, DESIGN.md principle 2). Both must be of one format
+ * class; the copy runs on the backend that holds the storage (host memcpy without one).
+ * Refcounts are untouched. Errors: KILN_ERR_INVALID_ARGUMENT (a block out of range, dst ==
+ * src, different formats).
+ */
+kiln_status kiln_kv_pool_copy_block(kiln_kv_pool *pool, int32_t dst, int32_t src,
+                                    kiln_error *err);
+
+/**
  * A sequence's block table: blocks[i] holds positions [i*block_size, (i+1)*block_size).
  * A zero-initialised struct ({0}) is the empty table. A table holds one reference to each of
  * its blocks and is used with one pool only. A sliding group's table may have holes: the
@@ -309,6 +319,20 @@ void kiln_block_table_release(kiln_block_table *bt, kiln_kv_pool *pool);
  */
 kiln_status kiln_block_table_fork(const kiln_block_table *src, kiln_block_table *dst,
                                   kiln_kv_pool *pool, kiln_error *err);
+
+/**
+ * Fork the first n_tokens positions of src into the empty table dst (DESIGN.md principle 2:
+ * forking is bookkeeping on the block table): dst shares src's full blocks among them (each
+ * refcount + 1, no storage copied) and gets a private copy of the block holding the partial
+ * tail, when n_tokens is not a multiple of the block size (copy-on-write of that one block,
+ * kiln_kv_pool_copy_block, so that dst may write the block's later positions). src must
+ * cover n_tokens positions. Staged: on failure dst and the pool are unchanged.
+ * Errors: KILN_ERR_INVALID_ARGUMENT (NULL pointer, dst == src, dst not empty, n_tokens < 0
+ * or beyond src), KILN_ERR_OUT_OF_MEMORY (no free or evictable block for the copy; dst's
+ * array), KILN_ERR_INTERNAL (a block of src is free or at the maximum refcount).
+ */
+kiln_status kiln_block_table_fork_prefix(const kiln_block_table *src, kiln_block_table *dst,
+                                         kiln_kv_pool *pool, int32_t n_tokens, kiln_error *err);
 
 /**
  * Append n blocks found in a prefix cache to the end of bt, each gaining an owner through

@@ -248,10 +248,56 @@ static void test_groups_and_holes(void) {
     kiln_kv_pool_destroy(pool);
 }
 
+/* fork_prefix: full blocks shared, the partial one copied (its bytes, every layer, K and V) */
+static void test_fork_prefix(void) {
+    kiln_kv_pool *pool = make(6);
+    kiln_block_table a = {0}, b = {0}, c = {0};
+    kiln_error err;
+    CHECK(kiln_block_table_reserve(&a, pool, 40, &err) == KILN_OK); /* 3 blocks */
+    /* fill a's storage with a pattern per (layer, block, side) */
+    const size_t region = 16 * 8 * 2; /* f16 rows of kv_dim 8, 16 positions */
+    for (int32_t l = 0; l < 2; l++)
+        for (int32_t i = 0; i < 3; i++) {
+            memset(kiln_kv_pool_k(pool, l, a.blocks[i]), 1 + l * 10 + i, region);
+            memset(kiln_kv_pool_v(pool, l, a.blocks[i]), 101 + l * 10 + i, region);
+        }
+    /* 37 positions: blocks 0 and 1 shared, block 2 (positions 32..36) copied */
+    CHECK(kiln_block_table_fork_prefix(&a, &b, pool, 37, &err) == KILN_OK);
+    CHECK(b.n_blocks == 3 && b.blocks[0] == a.blocks[0] && b.blocks[1] == a.blocks[1]);
+    CHECK(b.blocks[2] != a.blocks[2] && used(pool) == 4);
+    CHECK(kiln_kv_pool_refcount(pool, a.blocks[0]) == 2 &&
+          kiln_kv_pool_refcount(pool, a.blocks[2]) == 1 &&
+          kiln_kv_pool_refcount(pool, b.blocks[2]) == 1);
+    for (int32_t l = 0; l < 2; l++) {
+        CHECK(memcmp(kiln_kv_pool_k(pool, l, b.blocks[2]), kiln_kv_pool_k(pool, l, a.blocks[2]),
+                     region) == 0);
+        CHECK(memcmp(kiln_kv_pool_v(pool, l, b.blocks[2]), kiln_kv_pool_v(pool, l, a.blocks[2]),
+                     region) == 0);
+    }
+    /* 32 positions: two full blocks, nothing copied */
+    CHECK(kiln_block_table_fork_prefix(&a, &c, pool, 32, &err) == KILN_OK);
+    CHECK(c.n_blocks == 2 && used(pool) == 4 && kiln_kv_pool_refcount(pool, a.blocks[1]) == 3);
+    kiln_block_table_release(&c, pool);
+    /* errors change nothing: beyond src, non-empty dst, no block left for the copy */
+    CHECK(kiln_block_table_fork_prefix(&a, &c, pool, 49, &err) == KILN_ERR_INVALID_ARGUMENT);
+    CHECK(kiln_block_table_fork_prefix(&a, &b, pool, 5, &err) == KILN_ERR_INVALID_ARGUMENT);
+    kiln_block_table d = {0};
+    CHECK(kiln_block_table_reserve(&d, pool, 32, &err) == KILN_OK); /* the pool is full */
+    CHECK(kiln_block_table_fork_prefix(&a, &c, pool, 37, &err) == KILN_ERR_OUT_OF_MEMORY);
+    CHECK(c.n_blocks == 0 && used(pool) == 6 && kiln_kv_pool_refcount(pool, a.blocks[0]) == 2);
+    kiln_block_table_release(&d, pool);
+    kiln_block_table_release(&a, pool);
+    kiln_block_table_release(&b, pool);
+    kiln_block_table_release(&c, pool);
+    CHECK(used(pool) == 0 && kiln_kv_pool_invariant_violations(pool) == 0);
+    kiln_kv_pool_destroy(pool);
+}
+
 int main(void) {
     test_reserve_truncate();
     test_reserve_staged();
     test_fork();
     test_groups_and_holes();
+    test_fork_prefix();
     return kiln_test_finish("test_block_table");
 }
