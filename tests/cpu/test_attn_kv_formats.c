@@ -244,6 +244,25 @@ static void ref_all(float *out, int64_t q_stride, const float *Q, int G, int nk,
     free(scr);
 }
 
+/* token i of nk attends over keys [begin[i], end[i]): causal, W > 0 a window of W keys */
+static void causal_ranges(int nk, int W, int32_t *begin, int32_t *end) {
+    for (int i = 0; i < nk; i++) {
+        begin[i] = W && i - W + 1 > 0 ? i - W + 1 : 0;
+        end[i] = i + 1;
+    }
+}
+
+/* kv reading store s (blocks of bs positions) instead; per-block formats kept only if kv has
+ * them */
+static kiln_attn_kv kv_on(const kiln_attn_kv *kv, const store *s, int bs) {
+    kiln_attn_kv k = *kv;
+    k.k_blocks = (const void *const *)s->kb;
+    k.v_blocks = (const void *const *)s->vb;
+    if (kv->k_fmt) k.k_fmt = s->kf, k.v_fmt = s->vf;
+    k.block_size = bs;
+    return k;
+}
+
 /* the AVX2 kernel over all tokens, then in uneven tiles (odd tiles on kv_alt when given):
  * bitwise the reference ref; returns the number of differing (token, head) rows */
 static int avx2_vs_ref(const float *ref, int64_t q_stride, const float *Q, int G, int nk,
@@ -318,10 +337,7 @@ static void test_attention(void) {
                         const float cap = sc ? 5.0f : 0.0f;
                         const int W = win ? nk / 3 + 1 : 0;
                         int32_t begin[128], end[128];
-                        for (int i = 0; i < nk; i++) {
-                            begin[i] = W && i - W + 1 > 0 ? i - W + 1 : 0;
-                            end[i] = i + 1;
-                        }
+                        causal_ranges(nk, W, begin, end);
                         for (int g = 0; g < nkv; g += 3) { /* KV heads 0 and 3 */
                             const int64_t ho = (int64_t)g * hd, qo = (int64_t)g * G * hd;
                             kiln_attn_kv kv = {(const void *const *)s16.kb,
@@ -394,12 +410,7 @@ static void test_attention(void) {
                                                    fm[fi].name, hd, nk, G, W, g, i, d, a, b);
                                         }
                                 /* 4. uneven tiles and, for one-format sequences, block size 5 */
-                                kiln_attn_kv kv5 = kv;
-                                kv5.k_blocks = (const void *const *)s5.kb;
-                                kv5.v_blocks = (const void *const *)s5.vb;
-                                kv5.k_fmt = s5.kf;
-                                kv5.v_fmt = s5.vf;
-                                kv5.block_size = 5;
+                                const kiln_attn_kv kv5 = kv_on(&kv, &s5, 5);
                                 for (int i0 = 0; i0 < nk;) {
                                     int nt = 1 + (i0 * 7 + 3) % 5;
                                     if (nt > nk - i0) nt = nk - i0;
@@ -422,12 +433,7 @@ static void test_attention(void) {
                             }
                             if (avx2) {
                                 /* 5. the AVX2 kernel: bitwise the reference */
-                                kiln_attn_kv kv5 = kv;
-                                kv5.k_blocks = (const void *const *)s5.kb;
-                                kv5.v_blocks = (const void *const *)s5.vb;
-                                kv5.k_fmt = s5.kf;
-                                kv5.v_fmt = s5.vf;
-                                kv5.block_size = 5;
+                                const kiln_attn_kv kv5 = kv_on(&kv, &s5, 5);
                                 const int bad =
                                     avx2_vs_ref(ref, q_stride, Q + qo, G, nk, begin, end, &kv,
                                                 fm[fi].mix ? NULL : &kv5, div, cap);
@@ -476,10 +482,7 @@ static void test_attention_plain_avx2(void) {
                         const float cap = sc ? 5.0f : 0.0f;
                         const int W = win ? nk / 3 + 1 : 0;
                         int32_t begin[128], end[128];
-                        for (int i = 0; i < nk; i++) {
-                            begin[i] = W && i - W + 1 > 0 ? i - W + 1 : 0;
-                            end[i] = i + 1;
-                        }
+                        causal_ranges(nk, W, begin, end);
                         const int g = 1; /* KV head 1: rows start at head_off = hd */
                         const int64_t qo = (int64_t)g * G * hd;
                         const kiln_attn_kv kv = {(const void *const *)s16.kb,
@@ -491,10 +494,7 @@ static void test_attention_plain_avx2(void) {
                                                  op,
                                                  NULL,
                                                  NULL};
-                        kiln_attn_kv kv5 = kv;
-                        kv5.k_blocks = (const void *const *)s5.kb;
-                        kv5.v_blocks = (const void *const *)s5.vb;
-                        kv5.block_size = 5;
+                        const kiln_attn_kv kv5 = kv_on(&kv, &s5, 5);
                         float *scr = scratch_for(1, 1, hd, nk);
                         for (int i = 0; i < nk; i++)
                             for (int h = 0; h < G; h++)

@@ -194,18 +194,6 @@ KA void load_kt(float *Kt, const kiln_attn_kv *kv, const attn_fmt *af, int32_t t
     }
 }
 
-/* prefetch (into L1) the head slices of keys t0 + lo .. t0 + hi - 1 of one block array */
-KA void prefetch_rows(const kiln_attn_kv *kv, const attn_fmt *af, const void *const *blocks,
-                      const uint8_t *fmts, int32_t t0, int lo, int hi, const int LF) {
-    for (int l = lo; l < hi; l++) {
-        int lf;
-        const char *r = attn_row_of(kv, af, blocks, fmts, t0 + l, LF, &lf);
-        size_t off;
-        const size_t bytes = attn_slice_bytes(lf, kv->head_off, kv->head_dim, &off);
-        for (size_t b = 0; b < bytes; b += 64) _mm_prefetch(r + off + b, _MM_HINT_T0);
-    }
-}
-
 enum { SROWS = 8 }; /* score rows computed together (accumulators in registers) */
 
 /* one row's probabilities, in place: s[begin - base .. end - base) (base = begin & ~7) holds
@@ -330,11 +318,8 @@ KA void attn_group(float *out, int64_t out_stride, const float *q, int64_t q_str
                    const attn_fmt *af, float score_div, float softcap, float *scratch,
                    const int LF) {
     const int hd = kv->head_dim;
-    int32_t kmin = begin[0], kmax = end[n_tok - 1];
-    for (int32_t i = 0; i < n_tok; i++) {
-        if (begin[i] < kmin) kmin = begin[i];
-        if (end[i] > kmax) kmax = end[i];
-    }
+    int32_t kmin, kmax;
+    attn_key_span(n_tok, begin, end, &kmin, &kmax);
     const int32_t base0 = kmin & ~7;
     const int64_t sc_stride = ((kmax - base0 + 7) & ~7) + 8;
     const int rows = n_tok * G;
@@ -354,14 +339,13 @@ KA void attn_group(float *out, int64_t out_stride, const float *q, int64_t q_str
     for (int32_t t0 = base0; t0 < kmax; t0 += 8) {
         const int lo = kmin > t0 ? kmin - t0 : 0, hi = kmax - t0 < 8 ? kmax - t0 : 8;
         if (t0 + 8 < kmax) /* the next chunk's keys, this chunk's values (for attn_pv) */
-            prefetch_rows(kv, af, kv->k_blocks, af->kf, t0 + 8, 0,
+            attn_prefetch_rows(kv, af, kv->k_blocks, af->kf, t0 + 8, 0,
                           kmax - t0 - 8 < 8 ? kmax - t0 - 8 : 8, LF);
-        prefetch_rows(kv, af, kv->v_blocks, af->vf, t0, lo, hi, LF);
+        attn_prefetch_rows(kv, af, kv->v_blocks, af->vf, t0, lo, hi, LF);
         load_kt(Kt, kv, af, t0, lo, hi, LF);
         /* active rows: tokens whose range meets the chunk (consecutive tokens) */
-        int32_t i0 = 0, i1 = n_tok;
-        while (i0 < n_tok && (end[i0] <= t0 || begin[i0] >= t0 + 8)) i0++;
-        while (i1 > i0 && (end[i1 - 1] <= t0 || begin[i1 - 1] >= t0 + 8)) i1--;
+        int32_t i0, i1;
+        attn_active_tokens(n_tok, begin, end, t0, 8, &i0, &i1);
         for (int r0 = i0 * G; r0 < i1 * G; r0 += SROWS) {
             const int nr = i1 * G - r0 < SROWS ? i1 * G - r0 : SROWS;
             __m256 acc[SROWS];

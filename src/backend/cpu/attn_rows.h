@@ -7,7 +7,9 @@
  *   - attn_fmt: bytes per row for each code, the per-block format arrays, and the q / p
  *     roundings (kv/kv_format.h kiln_kv_operand), set up once per call by attn_fmt_init;
  *   - attn_row_of: position t's row start; attn_slice_bytes: the bytes of a row that hold a
- *     head's elements (for prefetching).
+ *     head's elements; attn_prefetch_rows: those bytes of a run of keys into L1;
+ *   - attn_key_span: the keys a call reads; attn_active_tokens: the tokens whose key range
+ *     meets a chunk of keys.
  * Row layouts: kv/kv_format.h; kiln_attn_kv: backend/cpu/ops.h.
  */
 #ifndef KILN_BACKEND_CPU_ATTN_ROWS_H
@@ -99,6 +101,41 @@ static inline size_t attn_slice_bytes(int lf, int64_t e0, int32_t n, size_t *off
     const size_t esz = lf == LF_F32 ? 4 : 2;
     *off = (size_t)e0 * esz;
     return (size_t)n * esz;
+}
+
+/* prefetch (into L1: prefetcht0) the head slices of keys t0 + lo .. t0 + hi - 1 of one block
+ * array: rows strided by the KV width, which the hardware prefetchers miss in decode (each
+ * step streams every sequence's whole cache) */
+static inline __attribute__((always_inline)) void
+attn_prefetch_rows(const kiln_attn_kv *kv, const attn_fmt *af, const void *const *blocks,
+                   const uint8_t *fmts, int32_t t0, int lo, int hi, const int LF) {
+    for (int l = lo; l < hi; l++) {
+        int lf;
+        const char *r = attn_row_of(kv, af, blocks, fmts, t0 + l, LF, &lf);
+        size_t off;
+        const size_t bytes = attn_slice_bytes(lf, kv->head_off, kv->head_dim, &off);
+        for (size_t b = 0; b < bytes; b += 64) __builtin_prefetch(r + off + b, 0, 3);
+    }
+}
+
+/* [*kmin, *kmax): the union of the call's key ranges [begin[i], end[i]) */
+static inline void attn_key_span(int32_t n_tok, const int32_t *begin, const int32_t *end,
+                                 int32_t *kmin, int32_t *kmax) {
+    *kmin = begin[0], *kmax = end[n_tok - 1];
+    for (int32_t i = 0; i < n_tok; i++) {
+        if (begin[i] < *kmin) *kmin = begin[i];
+        if (end[i] > *kmax) *kmax = end[i];
+    }
+}
+
+/* [*i0, *i1): the tokens whose range meets keys [t0, t0 + width) (consecutive tokens, the
+ * ranges being monotone) */
+static inline void attn_active_tokens(int32_t n_tok, const int32_t *begin, const int32_t *end,
+                                      int32_t t0, int32_t width, int32_t *i0, int32_t *i1) {
+    int32_t a = 0, b = n_tok;
+    while (a < n_tok && (end[a] <= t0 || begin[a] >= t0 + width)) a++;
+    while (b > a && (end[b - 1] <= t0 || begin[b - 1] >= t0 + width)) b--;
+    *i0 = a, *i1 = b;
 }
 
 #endif

@@ -292,20 +292,6 @@ KA void load_kt(float *Kt, const kiln_attn_kv *kv, const attn_fmt *af, int32_t t
 }
 
 
-/* prefetch (into L1) the head slices of keys t0 + lo .. t0 + hi - 1 of one block array: rows
- * strided by the KV width, which the hardware prefetchers miss in decode (each step streams
- * every sequence's whole cache) */
-KA void prefetch_chunk(const kiln_attn_kv *kv, const attn_fmt *af, const void *const *blocks,
-                       const uint8_t *fmts, int32_t t0, int lo, int hi, const int LF) {
-    for (int l = lo; l < hi; l++) {
-        int lf;
-        const char *r = attn_row_of(kv, af, blocks, fmts, t0 + l, LF, &lf);
-        size_t off;
-        const size_t bytes = attn_slice_bytes(lf, kv->head_off, kv->head_dim, &off);
-        for (size_t b = 0; b < bytes; b += 64) _mm_prefetch(r + off + b, _MM_HINT_T0);
-    }
-}
-
 enum { SROWS = 8 }; /* score rows computed together (accumulators in registers) */
 
 /* one row's scores: row buffer sc (chunks from base = begin & ~15), lanes outside
@@ -433,12 +419,8 @@ KA void attn_group(float *out, int64_t out_stride, const float *q, int64_t q_str
                    const attn_fmt *af, float score_div, float softcap, float *scratch,
                    const int FMT, const int NC) {
     const int hd = kv->head_dim;
-    const int32_t kb = begin[0], ke = end[n_tok - 1]; /* ranges are monotone in the token */
-    int32_t kmin = kb, kmax = ke;
-    for (int32_t i = 0; i < n_tok; i++) {
-        if (begin[i] < kmin) kmin = begin[i];
-        if (end[i] > kmax) kmax = end[i];
-    }
+    int32_t kmin, kmax;
+    attn_key_span(n_tok, begin, end, &kmin, &kmax);
     const int32_t base0 = kmin & ~15;
     const int64_t sc_stride = ((kmax - base0 + 15) & ~15) + 16;
     float *Kt = scratch;              /* hd x 16 */
@@ -459,14 +441,13 @@ KA void attn_group(float *out, int64_t out_stride, const float *q, int64_t q_str
     for (int32_t t0 = base0; t0 < kmax; t0 += 16) {
         int lo = kmin > t0 ? kmin - t0 : 0, hi = kmax - t0 < 16 ? kmax - t0 : 16;
         if (t0 + 16 < kmax) /* the next chunk's keys, this chunk's values (for attn_pv) */
-            prefetch_chunk(kv, af, kv->k_blocks, af->kf, t0 + 16, 0,
+            attn_prefetch_rows(kv, af, kv->k_blocks, af->kf, t0 + 16, 0,
                            kmax - t0 - 16 < 16 ? kmax - t0 - 16 : 16, FMT);
-        prefetch_chunk(kv, af, kv->v_blocks, af->vf, t0, lo, hi, FMT);
+        attn_prefetch_rows(kv, af, kv->v_blocks, af->vf, t0, lo, hi, FMT);
         load_kt(Kt, kv, af, t0, lo, hi, FMT);
         /* active rows: tokens whose range meets the chunk (consecutive tokens) */
-        int32_t i0 = 0, i1 = n_tok;
-        while (i0 < n_tok && (end[i0] <= t0 || begin[i0] >= t0 + 16)) i0++;
-        while (i1 > i0 && (end[i1 - 1] <= t0 || begin[i1 - 1] >= t0 + 16)) i1--;
+        int32_t i0, i1;
+        attn_active_tokens(n_tok, begin, end, t0, 16, &i0, &i1);
         for (int r0 = i0 * G; r0 < i1 * G; r0 += SROWS) {
             const int nr = i1 * G - r0 < SROWS ? i1 * G - r0 : SROWS;
             __m512 acc[SROWS];
@@ -504,7 +485,6 @@ KA void attn_group(float *out, int64_t out_stride, const float *q, int64_t q_str
         attn_pv(out + (size_t)i * out_stride, hd, sc + (size_t)i * G * sc_stride, sc_stride, G,
                 begin[i], end[i], kv, af, FMT, NC);
     }
-    (void)kb, (void)ke;
 }
 
 size_t kiln_attention_group_scratch_avx512(int32_t n_tok, int32_t G, int32_t head_dim,
