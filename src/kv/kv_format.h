@@ -54,8 +54,9 @@
  * pool stores it per block), a name for --kv-type, its bytes (block_elems / block_bytes, or a
  * row_bytes function for per-head side data), write_row / read_row, the scalar dot / axpy the
  * CPU reference attention calls, prep_q / finish_v when the format works in a transformed
- * domain, and simd = false until backend/cpu/ops_avx512.c has a kernel for it (the reference
- * then runs; batch invariance holds either way: each (token, head) is its own fixed order).
+ * domain, and simd = false until backend/cpu/ops_avx512.c and attention_avx2.c have a kernel
+ * for it (the reference then runs; batch invariance holds either way: each (token, head) is its
+ * own fixed order).
  */
 #ifndef KILN_KV_KV_FORMAT_H
 #define KILN_KV_KV_FORMAT_H
