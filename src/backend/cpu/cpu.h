@@ -26,6 +26,7 @@ typedef enum kiln_simd {
 typedef struct kiln_cpu_features {
     bool avx2, fma, f16c, avx512f, avx512bw, avx512vl, avx512vnni, avx512bf16;
     bool avx512dq; /* required by the AVX512 path (its file is compiled with -mavx512dq) */
+    bool avxvnni;  /* AVX-VNNI: VEX-encoded vpdpbusd on ymm (Alder Lake+, Zen 5) */
 } kiln_cpu_features;
 
 /** Features from cpuid/xgetbv, detected once. Never NULL. */
@@ -49,6 +50,13 @@ const char *kiln_simd_name(kiln_simd s);
  * not "0" (read once; KILN_VNNI=0 selects the AVX-512BW kernels, for benchmarks).
  */
 bool kiln_cpu_use_vnni(void);
+
+/**
+ * True when the AVX2 path's packed q8 prefill kernels use AVX-VNNI (VEX vpdpbusd on ymm):
+ * cpuid leaf 7.1 EAX bit 4 and env KILN_VNNI is not "0" (read once; KILN_VNNI=0 selects the
+ * vpmaddubsw/vpmaddwd kernels, as on AVX2 CPUs without it, e.g. Zen 2/3). Same bits either way.
+ */
+bool kiln_cpu_use_avxvnni(void);
 
 /**
  * Dot product of one weight row of dtype t (n elements, n % block_size == 0) with f32 x.

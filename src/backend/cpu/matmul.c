@@ -177,9 +177,9 @@ static void mm_rows(const mm_ctx *c, const mm_seg *s, int64_t o0, int64_t o1) {
 enum { PK_PANEL_BYTES = 384 * 1024 };
 
 /* fewest tokens for the packed path: env KILN_PK_MIN_TOK (benchmarks; the bits are the same
- * either way), default 32 (below it the in-register transposes of the 1 x 8 tiles cost less
- * than packing) */
-static int g_pk_min_tok = 32;
+ * either way), else the kernel's pmin_tok, else 32 (AVX-512: below it the in-register
+ * transposes of the 1 x 8 tiles cost less than packing) */
+static int g_pk_min_tok = 0;
 static pthread_once_t g_pk_once = PTHREAD_ONCE_INIT;
 static void pk_init(void) {
     const char *e = getenv("KILN_PK_MIN_TOK");
@@ -189,7 +189,8 @@ static void pk_init(void) {
 /* rows per packed panel (a multiple of the tile's rows), or 0 when packing does not apply */
 static int64_t pk_panel_rows(const kiln_cpu_q8_kernel *k, int64_t n_in, int64_t n_tok) {
     pthread_once(&g_pk_once, pk_init);
-    if (!k->pack || n_tok < g_pk_min_tok) return 0;
+    const int min_tok = g_pk_min_tok ? g_pk_min_tok : k->pmin_tok ? k->pmin_tok : 32;
+    if (!k->pack || n_tok < min_tok) return 0;
     size_t pb = k->packed_row_bytes(n_in);
     if (pb == 0) return 0;
     int64_t rows = (int64_t)(PK_PANEL_BYTES / pb) / k->pmax_rows * k->pmax_rows;

@@ -140,7 +140,222 @@ KA void q8_body(const int Q4, int64_t n, const uint8_t *w, const uint8_t *xq, si
         hsum8(_mm256_add_ps(acc[r][0], acc[r][1]));
 }
 
-#define KILN_Q8_DEFINE(NAME, Q4)                                                                   \
+/* ---------------------------------------------------------------- packed (prefill) */
+
+/*
+ * Packed panels (2+ tokens, matmul.c packs each panel of rows once per call): rows in lanes,
+ * an outer product per 4 quants. A group of 8 weight rows (pmax_rows) is rewritten, block by
+ * block, as 8 ymm "chunks": chunk c, lane k = quants 4c .. 4c + 3 of row k's block (u8 form
+ * below), then, for Q8_0 without VNNI, the same 8 chunks of the signed quants, then the 8
+ * rows' scales as f32. The kernel broadcasts a token's 4 quants (vpbroadcastd) against a
+ * chunk, so one multiply instruction feeds 8 rows at once and every lane ends with its row's
+ * exact integer block sum: no horizontal reduction (the unpacked tile spends a vphaddd tree
+ * per 8 blocks per (row, token)). u8 forms and integer steps per chunk:
+ *   Q4_0: nibbles 0..15; vpmaddubsw into i16 pairs (|pair| <= 2 * 15 * 127 = 3810, the 8
+ *         chunks of a block sum to <= 30480 in i16), one vpmaddwd per block; with AVX-VNNI one
+ *         vpdpbusd per chunk. Correction -8 * sum(q_x) (stored by the quantizer).
+ *   Q8_0, AVX-VNNI: w ^ 0x80 = w + 128 (u8), one vpdpbusd per chunk, correction
+ *         -128 * sum(q_x) (vpdpbusd sums 4 products into i32: no i16 saturation).
+ *   Q8_0, no VNNI: |w| against sign(x, w) (vpsignb, vpmaddubsw; |pair| <= 32512), vpmaddwd,
+ *         vpaddd: vpmaddubsw's i16 pairs leave no room to add chunks first.
+ * Blocks are stored residue-major (b = j, j + 16, j + 32, ... for j = 0..15), so the kernel
+ * keeps cpu.h's accumulator a[j] of every (row, token) in one register while it runs the
+ * FMA chain fma(D_b, isum_b, a[j]) over those blocks in order, then the fixed tree over the
+ * 16 accumulators per lane: exactly the scalar reference's operations, so the same bits.
+ */
+#define PK_ROWS 8
+#ifndef KILN_AVX2_PK_TOK
+#define KILN_AVX2_PK_TOK 4
+#endif
+enum { PK_TOK = KILN_AVX2_PK_TOK };
+
+/* bytes per block of one 8-row group: chunks (+ signed chunks) + 8 f32 scales */
+KA size_t pk_block_bytes(const int Q4, const int VNNI) {
+    return 256 + (!Q4 && !VNNI ? 256 : 0) + 32;
+}
+
+/* 8 x 8 transpose of 32-bit elements: out[c] lane k = in[k] lane c */
+KA void transpose8(const __m256i in[8], __m256i out[8]) {
+    __m256i a[8], b[8];
+    for (int i = 0; i < 8; i += 2) {
+        a[i] = _mm256_unpacklo_epi32(in[i], in[i + 1]);
+        a[i + 1] = _mm256_unpackhi_epi32(in[i], in[i + 1]);
+    }
+    for (int i = 0; i < 8; i += 4) {
+        b[i] = _mm256_unpacklo_epi64(a[i], a[i + 2]);
+        b[i + 1] = _mm256_unpackhi_epi64(a[i], a[i + 2]);
+        b[i + 2] = _mm256_unpacklo_epi64(a[i + 1], a[i + 3]);
+        b[i + 3] = _mm256_unpackhi_epi64(a[i + 1], a[i + 3]);
+    }
+    for (int i = 0; i < 4; i++) {
+        out[i] = _mm256_permute2x128_si256(b[i], b[i + 4], 0x20);
+        out[i + 4] = _mm256_permute2x128_si256(b[i], b[i + 4], 0x31);
+    }
+}
+
+/* rows [0, nrows) of w into 8-row groups at dst (group g at dst + g * 8 * pk_row_bytes);
+ * the rows of a last partial group past nrows are zero (scale 0: they add nothing to any
+ * lane a caller reads) */
+KA void pk_pack(const int Q4, const int VNNI, int64_t n, const uint8_t *w, size_t rs, int nrows,
+                uint8_t *dst) {
+    const size_t BSZ = Q4 ? sizeof(kiln_block_q4_0) : sizeof(kiln_block_q8_0);
+    const size_t PB = pk_block_bytes(Q4, VNNI);
+    const int64_t nb = n / 32;
+    const __m256i low4 = _mm256_set1_epi8(15), x80 = _mm256_set1_epi8((char)0x80);
+    for (int k0 = 0; k0 < nrows; k0 += PK_ROWS) {
+        const int kn = nrows - k0 < PK_ROWS ? nrows - k0 : PK_ROWS;
+        uint8_t *d = dst + (size_t)k0 * (size_t)nb * PB / PK_ROWS;
+        for (int j = 0; j < 16; j++) {
+            for (int64_t b = j; b < nb; b += 16, d += PB) {
+                __m256i q[8], t[8];
+                float sc[8];
+                for (int k = 0; k < 8; k++) {
+                    if (k >= kn) {
+                        q[k] = _mm256_setzero_si256();
+                        sc[k] = 0.0f;
+                        continue;
+                    }
+                    const uint8_t *wb = w + (size_t)(k0 + k) * rs + (size_t)b * BSZ;
+                    sc[k] = kiln_fp16_to_fp32(rd16(wb));
+                    if (Q4) {
+                        __m128i h = _mm_loadu_si128((const __m128i *)(wb + 2));
+                        q[k] = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(h, 4), h), low4);
+                    } else {
+                        q[k] = _mm256_loadu_si256((const __m256i *)(wb + 2));
+                    }
+                }
+                transpose8(q, t);
+                for (int c = 0; c < 8; c++) {
+                    __m256i u = t[c];
+                    if (!Q4 && VNNI) u = _mm256_xor_si256(u, x80);
+                    if (!Q4 && !VNNI) {
+                        u = _mm256_sign_epi8(t[c], t[c]);
+                        _mm256_storeu_si256((__m256i *)(d + 256 + 32 * c), t[c]);
+                    }
+                    _mm256_storeu_si256((__m256i *)(d + 32 * c), u);
+                }
+                _mm256_storeu_ps((float *)(d + PB - 32), _mm256_loadu_ps(sc));
+            }
+        }
+    }
+}
+
+/* vpdpbusd ymm (AVX-VNNI, VEX encoded) by inline asm: the file is built for AVX2 only, and
+ * the kernels that use it run only after kiln_cpu_use_avxvnni() */
+KA __m256i dpbusd(__m256i acc, __m256i u, __m256i s) {
+    __asm__("%{vex%} vpdpbusd %2, %1, %0" : "+x"(acc) : "x"(u), "x"(s));
+    return acc;
+}
+
+KA __m256i bcast4(const uint8_t *p) {
+    int32_t v;
+    memcpy(&v, p, 4);
+    return _mm256_set1_epi32(v);
+}
+
+/* one 8-row group (packed at pk) against R tokens (xq + r * xs): out[k * R + r], k < nrows */
+KA void pk_body(const int Q4, const int VNNI, int64_t n, const uint8_t *pk, const uint8_t *xq,
+                size_t xs, const int R, int nrows, float *out) {
+    const int64_t nb = n / 32, nbp = kiln_q8_nbp(n);
+    const size_t PB = pk_block_bytes(Q4, VNNI);
+    const __m256i ones = _mm256_set1_epi16(1);
+    const int shift = Q4 ? 3 : 7; /* the correction -(8 or 128) * sum(q_x) */
+    __m256 A[PK_TOK][16];
+    const uint8_t *p = pk;
+    for (int j = 0; j < 16; j++) {
+        __m256 F[PK_TOK];
+        _Pragma("GCC unroll 8") for (int r = 0; r < R; r++) F[r] = _mm256_setzero_ps();
+        for (int64_t b = j; b < nb; b += 16, p += PB) {
+            __m256i is[PK_TOK];
+            if (Q4 || VNNI) {
+                _Pragma("GCC unroll 8") for (int r = 0; r < R; r++) {
+                    int32_t sx;
+                    memcpy(&sx, xq + (size_t)r * xs + KILN_Q8_SUM_OFF(nbp) + 4 * (size_t)b, 4);
+                    is[r] = _mm256_set1_epi32(-(int32_t)((uint32_t)sx << shift));
+                }
+            }
+            if (VNNI) {
+                _Pragma("GCC unroll 8") for (int c = 0; c < 8; c++) {
+                    const __m256i U = _mm256_load_si256((const __m256i *)(p + 32 * c));
+                    _Pragma("GCC unroll 8") for (int r = 0; r < R; r++) is[r] =
+                        dpbusd(is[r], U, bcast4(xq + (size_t)r * xs + 32 * b + 4 * c));
+                }
+            } else if (Q4) {
+                __m256i s16[PK_TOK];
+                _Pragma("GCC unroll 8") for (int c = 0; c < 8; c++) {
+                    const __m256i U = _mm256_load_si256((const __m256i *)(p + 32 * c));
+                    _Pragma("GCC unroll 8") for (int r = 0; r < R; r++) {
+                        __m256i m = _mm256_maddubs_epi16(
+                            U, bcast4(xq + (size_t)r * xs + 32 * b + 4 * c));
+                        s16[r] = c == 0 ? m : _mm256_add_epi16(s16[r], m);
+                    }
+                }
+                _Pragma("GCC unroll 8") for (int r = 0; r < R; r++) is[r] =
+                    _mm256_add_epi32(is[r], _mm256_madd_epi16(s16[r], ones));
+            } else {
+                _Pragma("GCC unroll 8") for (int c = 0; c < 8; c++) {
+                    const __m256i U = _mm256_load_si256((const __m256i *)(p + 32 * c));
+                    const __m256i S = _mm256_load_si256((const __m256i *)(p + 256 + 32 * c));
+                    _Pragma("GCC unroll 8") for (int r = 0; r < R; r++) {
+                        __m256i x = _mm256_sign_epi8(
+                            bcast4(xq + (size_t)r * xs + 32 * b + 4 * c), S);
+                        __m256i m = _mm256_madd_epi16(_mm256_maddubs_epi16(U, x), ones);
+                        is[r] = c == 0 ? m : _mm256_add_epi32(is[r], m);
+                    }
+                }
+            }
+            const __m256 dw = _mm256_load_ps((const float *)(p + PB - 32));
+            _Pragma("GCC unroll 8") for (int r = 0; r < R; r++) {
+                const float *dx = (const float *)(xq + (size_t)r * xs + KILN_Q8_D_OFF(nbp));
+                F[r] = _mm256_fmadd_ps(_mm256_mul_ps(dw, _mm256_broadcast_ss(dx + b)),
+                                       _mm256_cvtepi32_ps(is[r]), F[r]);
+            }
+        }
+        _Pragma("GCC unroll 8") for (int r = 0; r < R; r++) A[r][j] = F[r];
+    }
+    _Pragma("GCC unroll 8") for (int r = 0; r < R; r++) { /* cpu.h's tree, per lane */
+        __m256 s8[8], s4[4];
+        for (int j = 0; j < 8; j++) s8[j] = _mm256_add_ps(A[r][j], A[r][j + 8]);
+        for (int j = 0; j < 4; j++) s4[j] = _mm256_add_ps(s8[j], s8[j + 4]);
+        __m256 s = _mm256_add_ps(_mm256_add_ps(s4[0], s4[2]), _mm256_add_ps(s4[1], s4[3]));
+        float o[8];
+        _mm256_storeu_ps(o, s);
+        for (int k = 0; k < nrows; k++) out[k * R + r] = o[k];
+    }
+}
+
+#define KILN_PK_CASE(Q4, VNNI, R)                                                                  \
+    case R:                                                                                        \
+        pk_body(Q4, VNNI, n, pk, xq, xs, R, nrows, out);                                           \
+        return;
+
+/* NAME##_pack / NAME##_ptile / NAME##_prow (kiln_cpu_q8_kernel's packed path) */
+#define KILN_PK_DEFINE(NAME, Q4, VNNI)                                                             \
+    static size_t NAME##_prow(int64_t n) {                                                         \
+        return (size_t)(n / 32) * pk_block_bytes(Q4, VNNI) / PK_ROWS;                              \
+    }                                                                                              \
+    static void NAME##_pack(int64_t n, const void *w, size_t rs, int nrows, uint8_t *dst) {        \
+        pk_pack(Q4, VNNI, n, (const uint8_t *)w, rs, nrows, dst);                                  \
+    }                                                                                              \
+    static void NAME##_ptile(int64_t n, const uint8_t *pk, size_t ps, const void *w, size_t rs,    \
+                             int nrows, const uint8_t *xq, size_t xs, int ntok, float *out) {      \
+        (void)ps, (void)w, (void)rs; /* groups of 8 rows, no unpacked blocks */                    \
+        switch (ntok) {                                                                            \
+            KILN_PK_CASE(Q4, VNNI, 1)                                                              \
+            KILN_PK_CASE(Q4, VNNI, 2)                                                              \
+            KILN_PK_CASE(Q4, VNNI, 3)                                                              \
+        default:                                                                                   \
+            pk_body(Q4, VNNI, n, pk, xq, xs, PK_TOK, nrows, out);                                  \
+            return;                                                                                \
+        }                                                                                          \
+    }
+
+KILN_PK_DEFINE(q8_0_pk, 0, 0)
+KILN_PK_DEFINE(q4_0_pk, 1, 0)
+KILN_PK_DEFINE(q8_0_pkv, 0, 1)
+KILN_PK_DEFINE(q4_0_pkv, 1, 1)
+
+#define KILN_Q8_DEFINE(NAME, Q4, PK)                                                               \
     static float NAME##_dot(int64_t n, const void *w, const void *xq) {                            \
         float o;                                                                                   \
         q8_body(Q4, n, (const uint8_t *)w, (const uint8_t *)xq, 0, 1, &o, 0);                      \
@@ -175,17 +390,31 @@ KA void q8_body(const int Q4, int64_t n, const uint8_t *w, const uint8_t *xq, si
                                                      .max_rows = 1,                                \
                                                      .max_tok = MAX_TOK,                           \
                                                      .small = NAME##_small,                        \
+                                                     .packed_row_bytes = PK##_prow,                \
+                                                     .pack = PK##_pack,                            \
+                                                     .ptile = PK##_ptile,                          \
+                                                     .pmax_rows = PK_ROWS,                         \
+                                                     .pmax_tok = PK_TOK,                           \
+                                                     .pmin_tok = PK_MIN_TOK,                       \
                                                      .gemv = NAME##_gemv};
 
-KILN_Q8_DEFINE(q8_0, 0)
-KILN_Q8_DEFINE(q4_0, 1)
+/* fewest tokens for the packed panels on AVX2 (matmul.c; env KILN_PK_MIN_TOK overrides) */
+#ifndef KILN_AVX2_PK_MIN_TOK
+#define KILN_AVX2_PK_MIN_TOK 4
+#endif
+enum { PK_MIN_TOK = KILN_AVX2_PK_MIN_TOK };
 
-const kiln_cpu_q8_kernel *kiln_cpu_q8_kernel_avx2(kiln_dtype t) {
+KILN_Q8_DEFINE(q8_0, 0, q8_0_pk)
+KILN_Q8_DEFINE(q4_0, 1, q4_0_pk)
+KILN_Q8_DEFINE(q8_0v, 0, q8_0_pkv)
+KILN_Q8_DEFINE(q4_0v, 1, q4_0_pkv)
+
+const kiln_cpu_q8_kernel *kiln_cpu_q8_kernel_avx2(kiln_dtype t, bool vnni) {
     switch (t) {
     case KILN_DTYPE_Q8_0:
-        return &q8_0_kernel;
+        return vnni ? &q8_0v_kernel : &q8_0_kernel;
     case KILN_DTYPE_Q4_0:
-        return &q4_0_kernel;
+        return vnni ? &q4_0v_kernel : &q4_0_kernel;
     default:
         return NULL;
     }
@@ -265,8 +494,8 @@ void kiln_cpu_q8_quantize_row_avx2(int64_t n, const float *x, uint8_t *dst) {
 
 #else
 
-const kiln_cpu_q8_kernel *kiln_cpu_q8_kernel_avx2(kiln_dtype t) {
-    (void)t;
+const kiln_cpu_q8_kernel *kiln_cpu_q8_kernel_avx2(kiln_dtype t, bool vnni) {
+    (void)t, (void)vnni;
     return NULL;
 }
 void kiln_cpu_q8_quantize_row_avx2(int64_t n, const float *x, uint8_t *dst) {
