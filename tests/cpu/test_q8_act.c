@@ -445,7 +445,8 @@ static void check_packed(kiln_dtype t) {
                     for (int r0 = 0; r0 + nt <= TOK; r0 += nt)
                         for (int o = 0; o < ROWS; o += k->pmax_rows) {
                             int nr = ROWS - o < k->pmax_rows ? ROWS - o : k->pmax_rows;
-                            float out[64];
+                            float out[128];
+                            REQUIRE(k->pmax_rows * k->pmax_tok <= 128);
                             k->ptile(n, pk + (size_t)o * pb, pb, w + (size_t)o * wrs, wrs, nr,
                                      xv + rs * (size_t)r0, rs, nt, out);
                             for (int q = 0; q < nr; q++)

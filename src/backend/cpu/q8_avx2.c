@@ -163,14 +163,16 @@ KA void q8_body(const int Q4, int64_t n, const uint8_t *w, const uint8_t *xq, si
  * FMA chain fma(D_b, isum_b, a[j]) over those blocks in order, then the fixed tree over the
  * 16 accumulators per lane: exactly the scalar reference's operations, so the same bits.
  */
-#define PK_ROWS 8
-#ifndef KILN_AVX2_PK_TOK
-#define KILN_AVX2_PK_TOK 4
-#endif
-enum { PK_TOK = KILN_AVX2_PK_TOK };
+/* rows per packed group: NV ymm vectors of 8 rows; tokens per tile (registers: NV * PK_TOK
+ * integer accumulators, NV weight chunks, the broadcast; the f32 accumulators stay in L1) */
+#define PK_NV   2
+#define PK_ROWS (8 * PK_NV)
+#define PK_TOK  6
+/* Q8_0 without VNNI also holds the signed chunks and the vpmaddwd ones: fewer tokens */
+#define PK_TOK_Q8BW 4
 
-/* bytes per block of one 8-row group: chunks (+ signed chunks) + 8 f32 scales */
-KA size_t pk_block_bytes(const int Q4, const int VNNI) {
+/* bytes per block of one 8-row vector: chunks (+ signed chunks) + 8 f32 scales */
+KA size_t pk_vec_bytes(const int Q4, const int VNNI) {
     return 256 + (!Q4 && !VNNI ? 256 : 0) + 32;
 }
 
@@ -193,50 +195,56 @@ KA void transpose8(const __m256i in[8], __m256i out[8]) {
     }
 }
 
-/* rows [0, nrows) of w into 8-row groups at dst (group g at dst + g * 8 * pk_row_bytes);
- * the rows of a last partial group past nrows are zero (scale 0: they add nothing to any
- * lane a caller reads) */
+/* block b of rows k0 .. k0 + kn - 1 (kn <= 8; the rest zero, scale 0: they add nothing to
+ * any lane a caller reads) as one 8-row vector's packed bytes at d */
+KA void pk_pack_vec(const int Q4, const int VNNI, const uint8_t *w, size_t rs, int k0, int kn,
+                    int64_t b, uint8_t *d) {
+    const size_t BSZ = Q4 ? sizeof(kiln_block_q4_0) : sizeof(kiln_block_q8_0);
+    const __m256i low4 = _mm256_set1_epi8(15), x80 = _mm256_set1_epi8((char)0x80);
+    __m256i q[8], t[8];
+    float sc[8];
+    for (int k = 0; k < 8; k++) {
+        if (k >= kn) {
+            q[k] = _mm256_setzero_si256();
+            sc[k] = 0.0f;
+            continue;
+        }
+        const uint8_t *wb = w + (size_t)(k0 + k) * rs + (size_t)b * BSZ;
+        sc[k] = kiln_fp16_to_fp32(rd16(wb));
+        if (Q4) {
+            __m128i h = _mm_loadu_si128((const __m128i *)(wb + 2));
+            q[k] = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(h, 4), h), low4);
+        } else {
+            q[k] = _mm256_loadu_si256((const __m256i *)(wb + 2));
+        }
+    }
+    transpose8(q, t);
+    for (int c = 0; c < 8; c++) {
+        __m256i u = t[c];
+        if (!Q4 && VNNI) u = _mm256_xor_si256(u, x80);
+        if (!Q4 && !VNNI) {
+            u = _mm256_sign_epi8(t[c], t[c]);
+            _mm256_storeu_si256((__m256i *)(d + 256 + 32 * c), t[c]);
+        }
+        _mm256_storeu_si256((__m256i *)(d + 32 * c), u);
+    }
+    _mm256_storeu_ps((float *)(d + pk_vec_bytes(Q4, VNNI) - 32), _mm256_loadu_ps(sc));
+}
+
+/* rows [0, nrows) of w into PK_ROWS-row groups at dst (group g at dst + g * PK_ROWS *
+ * pk_row_bytes), blocks residue-major, each block's PK_NV vectors one after the other */
 KA void pk_pack(const int Q4, const int VNNI, int64_t n, const uint8_t *w, size_t rs, int nrows,
                 uint8_t *dst) {
-    const size_t BSZ = Q4 ? sizeof(kiln_block_q4_0) : sizeof(kiln_block_q8_0);
-    const size_t PB = pk_block_bytes(Q4, VNNI);
+    const size_t VB = pk_vec_bytes(Q4, VNNI);
     const int64_t nb = n / 32;
-    const __m256i low4 = _mm256_set1_epi8(15), x80 = _mm256_set1_epi8((char)0x80);
     for (int k0 = 0; k0 < nrows; k0 += PK_ROWS) {
-        const int kn = nrows - k0 < PK_ROWS ? nrows - k0 : PK_ROWS;
-        uint8_t *d = dst + (size_t)k0 * (size_t)nb * PB / PK_ROWS;
-        for (int j = 0; j < 16; j++) {
-            for (int64_t b = j; b < nb; b += 16, d += PB) {
-                __m256i q[8], t[8];
-                float sc[8];
-                for (int k = 0; k < 8; k++) {
-                    if (k >= kn) {
-                        q[k] = _mm256_setzero_si256();
-                        sc[k] = 0.0f;
-                        continue;
-                    }
-                    const uint8_t *wb = w + (size_t)(k0 + k) * rs + (size_t)b * BSZ;
-                    sc[k] = kiln_fp16_to_fp32(rd16(wb));
-                    if (Q4) {
-                        __m128i h = _mm_loadu_si128((const __m128i *)(wb + 2));
-                        q[k] = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(h, 4), h), low4);
-                    } else {
-                        q[k] = _mm256_loadu_si256((const __m256i *)(wb + 2));
-                    }
+        uint8_t *d = dst + (size_t)k0 * (size_t)nb * VB / 8;
+        for (int j = 0; j < 16; j++)
+            for (int64_t b = j; b < nb; b += 16)
+                for (int v = 0; v < PK_NV; v++, d += VB) {
+                    int kv = k0 + 8 * v, kn = nrows - kv < 8 ? nrows - kv : 8;
+                    pk_pack_vec(Q4, VNNI, w, rs, kv, kn < 0 ? 0 : kn, b, d);
                 }
-                transpose8(q, t);
-                for (int c = 0; c < 8; c++) {
-                    __m256i u = t[c];
-                    if (!Q4 && VNNI) u = _mm256_xor_si256(u, x80);
-                    if (!Q4 && !VNNI) {
-                        u = _mm256_sign_epi8(t[c], t[c]);
-                        _mm256_storeu_si256((__m256i *)(d + 256 + 32 * c), t[c]);
-                    }
-                    _mm256_storeu_si256((__m256i *)(d + 32 * c), u);
-                }
-                _mm256_storeu_ps((float *)(d + PB - 32), _mm256_loadu_ps(sc));
-            }
-        }
     }
 }
 
@@ -253,75 +261,94 @@ KA __m256i bcast4(const uint8_t *p) {
     return _mm256_set1_epi32(v);
 }
 
-/* one 8-row group (packed at pk) against R tokens (xq + r * xs): out[k * R + r], k < nrows */
+/* one PK_ROWS-row group (packed at pk) against R tokens (xq + r * xs): out[k * R + r] for
+ * k < nrows */
 KA void pk_body(const int Q4, const int VNNI, int64_t n, const uint8_t *pk, const uint8_t *xq,
                 size_t xs, const int R, int nrows, float *out) {
     const int64_t nb = n / 32, nbp = kiln_q8_nbp(n);
-    const size_t PB = pk_block_bytes(Q4, VNNI);
+    const size_t VB = pk_vec_bytes(Q4, VNNI);
     const __m256i ones = _mm256_set1_epi16(1);
     const int shift = Q4 ? 3 : 7; /* the correction -(8 or 128) * sum(q_x) */
-    __m256 A[PK_TOK][16];
+    __m256 A[PK_NV][PK_TOK][16]; /* cpu.h's accumulators a[j] of each (row, token) */
     const uint8_t *p = pk;
     for (int j = 0; j < 16; j++) {
-        __m256 F[PK_TOK];
-        _Pragma("GCC unroll 8") for (int r = 0; r < R; r++) F[r] = _mm256_setzero_ps();
-        for (int64_t b = j; b < nb; b += 16, p += PB) {
-            __m256i is[PK_TOK];
-            if (Q4 || VNNI) {
+        _Pragma("GCC unroll 2") for (int v = 0; v < PK_NV; v++)
+            _Pragma("GCC unroll 8") for (int r = 0; r < R; r++) A[v][r][j] = _mm256_setzero_ps();
+        for (int64_t b = j; b < nb; b += 16, p += PK_NV * VB) {
+            __m256i is[PK_NV][PK_TOK];
+            if (VNNI) {
                 _Pragma("GCC unroll 8") for (int r = 0; r < R; r++) {
                     int32_t sx;
                     memcpy(&sx, xq + (size_t)r * xs + KILN_Q8_SUM_OFF(nbp) + 4 * (size_t)b, 4);
-                    is[r] = _mm256_set1_epi32(-(int32_t)((uint32_t)sx << shift));
+                    const __m256i corr = _mm256_set1_epi32(-(int32_t)((uint32_t)sx << shift));
+                    _Pragma("GCC unroll 2") for (int v = 0; v < PK_NV; v++) is[v][r] = corr;
                 }
-            }
-            if (VNNI) {
                 _Pragma("GCC unroll 8") for (int c = 0; c < 8; c++) {
-                    const __m256i U = _mm256_load_si256((const __m256i *)(p + 32 * c));
-                    _Pragma("GCC unroll 8") for (int r = 0; r < R; r++) is[r] =
-                        dpbusd(is[r], U, bcast4(xq + (size_t)r * xs + 32 * b + 4 * c));
+                    __m256i U[PK_NV];
+                    _Pragma("GCC unroll 2") for (int v = 0; v < PK_NV; v++) U[v] =
+                        _mm256_load_si256((const __m256i *)(p + v * VB + 32 * c));
+                    _Pragma("GCC unroll 8") for (int r = 0; r < R; r++) {
+                        const __m256i x = bcast4(xq + (size_t)r * xs + 32 * b + 4 * c);
+                        _Pragma("GCC unroll 2") for (int v = 0; v < PK_NV; v++) is[v][r] =
+                            dpbusd(is[v][r], U[v], x);
+                    }
                 }
             } else if (Q4) {
-                __m256i s16[PK_TOK];
+                __m256i s16[PK_NV][PK_TOK];
                 _Pragma("GCC unroll 8") for (int c = 0; c < 8; c++) {
-                    const __m256i U = _mm256_load_si256((const __m256i *)(p + 32 * c));
+                    __m256i U[PK_NV];
+                    _Pragma("GCC unroll 2") for (int v = 0; v < PK_NV; v++) U[v] =
+                        _mm256_load_si256((const __m256i *)(p + v * VB + 32 * c));
                     _Pragma("GCC unroll 8") for (int r = 0; r < R; r++) {
-                        __m256i m = _mm256_maddubs_epi16(
-                            U, bcast4(xq + (size_t)r * xs + 32 * b + 4 * c));
-                        s16[r] = c == 0 ? m : _mm256_add_epi16(s16[r], m);
+                        const __m256i x = bcast4(xq + (size_t)r * xs + 32 * b + 4 * c);
+                        _Pragma("GCC unroll 2") for (int v = 0; v < PK_NV; v++) {
+                            __m256i m = _mm256_maddubs_epi16(U[v], x);
+                            s16[v][r] = c == 0 ? m : _mm256_add_epi16(s16[v][r], m);
+                        }
                     }
                 }
-                _Pragma("GCC unroll 8") for (int r = 0; r < R; r++) is[r] =
-                    _mm256_add_epi32(is[r], _mm256_madd_epi16(s16[r], ones));
+                _Pragma("GCC unroll 8") for (int r = 0; r < R; r++) {
+                    int32_t sx;
+                    memcpy(&sx, xq + (size_t)r * xs + KILN_Q8_SUM_OFF(nbp) + 4 * (size_t)b, 4);
+                    const __m256i corr = _mm256_set1_epi32(-(int32_t)((uint32_t)sx << shift));
+                    _Pragma("GCC unroll 2") for (int v = 0; v < PK_NV; v++) is[v][r] =
+                        _mm256_add_epi32(corr, _mm256_madd_epi16(s16[v][r], ones));
+                }
             } else {
                 _Pragma("GCC unroll 8") for (int c = 0; c < 8; c++) {
-                    const __m256i U = _mm256_load_si256((const __m256i *)(p + 32 * c));
-                    const __m256i S = _mm256_load_si256((const __m256i *)(p + 256 + 32 * c));
-                    _Pragma("GCC unroll 8") for (int r = 0; r < R; r++) {
-                        __m256i x = _mm256_sign_epi8(
-                            bcast4(xq + (size_t)r * xs + 32 * b + 4 * c), S);
-                        __m256i m = _mm256_madd_epi16(_mm256_maddubs_epi16(U, x), ones);
-                        is[r] = c == 0 ? m : _mm256_add_epi32(is[r], m);
+                    _Pragma("GCC unroll 2") for (int v = 0; v < PK_NV; v++) {
+                        const __m256i U = _mm256_load_si256((const __m256i *)(p + v * VB + 32 * c));
+                        const __m256i S =
+                            _mm256_load_si256((const __m256i *)(p + v * VB + 256 + 32 * c));
+                        _Pragma("GCC unroll 8") for (int r = 0; r < R; r++) {
+                            __m256i x = _mm256_sign_epi8(
+                                bcast4(xq + (size_t)r * xs + 32 * b + 4 * c), S);
+                            __m256i m = _mm256_madd_epi16(_mm256_maddubs_epi16(U, x), ones);
+                            is[v][r] = c == 0 ? m : _mm256_add_epi32(is[v][r], m);
+                        }
                     }
                 }
             }
-            const __m256 dw = _mm256_load_ps((const float *)(p + PB - 32));
-            _Pragma("GCC unroll 8") for (int r = 0; r < R; r++) {
-                const float *dx = (const float *)(xq + (size_t)r * xs + KILN_Q8_D_OFF(nbp));
-                F[r] = _mm256_fmadd_ps(_mm256_mul_ps(dw, _mm256_broadcast_ss(dx + b)),
-                                       _mm256_cvtepi32_ps(is[r]), F[r]);
+            _Pragma("GCC unroll 2") for (int v = 0; v < PK_NV; v++) {
+                const __m256 dw = _mm256_load_ps((const float *)(p + v * VB + VB - 32));
+                _Pragma("GCC unroll 8") for (int r = 0; r < R; r++) {
+                    const float *dx = (const float *)(xq + (size_t)r * xs + KILN_Q8_D_OFF(nbp));
+                    A[v][r][j] = _mm256_fmadd_ps(_mm256_mul_ps(dw, _mm256_broadcast_ss(dx + b)),
+                                                 _mm256_cvtepi32_ps(is[v][r]), A[v][r][j]);
+                }
             }
         }
-        _Pragma("GCC unroll 8") for (int r = 0; r < R; r++) A[r][j] = F[r];
     }
-    _Pragma("GCC unroll 8") for (int r = 0; r < R; r++) { /* cpu.h's tree, per lane */
-        __m256 s8[8], s4[4];
-        for (int j = 0; j < 8; j++) s8[j] = _mm256_add_ps(A[r][j], A[r][j + 8]);
-        for (int j = 0; j < 4; j++) s4[j] = _mm256_add_ps(s8[j], s8[j + 4]);
-        __m256 s = _mm256_add_ps(_mm256_add_ps(s4[0], s4[2]), _mm256_add_ps(s4[1], s4[3]));
-        float o[8];
-        _mm256_storeu_ps(o, s);
-        for (int k = 0; k < nrows; k++) out[k * R + r] = o[k];
-    }
+    _Pragma("GCC unroll 2") for (int v = 0; v < PK_NV; v++)
+        _Pragma("GCC unroll 8") for (int r = 0; r < R; r++) { /* cpu.h's tree, per lane */
+            __m256 s8[8], s4[4];
+            for (int j = 0; j < 8; j++) s8[j] = _mm256_add_ps(A[v][r][j], A[v][r][j + 8]);
+            for (int j = 0; j < 4; j++) s4[j] = _mm256_add_ps(s8[j], s8[j + 4]);
+            __m256 s = _mm256_add_ps(_mm256_add_ps(s4[0], s4[2]), _mm256_add_ps(s4[1], s4[3]));
+            float o[8];
+            _mm256_storeu_ps(o, s);
+            for (int k = 8 * v; k < nrows && k < 8 * v + 8; k++) out[k * R + r] = o[k - 8 * v];
+        }
 }
 
 #define KILN_PK_CASE(Q4, VNNI, R)                                                                  \
@@ -332,7 +359,7 @@ KA void pk_body(const int Q4, const int VNNI, int64_t n, const uint8_t *pk, cons
 /* NAME##_pack / NAME##_ptile / NAME##_prow (kiln_cpu_q8_kernel's packed path) */
 #define KILN_PK_DEFINE(NAME, Q4, VNNI)                                                             \
     static size_t NAME##_prow(int64_t n) {                                                         \
-        return (size_t)(n / 32) * pk_block_bytes(Q4, VNNI) / PK_ROWS;                              \
+        return (size_t)(n / 32) * pk_vec_bytes(Q4, VNNI) / 8;                                      \
     }                                                                                              \
     static void NAME##_pack(int64_t n, const void *w, size_t rs, int nrows, uint8_t *dst) {        \
         pk_pack(Q4, VNNI, n, (const uint8_t *)w, rs, nrows, dst);                                  \
@@ -344,6 +371,8 @@ KA void pk_body(const int Q4, const int VNNI, int64_t n, const uint8_t *pk, cons
             KILN_PK_CASE(Q4, VNNI, 1)                                                              \
             KILN_PK_CASE(Q4, VNNI, 2)                                                              \
             KILN_PK_CASE(Q4, VNNI, 3)                                                              \
+            KILN_PK_CASE(Q4, VNNI, 4)                                                              \
+            KILN_PK_CASE(Q4, VNNI, 5)                                                              \
         default:                                                                                   \
             pk_body(Q4, VNNI, n, pk, xq, xs, PK_TOK, nrows, out);                                  \
             return;                                                                                \
@@ -355,7 +384,7 @@ KILN_PK_DEFINE(q4_0_pk, 1, 0)
 KILN_PK_DEFINE(q8_0_pkv, 0, 1)
 KILN_PK_DEFINE(q4_0_pkv, 1, 1)
 
-#define KILN_Q8_DEFINE(NAME, Q4, PK)                                                               \
+#define KILN_Q8_DEFINE(NAME, Q4, PK, PT)                                                             \
     static float NAME##_dot(int64_t n, const void *w, const void *xq) {                            \
         float o;                                                                                   \
         q8_body(Q4, n, (const uint8_t *)w, (const uint8_t *)xq, 0, 1, &o, 0);                      \
@@ -394,7 +423,7 @@ KILN_PK_DEFINE(q4_0_pkv, 1, 1)
                                                      .pack = PK##_pack,                            \
                                                      .ptile = PK##_ptile,                          \
                                                      .pmax_rows = PK_ROWS,                         \
-                                                     .pmax_tok = PK_TOK,                           \
+                                                     .pmax_tok = PT,                               \
                                                      .pmin_tok = PK_MIN_TOK,                       \
                                                      .gemv = NAME##_gemv};
 
@@ -404,10 +433,10 @@ KILN_PK_DEFINE(q4_0_pkv, 1, 1)
 #endif
 enum { PK_MIN_TOK = KILN_AVX2_PK_MIN_TOK };
 
-KILN_Q8_DEFINE(q8_0, 0, q8_0_pk)
-KILN_Q8_DEFINE(q4_0, 1, q4_0_pk)
-KILN_Q8_DEFINE(q8_0v, 0, q8_0_pkv)
-KILN_Q8_DEFINE(q4_0v, 1, q4_0_pkv)
+KILN_Q8_DEFINE(q8_0, 0, q8_0_pk, PK_TOK_Q8BW)
+KILN_Q8_DEFINE(q4_0, 1, q4_0_pk, PK_TOK)
+KILN_Q8_DEFINE(q8_0v, 0, q8_0_pkv, PK_TOK)
+KILN_Q8_DEFINE(q4_0v, 1, q4_0_pkv, PK_TOK)
 
 const kiln_cpu_q8_kernel *kiln_cpu_q8_kernel_avx2(kiln_dtype t, bool vnni) {
     switch (t) {
