@@ -202,15 +202,15 @@ KA void pk_pack_vec(const int Q4, const int VNNI, const uint8_t *w, size_t rs, i
     const size_t BSZ = Q4 ? sizeof(kiln_block_q4_0) : sizeof(kiln_block_q8_0);
     const __m256i low4 = _mm256_set1_epi8(15), x80 = _mm256_set1_epi8((char)0x80);
     __m256i q[8], t[8];
-    float sc[8];
+    uint16_t sc[8]; /* fp16 scales, converted together (exact) */
     for (int k = 0; k < 8; k++) {
         if (k >= kn) {
             q[k] = _mm256_setzero_si256();
-            sc[k] = 0.0f;
+            sc[k] = 0;
             continue;
         }
         const uint8_t *wb = w + (size_t)(k0 + k) * rs + (size_t)b * BSZ;
-        sc[k] = kiln_fp16_to_fp32(rd16(wb));
+        sc[k] = rd16(wb);
         if (Q4) {
             __m128i h = _mm_loadu_si128((const __m128i *)(wb + 2));
             q[k] = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(h, 4), h), low4);
@@ -228,7 +228,8 @@ KA void pk_pack_vec(const int Q4, const int VNNI, const uint8_t *w, size_t rs, i
         }
         _mm256_storeu_si256((__m256i *)(d + 32 * c), u);
     }
-    _mm256_storeu_ps((float *)(d + pk_vec_bytes(Q4, VNNI) - 32), _mm256_loadu_ps(sc));
+    _mm256_storeu_ps((float *)(d + pk_vec_bytes(Q4, VNNI) - 32),
+                     _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)sc)));
 }
 
 /* rows [0, nrows) of w into PK_ROWS-row groups at dst (group g at dst + g * PK_ROWS *
@@ -384,7 +385,7 @@ KILN_PK_DEFINE(q4_0_pk, 1, 0)
 KILN_PK_DEFINE(q8_0_pkv, 0, 1)
 KILN_PK_DEFINE(q4_0_pkv, 1, 1)
 
-#define KILN_Q8_DEFINE(NAME, Q4, PK, PT)                                                             \
+#define KILN_Q8_DEFINE(NAME, Q4, PK, PT, PMIN)                                                             \
     static float NAME##_dot(int64_t n, const void *w, const void *xq) {                            \
         float o;                                                                                   \
         q8_body(Q4, n, (const uint8_t *)w, (const uint8_t *)xq, 0, 1, &o, 0);                      \
@@ -424,19 +425,20 @@ KILN_PK_DEFINE(q4_0_pkv, 1, 1)
                                                      .ptile = PK##_ptile,                          \
                                                      .pmax_rows = PK_ROWS,                         \
                                                      .pmax_tok = PT,                               \
-                                                     .pmin_tok = PK_MIN_TOK,                       \
+                                                     .pmin_tok = PMIN,                             \
                                                      .gemv = NAME##_gemv};
 
-/* fewest tokens for the packed panels on AVX2 (matmul.c; env KILN_PK_MIN_TOK overrides) */
-#ifndef KILN_AVX2_PK_MIN_TOK
-#define KILN_AVX2_PK_MIN_TOK 4
-#endif
-enum { PK_MIN_TOK = KILN_AVX2_PK_MIN_TOK };
+/* fewest tokens for the packed panels on AVX2 (matmul.c; env KILN_PK_MIN_TOK overrides): the
+ * panel is packed once per call, so few tokens do not pay for it. One core, Q4_0 64 x 2048
+ * panel in L2 (pack included), packed vs the 1 x 4 tiles, thread CPU time on a shared noisy
+ * 2-core Zen 5: 16 tokens with VNNI ~75 vs ~55 GMAC/s, vpmaddubsw ~50 vs ~45; 8 tokens
+ * about even, 4 tokens behind */
+enum { PK_MIN_TOK_VNNI = 16, PK_MIN_TOK_BW = 16 };
 
-KILN_Q8_DEFINE(q8_0, 0, q8_0_pk, PK_TOK_Q8BW)
-KILN_Q8_DEFINE(q4_0, 1, q4_0_pk, PK_TOK)
-KILN_Q8_DEFINE(q8_0v, 0, q8_0_pkv, PK_TOK)
-KILN_Q8_DEFINE(q4_0v, 1, q4_0_pkv, PK_TOK)
+KILN_Q8_DEFINE(q8_0, 0, q8_0_pk, PK_TOK_Q8BW, PK_MIN_TOK_BW)
+KILN_Q8_DEFINE(q4_0, 1, q4_0_pk, PK_TOK, PK_MIN_TOK_BW)
+KILN_Q8_DEFINE(q8_0v, 0, q8_0_pkv, PK_TOK, PK_MIN_TOK_VNNI)
+KILN_Q8_DEFINE(q4_0v, 1, q4_0_pkv, PK_TOK, PK_MIN_TOK_VNNI)
 
 const kiln_cpu_q8_kernel *kiln_cpu_q8_kernel_avx2(kiln_dtype t, bool vnni) {
     switch (t) {
