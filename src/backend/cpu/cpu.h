@@ -164,8 +164,9 @@ kiln_act_mode kiln_cpu_act_default(void);
  * K-quants) x 6 tokens (AVX-512) that share weight decodes and activation loads; q8 mode:
  * 1 row x 4 (AVX2) / 8 (AVX-512) tokens, or 8 rows x 1 token for rows under 512 elements,
  * or, from 32 tokens on with AVX-512 VNNI, panels of rows packed once into the kernel's
- * transposed form and tiles of 3 rows x 4 tokens over them; each (t, o) is reduced exactly
- * as alone). In q8 mode the bits are moreover the same on every path.
+ * transposed form and tiles of 3 rows x 4 tokens over them, or, from 16 tokens on with AVX2,
+ * panels packed into 16-row groups with the rows in lanes and tiles of 16 rows x 6 tokens (4
+ * for Q8_0 without AVX-VNNI); each (t, o) is reduced exactly as alone). In q8 mode the bits are moreover the same on every path.
  * When wt has no kernel on the path (I32, unknown ids) or n_in is not a multiple of its
  * block size, y is filled with NaN.
  */

@@ -256,6 +256,13 @@ KA __m256i dpbusd(__m256i acc, __m256i u, __m256i s) {
     return acc;
 }
 
+/* the block's correction -(sum of token row xr's quants in block b) << shift, in every lane */
+KA __m256i pk_corr(const uint8_t *xr, int64_t nbp, int64_t b, int shift) {
+    int32_t sx;
+    memcpy(&sx, xr + KILN_Q8_SUM_OFF(nbp) + 4 * (size_t)b, 4);
+    return _mm256_set1_epi32(-(int32_t)((uint32_t)sx << shift));
+}
+
 KA __m256i bcast4(const uint8_t *p) {
     int32_t v;
     memcpy(&v, p, 4);
@@ -277,25 +284,13 @@ KA void pk_body(const int Q4, const int VNNI, int64_t n, const uint8_t *pk, cons
             _Pragma("GCC unroll 8") for (int r = 0; r < R; r++) A[v][r][j] = _mm256_setzero_ps();
         for (int64_t b = j; b < nb; b += 16, p += PK_NV * VB) {
             __m256i is[PK_NV][PK_TOK];
-            if (VNNI) {
-                _Pragma("GCC unroll 8") for (int r = 0; r < R; r++) {
-                    int32_t sx;
-                    memcpy(&sx, xq + (size_t)r * xs + KILN_Q8_SUM_OFF(nbp) + 4 * (size_t)b, 4);
-                    const __m256i corr = _mm256_set1_epi32(-(int32_t)((uint32_t)sx << shift));
-                    _Pragma("GCC unroll 2") for (int v = 0; v < PK_NV; v++) is[v][r] = corr;
-                }
-                _Pragma("GCC unroll 8") for (int c = 0; c < 8; c++) {
-                    __m256i U[PK_NV];
-                    _Pragma("GCC unroll 2") for (int v = 0; v < PK_NV; v++) U[v] =
-                        _mm256_load_si256((const __m256i *)(p + v * VB + 32 * c));
+            if (VNNI || Q4) {
+                __m256i s16[PK_NV][PK_TOK]; /* Q4_0 without VNNI: i16 pair sums */
+                if (VNNI)
                     _Pragma("GCC unroll 8") for (int r = 0; r < R; r++) {
-                        const __m256i x = bcast4(xq + (size_t)r * xs + 32 * b + 4 * c);
-                        _Pragma("GCC unroll 2") for (int v = 0; v < PK_NV; v++) is[v][r] =
-                            dpbusd(is[v][r], U[v], x);
+                        const __m256i corr = pk_corr(xq + (size_t)r * xs, nbp, b, shift);
+                        _Pragma("GCC unroll 2") for (int v = 0; v < PK_NV; v++) is[v][r] = corr;
                     }
-                }
-            } else if (Q4) {
-                __m256i s16[PK_NV][PK_TOK];
                 _Pragma("GCC unroll 8") for (int c = 0; c < 8; c++) {
                     __m256i U[PK_NV];
                     _Pragma("GCC unroll 2") for (int v = 0; v < PK_NV; v++) U[v] =
@@ -303,18 +298,21 @@ KA void pk_body(const int Q4, const int VNNI, int64_t n, const uint8_t *pk, cons
                     _Pragma("GCC unroll 8") for (int r = 0; r < R; r++) {
                         const __m256i x = bcast4(xq + (size_t)r * xs + 32 * b + 4 * c);
                         _Pragma("GCC unroll 2") for (int v = 0; v < PK_NV; v++) {
-                            __m256i m = _mm256_maddubs_epi16(U[v], x);
-                            s16[v][r] = c == 0 ? m : _mm256_add_epi16(s16[v][r], m);
+                            if (VNNI) {
+                                is[v][r] = dpbusd(is[v][r], U[v], x);
+                            } else {
+                                __m256i m = _mm256_maddubs_epi16(U[v], x);
+                                s16[v][r] = c == 0 ? m : _mm256_add_epi16(s16[v][r], m);
+                            }
                         }
                     }
                 }
-                _Pragma("GCC unroll 8") for (int r = 0; r < R; r++) {
-                    int32_t sx;
-                    memcpy(&sx, xq + (size_t)r * xs + KILN_Q8_SUM_OFF(nbp) + 4 * (size_t)b, 4);
-                    const __m256i corr = _mm256_set1_epi32(-(int32_t)((uint32_t)sx << shift));
-                    _Pragma("GCC unroll 2") for (int v = 0; v < PK_NV; v++) is[v][r] =
-                        _mm256_add_epi32(corr, _mm256_madd_epi16(s16[v][r], ones));
-                }
+                if (!VNNI)
+                    _Pragma("GCC unroll 8") for (int r = 0; r < R; r++) {
+                        const __m256i corr = pk_corr(xq + (size_t)r * xs, nbp, b, shift);
+                        _Pragma("GCC unroll 2") for (int v = 0; v < PK_NV; v++) is[v][r] =
+                            _mm256_add_epi32(corr, _mm256_madd_epi16(s16[v][r], ones));
+                    }
             } else {
                 _Pragma("GCC unroll 8") for (int c = 0; c < 8; c++) {
                     _Pragma("GCC unroll 2") for (int v = 0; v < PK_NV; v++) {
