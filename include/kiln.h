@@ -520,8 +520,8 @@ typedef struct kiln_engine_params {
      * per-side names in kv_type_k / kv_type_v. */
     const char *kv_type_name;
     /* Delayed KV quantization (DESIGN.md "Delayed quantization"): 0 = K and V are stored in
-     * their formats from the first token. N > 0 with a quantized K or V format (q8_0, q4_0):
-     * a sequence's blocks are written in f16 and stay f16 until the sequence is longer than N
+     * their formats from the first token. N > 0 with a quantized K or V format (q8_0, q4_0,
+     * TurboQuant): a sequence's blocks are written in f16 and stay f16 until the sequence is longer than N
      * tokens (its logits until then are bitwise those of kv_type f16); from then on, at each
      * step's commit, its committed full f16 blocks are converted to the K / V formats and the
      * f16 block goes back to the pool (new blocks, the partial last block and the speculative
