@@ -408,10 +408,14 @@ int kiln_cmd_run(int argc, char **argv) {
         if (ep.kv_quant_start > 0) {
             /* the delayed transition's f16 reserve (engine.c: N positions plus 4 blocks, at
              * most half the pool) counted in quantized blocks: an f16 block costs up to 3.6
-             * q4_0 blocks and 10.7 turbo:k1v1 blocks (1.5 bits at head size 64), so 16
-             * reserves' positions more cover it in any format */
+             * q4_0 blocks, so 8 reserves' positions more cover it, and up to 10.7 TurboQuant
+             * blocks (turbo:k1v1, 1.5 bits at head size 64), so 16 with a turbo side */
             const int64_t bs = ep.block_size > 0 ? ep.block_size : 16;
-            kv += 16 * (((int64_t)ep.kv_quant_start + bs - 1) / bs + 4) * bs;
+            const bool turbo = ep.kv_type == KILN_KV_TURBO ||
+                               (ep.kv_type_name && !strncmp(ep.kv_type_name, "turbo", 5)) ||
+                               (ep.kv_type_k && !strncmp(ep.kv_type_k, "turbo", 5)) ||
+                               (ep.kv_type_v && !strncmp(ep.kv_type_v, "turbo", 5));
+            kv += (turbo ? 16 : 8) * (((int64_t)ep.kv_quant_start + bs - 1) / bs + 4) * bs;
         }
         ep.kv_tokens = kv > INT32_MAX ? INT32_MAX : (int32_t)kv;
     }
