@@ -321,14 +321,14 @@ int bench_prefix_run(const char *model_path, const kiln_model_params *lp,
                       model_path, "mode", "shared_prefix", "prefix_tokens", o->prefix_tokens,
                       "suffix_tokens", o->suffix_tokens, "gen_tokens", o->gen_tokens, "clients",
                       o->clients, "requests", o->requests, "threads", used.n_threads, "kv_type",
-                      cli_kv_type_name(ep.kv_type), "block_size",
+                      cli_kv_type_label(&ep), "block_size",
                       used.block_size > 0 ? used.block_size : bs, "cache_dir", dir, "phases", arr);
         if (cli_print_json(j)) rc = KILN_EXIT_ERROR;
     } else {
         printf("kiln bench --shared-prefix: %s | prefix %d + suffix %d tokens, gen %d | %d "
                "clients, %d requests per phase | %d threads | KV %s, blocks of %d\n",
                model_path, o->prefix_tokens, o->suffix_tokens, o->gen_tokens, o->clients,
-               o->requests, used.n_threads, cli_kv_type_name(ep.kv_type),
+               o->requests, used.n_threads, cli_kv_type_label(&ep),
                used.block_size > 0 ? used.block_size : bs);
         printf("%-8s %8s %12s %12s %15s %10s %11s %9s %11s %10s %10s\n", "phase", "requests",
                "TTFT p50 ms", "TTFT p99 ms", "prompt+gen t/s", "gen t/s", "cached/req", "hit reqs",

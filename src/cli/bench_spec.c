@@ -678,7 +678,7 @@ int bench_spec_run(const char *model_path, const kiln_model_params *lp,
         json_object_set_new(j, "spec", spec ? json_string(o->mode_arg) : json_null());
         json_object_set_new(j, "spec_k", json_integer(spec_k));
         json_object_set_new(j, "threads", json_integer(used.n_threads));
-        json_object_set_new(j, "kv_type", json_string(cli_kv_type_name(ep.kv_type)));
+        json_object_set_new(j, "kv_type", json_string(cli_kv_type_label(&ep)));
         json_object_set_new(j, "prompt_tokens", json_integer(spec ? ps.len : 0));
         json_object_set_new(j, "prompt_file",
                             o->prompt_file ? json_string(o->prompt_file) : json_null());
@@ -723,7 +723,7 @@ int bench_spec_run(const char *model_path, const kiln_model_params *lp,
             printf("kiln bench --spec %s: %s | prompt %d%s, gen %d tokens | %d threads | spec-k %d "
                    "| KV %s | greedy, prefix cache off\n",
                    o->mode_arg, model_path, ps.len, ps.file ? " (from --prompt-file)" : "", gen,
-                   used.n_threads, spec_k, cli_kv_type_name(ep.kv_type));
+                   used.n_threads, spec_k, cli_kv_type_label(&ep));
             printf("%11s %-6s %5s %8s %10s %8s %8s %8s %8s %8s %7s %8s %9s %9s\n", "concurrency",
                    "phase", "reqs", "wall s", "decode t/s", "min", "max", "drafted", "accepted",
                    "accept", "verify", "tok/step", "pred acc", "pred rej");

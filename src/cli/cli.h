@@ -63,6 +63,8 @@ int cli_threadpool(int n, kiln_threadpool **tp);
 int cli_backend(int n, kiln_backend **be);
 /** "f32", "f16", "bf16". */
 const char *cli_kv_type_name(kiln_kv_type t);
+/** The --kv-type the params ask for: kv_type_name when set ("turbo:k4v3"), else kv_type's name. */
+const char *cli_kv_type_label(const kiln_engine_params *ep);
 
 double cli_now_ms(void);
 
@@ -210,8 +212,9 @@ const char *cli_kv_format_names(void);
 /** The traits table's name of format t, "?" when t is not a format. */
 const char *cli_kv_format_name(kiln_dtype t);
 /** One of --kv-type / --kv-type-k / --kv-type-v (opt, as typed) with its value arg: sets *k
- *  and *v (--kv-type), or the one side named. Returns 0, or cli_usage_error(cmd, ...)'s exit
- *  code naming opt and the accepted formats when arg is not a format. (common.c) */
+ *  and *v (--kv-type), or the one side named, as kiln_kv_format_parse (kv/kv_format.h: a
+ *  format name or a TurboQuant config turbo:kBvB, of which -k / -v keep their side). Returns 0,
+ *  or cli_usage_error(cmd, ...)'s exit code naming opt and the bad part. (common.c) */
 int cli_kv_side_option(const char *cmd, const char *opt, const char *arg, kiln_dtype *k,
                        kiln_dtype *v);
 

@@ -17,6 +17,7 @@
 #include "engine/grammar_seq.h"
 #include "engine/spec.h"
 #include "kv/kv_format.h"
+#include "kv/turboquant.h"
 #include "util/threadpool.h"
 #include "util/error.h"
 
@@ -33,19 +34,30 @@ kiln_engine_params kiln_engine_default_params(void) {
     return p;
 }
 
-/* The KV page format (kv/kv_format.h) of a public kv_type (validated by resolve_params). */
-static kiln_dtype kv_page_format(kiln_kv_type t) {
+/* The KV page formats (kv/kv_format.h) of a public kv_type (validated by resolve_params). */
+static void kv_page_formats(kiln_kv_type t, kiln_dtype *k, kiln_dtype *v) {
+    *k = *v = KILN_DTYPE_F32;
     switch (t) {
     case KILN_KV_F16:
-        return KILN_DTYPE_F16;
+        *k = *v = KILN_DTYPE_F16;
+        break;
     case KILN_KV_BF16:
-        return KILN_DTYPE_BF16;
+        *k = *v = KILN_DTYPE_BF16;
+        break;
     case KILN_KV_Q8_0:
-        return KILN_DTYPE_Q8_0;
+        *k = *v = KILN_DTYPE_Q8_0;
+        break;
     case KILN_KV_Q4_0:
-        return KILN_DTYPE_Q4_0;
+        *k = *v = KILN_DTYPE_Q4_0;
+        break;
+    case KILN_KV_TURBO: {
+        const kiln_turbo_config c = kiln_turbo_config_default();
+        *k = (kiln_dtype)kiln_turbo_dtype_of(c.k);
+        *v = (kiln_dtype)kiln_turbo_dtype_of(c.v);
+        break;
+    }
     default:
-        return KILN_DTYPE_F32;
+        break;
     }
 }
 
@@ -99,35 +111,40 @@ static kiln_status resolve_params(const kiln_model *m, const kiln_engine_params 
     if (p->spec == KILN_SPEC_DRAFT && !p->draft_model)
         return kiln_error_set(err, KILN_ERR_INVALID_ARGUMENT,
                               "spec is KILN_SPEC_DRAFT but no draft_model is given");
-    if (p->kv_type < KILN_KV_F32 || p->kv_type > KILN_KV_Q4_0)
+    if (p->kv_type < KILN_KV_F32 || p->kv_type > KILN_KV_TURBO)
         return kiln_error_set(err, KILN_ERR_INVALID_ARGUMENT,
                               "kv_type must be KILN_KV_F32, KILN_KV_F16, KILN_KV_BF16, "
-                              "KILN_KV_Q8_0 or KILN_KV_Q4_0 (got %d)",
+                              "KILN_KV_Q8_0, KILN_KV_Q4_0 or KILN_KV_TURBO (got %d)",
                               (int)p->kv_type);
     if (p->kv_quant_start < 0)
         return kiln_error_set(err, KILN_ERR_INVALID_ARGUMENT,
                               "kv_quant_start must be >= 0 (got %d)", p->kv_quant_start);
-    lay->fk = lay->fv = kv_page_format(p->kv_type);
-    for (int side = 0; side < 2; side++) {
-        const char *name = side ? p->kv_type_v : p->kv_type_k;
-        if (!name || !name[0]) continue;
-        const kiln_kv_format_traits *f = kiln_kv_format_by_name(name);
-        if (!f)
-            return kiln_error_set(err, KILN_ERR_INVALID_ARGUMENT,
-                                  "%s must be one of %s (got '%s')",
-                                  side ? "kv_type_v" : "kv_type_k", kiln_kv_format_names(), name);
-        *(side ? &lay->fv : &lay->fk) = f->dtype;
-    }
+    kv_page_formats(p->kv_type, &lay->fk, &lay->fv);
     {
+        /* kv_type_name for both sides, then kv_type_k / kv_type_v for their own */
+        const char *names[3] = {p->kv_type_name, p->kv_type_k, p->kv_type_v};
+        const char *opts[3] = {"kv_type_name (--kv-type)", "kv_type_k (--kv-type-k)",
+                               "kv_type_v (--kv-type-v)"};
+        const kiln_kv_side sides[3] = {KILN_KV_SIDE_BOTH, KILN_KV_SIDE_K, KILN_KV_SIDE_V};
+        const char *from_k = "kv_type (--kv-type)", *from_v = from_k; /* who set each side */
+        for (int i = 0; i < 3; i++) {
+            if (!names[i] || !names[i][0]) continue;
+            kiln_status fs =
+                kiln_kv_format_parse(opts[i], names[i], sides[i], &lay->fk, &lay->fv, err);
+            if (fs) return fs;
+            if (sides[i] != KILN_KV_SIDE_V) from_k = opts[i];
+            if (sides[i] != KILN_KV_SIDE_K) from_v = opts[i];
+        }
         const kiln_kv_geom g = {(int64_t)m->cfg.n_head_kv * m->cfg.head_dim, m->cfg.n_head_kv,
                                 m->cfg.head_dim};
-        kiln_status fs = kiln_kv_format_check(lay->fk, &g, "kv_type_k (--kv-type-k)", err);
-        if (!fs) fs = kiln_kv_format_check(lay->fv, &g, "kv_type_v (--kv-type-v)", err);
+        kiln_status fs = kiln_kv_format_check(lay->fk, &g, from_k, err);
+        if (!fs) fs = kiln_kv_format_check(lay->fv, &g, from_v, err);
         if (fs) return fs;
     }
     if (!is_quantized(lay->fk) && !is_quantized(lay->fv)) p->kv_quant_start = 0;
     p->kv_type_k = kiln_kv_format_of(lay->fk)->name;
     p->kv_type_v = kiln_kv_format_of(lay->fv)->name;
+    p->kv_type_name = NULL;
     if (!p->block_size) p->block_size = KILN_KV_DEFAULT_BLOCK_SIZE;
     if (!p->step_tokens) p->step_tokens = DEFAULT_STEP_TOKENS;
     if (!p->prefill_chunk || p->prefill_chunk > p->step_tokens) p->prefill_chunk = p->step_tokens;
@@ -150,8 +167,8 @@ static kiln_status resolve_params(const kiln_model *m, const kiln_engine_params 
                               p->n_ctx, m->cfg.n_ctx_train);
 
     int64_t kv_dim = (int64_t)m->cfg.n_head_kv * m->cfg.head_dim;
-    int64_t block_bytes =
-        kiln_kv_block_bytes_kv(m->cfg.n_layer, kv_dim, p->block_size, lay->fk, lay->fv);
+    int64_t block_bytes = kiln_kv_block_bytes_geom(m->cfg.n_layer, kv_dim, m->cfg.head_dim,
+                                                   p->block_size, lay->fk, lay->fv);
     if (block_bytes <= 0)
         return kiln_error_set(err, KILN_ERR_INVALID_ARGUMENT,
                               "cannot size a KV block (n_layer %d, kv_dim %lld, block_size %d)",
