@@ -274,6 +274,29 @@ int32_t kiln_cuda_device_count(void) {
     return n;
 }
 
+kiln_status kiln_cuda_device_memory(int32_t device, int64_t *free_b, int64_t *total_b,
+                                    kiln_error *err) {
+    *free_b = *total_b = 0;
+    const int32_t n = kiln_cuda_device_count();
+    if (device < 0 || device >= n)
+        return kiln_error_set(err, KILN_ERR_INVALID_ARGUMENT,
+                              "cuda backend: no device %d (%d CUDA device(s) present)", device, n);
+    int prev = 0;
+    cudaError_t e = cudaGetDevice(&prev);
+    size_t f = 0, t = 0;
+    if (e == cudaSuccess) e = cudaSetDevice(device);
+    if (e == cudaSuccess) e = cudaMemGetInfo(&f, &t);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        return kiln_error_set(err, KILN_ERR_INTERNAL, "cuda backend: device %d: memory info: %s",
+                              device, cudaGetErrorString(e));
+    }
+    (void)cudaSetDevice(prev);
+    *free_b = (int64_t)f;
+    *total_b = (int64_t)t;
+    return KILN_OK;
+}
+
 /* ---- context and memory --------------------------------------------------------------- */
 
 static void staged_free(staged *s) {
