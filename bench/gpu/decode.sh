@@ -16,7 +16,8 @@
 # and the first milestone's kernels), SKIP_TC=1 (no tensor-core benches; by default the
 # tensor-core matmul, KILN_CUDA_TC=1, is timed beside the default), QTYPES="q8_0 q4_0" (the
 # quantized 8B models to generate and time too: gpu_matmul_bench and kiln bench at 128, 1024 and
-# 8192; default none), CTX="128 1024 8192" (the prompts the default kernels are timed at).
+# 8192; default none), CTX="128 1024 8192" (the prompts the default kernels are timed at),
+# ATT_AB=1 (also at KILN_CUDA_ATT_VU=8: the attention's V loads as before).
 # The figures it printed are in README.md here.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -118,6 +119,10 @@ for c in ${CTX:-128 1024 8192}; do
   for t in $qtypes; do bench ctx$c-$t $c 128; done
 done
 bench ctx128-nographs 128 128 KILN_CUDA_GRAPHS=0
+# the attention's V loads 8 keys deep, as before (ATT_AB=1: its before/after)
+if [ "${ATT_AB:-0}" = 1 ]; then
+  for c in ${CTX:-128 1024 8192}; do bench ctx$c-attvu8 $c 128 KILN_CUDA_ATT_VU=8; done
+fi
 [ "${MORE:-0}" = 1 ] && bench ctx128-nopdl 128 128 KILN_CUDA_PDL=0
 # the per-operation split: graphed decode steps timed by event nodes inside the graphs (no
 # programmatic launch overlap then), prefill chunks as launched
