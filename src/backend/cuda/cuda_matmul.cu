@@ -172,6 +172,26 @@ __device__ __forceinline__ void mm_epilogue(float (&acc)[OPW][R], const mm_args 
     }
 }
 
+/* the weight j of a that blockIdx.y falls in (returned), and this warp's OPW rows of it:
+ * outputs o[i] (MM_GLU: the gate and up rows of one output), their addresses wr[i] (rows
+ * row_bytes apart) and whether each exists */
+template <int MODE, int WARPS, int OPW>
+__device__ __forceinline__ int mm_rows(const mm_args &a, size_t row_bytes, int64_t *o,
+                                       const void **wr, bool *valid) {
+    int j = 0;
+    while (j + 1 < a.n && (int64_t)blockIdx.y >= a.first[j + 1]) j++;
+    const int64_t blk = (int64_t)blockIdx.y - a.first[j];
+    const int warp = threadIdx.x >> 5;
+#pragma unroll
+    for (int i = 0; i < OPW; i++) {
+        o[i] = MODE == MM_GLU ? blk * WARPS + warp : (blk * WARPS + warp) * OPW + i;
+        valid[i] = o[i] < a.n_out[j];
+        const void *base = MODE == MM_GLU && i == 1 ? a.w_up : a.w[j];
+        wr[i] = (const char *)base + (size_t)(valid[i] ? o[i] : 0) * row_bytes;
+    }
+    return j;
+}
+
 /* WARPS warps per block, OPW weight rows per warp, U chunks per group (two groups in flight):
  * none of them changes the order of any output's sum */
 template <int E, int R, int MODE, bool VEC, int WARPS = MM_WARPS, int OPW = MM_OPW,
@@ -183,23 +203,12 @@ __global__ void __launch_bounds__(WARPS * 32) k_matmul(mm_args a) {
     cu_pdl_launch_dependents();
     /* grid: x the row groups (fastest, so that the groups sharing a weight block run together
      * and read it from L2), y the weight blocks */
-    int j = 0;
-    while (j + 1 < a.n && (int64_t)blockIdx.y >= a.first[j + 1]) j++;
-    const int64_t n_out = a.n_out[j], n_in = a.n_in;
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const int64_t blk = (int64_t)blockIdx.y - a.first[j];
-    /* this warp's weight rows: outputs o[i] of w[j] (MM_GLU: gate and up rows of one output) */
+    const int64_t n_in = a.n_in;
+    const int lane = threadIdx.x & 31;
     int64_t o[OPW];
     const void *wr[OPW];
     bool valid[OPW];
-    const size_t esz = E == CU_F32 ? 4 : 2;
-#pragma unroll
-    for (int i = 0; i < OPW; i++) {
-        o[i] = MODE == MM_GLU ? blk * WARPS + warp : (blk * WARPS + warp) * OPW + i;
-        valid[i] = o[i] < n_out;
-        const void *base = MODE == MM_GLU && i == 1 ? a.w_up : a.w[j];
-        wr[i] = (const char *)base + (size_t)(valid[i] ? o[i] : 0) * (size_t)n_in * esz;
-    }
+    const int j = mm_rows<MODE, WARPS, OPW>(a, (size_t)n_in * (E == CU_F32 ? 4 : 2), o, wr, valid);
     if (!valid[0]) {
         cu_pdl_wait();
         return;
@@ -332,22 +341,13 @@ __global__ void __launch_bounds__(MM_WARPS * 32) k_matmul_q(mm_args a) {
     constexpr int OPW = MM_OPW;
     __shared__ __align__(16) uint4 sm[MM_WARPS][OPW][F::TU];
     cu_pdl_launch_dependents();
-    int j = 0;
-    while (j + 1 < a.n && (int64_t)blockIdx.y >= a.first[j + 1]) j++;
-    const int64_t n_out = a.n_out[j], n_in = a.n_in;
+    const int64_t n_in = a.n_in;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const int64_t blk = (int64_t)blockIdx.y - a.first[j];
     const int64_t nb = n_in / 32, row_bytes = nb * F::BS;
     int64_t o[OPW];
-    const char *wr[OPW];
+    const void *wr[OPW];
     bool valid[OPW];
-#pragma unroll
-    for (int i = 0; i < OPW; i++) {
-        o[i] = MODE == MM_GLU ? blk * MM_WARPS + warp : (blk * MM_WARPS + warp) * OPW + i;
-        valid[i] = o[i] < n_out;
-        const void *base = MODE == MM_GLU && i == 1 ? a.w_up : a.w[j];
-        wr[i] = (const char *)base + (size_t)(valid[i] ? o[i] : 0) * (size_t)row_bytes;
-    }
+    const int j = mm_rows<MODE, MM_WARPS, OPW>(a, (size_t)row_bytes, o, wr, valid);
     if (!valid[0]) {
         cu_pdl_wait();
         return;
@@ -371,7 +371,8 @@ __global__ void __launch_bounds__(MM_WARPS * 32) k_matmul_q(mm_args a) {
             const int u = lane + 32 * m;
 #pragma unroll
             for (int i = 0; i < OPW; i++)
-                if (u < F::TU && 16 * u < lim && valid[i]) reg[i][m] = ld_stream(wr[i] + off + 16 * u);
+                if (u < F::TU && 16 * u < lim && valid[i])
+                    reg[i][m] = ld_stream((const char *)wr[i] + off + 16 * u);
         }
     };
     if (vec) load_regs(0);
@@ -393,7 +394,7 @@ __global__ void __launch_bounds__(MM_WARPS * 32) k_matmul_q(mm_args a) {
             for (int i = 0; i < OPW; i++) {
                 if (!valid[i]) continue;
                 uint16_t *d = (uint16_t *)sm[warp][i];
-                const uint16_t *src = (const uint16_t *)(wr[i] + off);
+                const uint16_t *src = (const uint16_t *)((const char *)wr[i] + off);
                 for (int u = lane; u < F::TB / 2 && 2 * u < lim; u += 32) d[u] = src[u];
             }
         }
