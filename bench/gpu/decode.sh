@@ -17,7 +17,7 @@
 # tensor-core matmul, KILN_CUDA_TC=1, is timed beside the default), QTYPES="q8_0 q4_0" (the
 # quantized 8B models to generate and time too: gpu_matmul_bench and kiln bench at 128, 1024 and
 # 8192; default none), CTX="128 1024 8192" (the prompts the default kernels are timed at),
-# ATT_AB=1 (also at KILN_CUDA_ATT_VU=8: the attention's V loads as before).
+# SKIP_BF16=1 (only the QTYPES models: no bf16 model, matmul or bench), SKIP_MEMCHECK=1.
 # The figures it printed are in README.md here.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -55,7 +55,8 @@ qtypes="${QTYPES:-}"
 qmodel() { echo "$(dirname "$model")/llama3.1-8b-$1.gguf"; }
 # one generator after the other (each takes every core), behind the tests
 (
-  [ -f "$model" ] || kiln gen-model --preset llama3.1-8b --type bf16 -t "$nproc" -o "$model"
+  [ -f "$model" ] || [ "${SKIP_BF16:-0}" = 1 ] ||
+    kiln gen-model --preset llama3.1-8b --type bf16 -t "$nproc" -o "$model"
   for t in $qtypes; do
     [ -f "$(qmodel "$t")" ] || kiln gen-model --preset llama3.1-8b --type "$t" -t "$nproc" -o "$(qmodel "$t")"
   done
@@ -76,7 +77,7 @@ if [ -n "$gen_pid" ]; then
   say "gen-model rc=$?: $(tail -1 "$out/gen.txt")"
   keep "$out/gen.txt"
 fi
-ls -la "$model"
+ls -la "$model" $(for t in $qtypes; do qmodel "$t"; done) 2>&1
 
 # the tensor-core matmul (KILN_CUDA_TC=1) for the bf16 weights: the kernels torch_gemm.py compares
 if [ "${SKIP_TC:-0}" != 1 ]; then
@@ -86,7 +87,9 @@ if [ "${SKIP_TC:-0}" != 1 ]; then
   cat "$out/gemv.txt"
 fi
 # the default kernels, bf16 and each quantized type, up to 16 rows
-for t in bf16 $qtypes; do
+wtypes="bf16 $qtypes"
+[ "${SKIP_BF16:-0}" = 1 ] && wtypes="$qtypes"
+for t in $wtypes; do
   KILN_BENCH_WTYPE=$t ./build-gpu/bench/gpu_matmul_bench 1 2 4 8 16 >"$out/gemv-$t.txt" 2>&1
   say "gpu_matmul_bench $t rc=$?"
   keep "$out/gemv-$t.txt"
@@ -115,14 +118,11 @@ bench() {
   grep -A60 "kiln cuda profile" "$out/bench-$label.txt" | head -60
 }
 for c in ${CTX:-128 1024 8192}; do
-  bench ctx$c $c 128
+  [ "${SKIP_BF16:-0}" = 1 ] || bench ctx$c $c 128
   for t in $qtypes; do bench ctx$c-$t $c 128; done
 done
-bench ctx128-nographs 128 128 KILN_CUDA_GRAPHS=0
-# the attention's V loads 8 keys deep, as before (ATT_AB=1: its before/after)
-if [ "${ATT_AB:-0}" = 1 ]; then
-  for c in ${CTX:-128 1024 8192}; do bench ctx$c-attvu8 $c 128 KILN_CUDA_ATT_VU=8; done
-fi
+[ "${SKIP_BF16:-0}" = 1 ] || bench ctx128-nographs 128 128 KILN_CUDA_GRAPHS=0
+
 [ "${MORE:-0}" = 1 ] && bench ctx128-nopdl 128 128 KILN_CUDA_PDL=0
 # the per-operation split: graphed decode steps timed by event nodes inside the graphs (no
 # programmatic launch overlap then), prefill chunks as launched
@@ -139,7 +139,8 @@ fi
 # the first milestone's kernels ("before"; README.md: aborts since run 2, see there)
 [ "${MORE:-0}" = 1 ] && bench prof-ctx128-v1 128 32 KILN_CUDA_PROFILE=1 KILN_CUDA_KERNELS=v1
 say "benches done"
-if command -v compute-sanitizer >/dev/null 2>&1 && [ "${SKIP_TESTS:-0}" != 1 ]; then
+if command -v compute-sanitizer >/dev/null 2>&1 && [ "${SKIP_TESTS:-0}" != 1 ] &&
+  [ "${SKIP_MEMCHECK:-0}" != 1 ]; then
   timeout 100 compute-sanitizer --tool memcheck --error-exitcode 9 build-gpu/tests/cuda/test_cuda_ops \
     >"$out/memcheck.txt" 2>&1
   echo "memcheck test_cuda_ops rc=$?: $(grep -E "ERROR SUMMARY" "$out/memcheck.txt" | head -1)"

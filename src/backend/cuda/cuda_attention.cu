@@ -10,9 +10,6 @@
  * for long decodes are issue 16's next steps; both keep the rule that a token's result depends
  * only on its own sequence.
  */
-#include <stdlib.h>
-#include <string.h>
-
 #include "backend/cuda/cuda_elem.cuh"
 
 /* ---- KV row write ----------------------------------------------------------------------- */
@@ -275,7 +272,7 @@ __device__ __forceinline__ void at_fold(float &M, float &L, float *O, int nd, fl
 
 /* ND: dims per thread, ceil(hd / 128) (1, 2 or 4); VU: keys whose V loads are in flight at
  * once in P V (at_launch: 64 / ND keys, the first group issued before the softmax, which does
- * not need them; KILN_CUDA_ATT_VU=8: the 8 of runs 2-6, for before/after timings) */
+ * not need them; runs 2-6 of bench/gpu/README.md had 8, run 7 timed both) */
 template <int E, int HG, int ND, int VU>
 __global__ void __launch_bounds__(AT_THREADS) k_attention(at_args a) {
     __shared__ __align__(16) float q_sh[HG][KILN_CU_ATTN_MAX_HEAD_DIM];
@@ -516,18 +513,9 @@ extern "C" size_t kiln_cu_attention_cnt_ints(int32_t n_tokens, int32_t n_head) {
     return (size_t)n_tokens * (size_t)n_head;
 }
 
-/* KILN_CUDA_ATT_VU=8: the V loads 8 keys at a time, as before (read once) */
-static bool at_vu8(void) {
-    static int v = -1;
-    if (v < 0) {
-        const char *e = getenv("KILN_CUDA_ATT_VU");
-        v = e && !strcmp(e, "8");
-    }
-    return v != 0;
-}
-
-template <int E, int ND, int VU>
-static void at_launch_vu(cudaStream_t s, const at_args &a, int hg, dim3 grid) {
+template <int E, int ND>
+static void at_launch_nd(cudaStream_t s, const at_args &a, int hg, dim3 grid) {
+    constexpr int VU = 64 / ND;
     if (hg == 8)
         k_attention<E, 8, ND, VU><<<grid, AT_THREADS, 0, s>>>(a);
     else if (hg == 4)
@@ -536,14 +524,6 @@ static void at_launch_vu(cudaStream_t s, const at_args &a, int hg, dim3 grid) {
         k_attention<E, 2, ND, VU><<<grid, AT_THREADS, 0, s>>>(a);
     else
         k_attention<E, 1, ND, VU><<<grid, AT_THREADS, 0, s>>>(a);
-}
-
-template <int E, int ND>
-static void at_launch_nd(cudaStream_t s, const at_args &a, int hg, dim3 grid) {
-    if (at_vu8())
-        at_launch_vu<E, ND, 8>(s, a, hg, grid);
-    else
-        at_launch_vu<E, ND, 64 / ND>(s, a, hg, grid);
 }
 
 template <int E>
