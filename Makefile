@@ -16,20 +16,30 @@ DEB_PACKAGES := cmake make gcc clang libclang-rt-14-dev pkg-config libjansson-de
 
 all: build
 
-deps:
-	@missing=""; for p in $(DEB_PACKAGES); do \
-	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "install ok installed" || missing="$$missing $$p"; \
-	done; \
-	if [ -n "$$missing" ]; then \
-	  echo "installing:$$missing"; \
-	  SUDO=""; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
-	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing; \
-	fi
+# $(call apt_install,PACKAGES,ON_FAILURE): install the Debian PACKAGES not installed yet (with
+# sudo unless root); ON_FAILURE is a shell command run when that fails (empty: the rule fails).
+define apt_install
+missing=""; for p in $(1); do \
+  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "install ok installed" || missing="$$missing $$p"; \
+done; \
+if [ -n "$$missing" ]; then \
+  echo "installing:$$missing"; \
+  SUDO=""; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
+  { $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing; } \
+    $(if $(2),|| $(2)); \
+fi
+endef
 
-# The OpenAI npm client pinned in tests/server/e2e/package-lock.json, for the server's
-# end-to-end test (test_server_e2e skips when it is missing).
+deps:
+	@$(call apt_install,$(DEB_PACKAGES),)
+
+# The npm clients pinned in tests/server/e2e/package-lock.json (openai, @anthropic-ai/sdk, ai,
+# @langchain/openai, playwright-core), and Debian's chromium for the chat page's browser test,
+# for the server's end-to-end test (test_server_e2e skips what is missing).
 E2E_DIR := tests/server/e2e
+E2E_DEB_PACKAGES := chromium
 e2e-deps:
+	@$(call apt_install,$(E2E_DEB_PACKAGES),echo "warning: could not install$$missing: the chat page's browser test will be skipped")
 	@if ! command -v npm >/dev/null 2>&1; then \
 	  echo "warning: npm not found: test_server_e2e will be skipped"; \
 	elif [ ! -f $(E2E_DIR)/node_modules/.package-lock.json ] || \

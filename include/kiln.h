@@ -522,6 +522,17 @@ typedef struct kiln_engine_params {
      * blocks for up to max_seqs sequences of N + 2 blocks' positions, at most half of it, and
      * the rest in the quantized formats. Ignored (0) when neither side is quantized. */
     int32_t kv_quant_start;
+    /* Sliding-window memory (src/engine/kv_window.c). A model with sliding-window
+     * layers (Gemma 2 and 3, Mistral) keeps their K/V in a second block pool, one table per
+     * sequence, and at each step's commit gives back every block wholly before the window
+     * of the next position (p - W, p]: a sequence then holds about W positions there, not
+     * all of them. Outputs are bitwise those of keeping every block. Not done (every block is
+     * kept, as with this flag) with kv_quant_start or on a backend without host memory
+     * (CUDA). The prefix cache keeps the window's sliding blocks as checkpoints at block
+     * boundaries (prefill chunk ends, the latest decode boundary), and a hit is shortened to
+     * the longest run ending on one; the disk tier (cache_dir) is off for such a model.
+     * true: keep every block of every layer (one pool; hits at every block, the disk tier). */
+    bool kv_keep_window;
     int32_t block_size;    /* positions per KV block; 0 = 16 */
     int32_t step_tokens;   /* tokens per forward step (decode first, then prefill); 0 = 512 */
     int32_t prefill_chunk; /* most prompt tokens one sequence feeds per step; 0 = step_tokens */
@@ -634,9 +645,19 @@ typedef struct kiln_engine_stats {
      * transition, and their totals; blocks converted so far. Without kv_quant_start every
      * block is main. */
     int64_t kv_bytes;
+    /* Sliding-window memory (kv_keep_window false on a model with windows): blocks the
+     * sliding group's pool holds (used or cached; one block: block_size positions of every
+     * sliding layer), of those the ones only kept for prefix-cache checkpoints (cached,
+     * evictable), and its total; 0 without one. The kv_blocks_* above and below count the
+     * full group's pool, whose blocks then cover only the layers without a window. kv_bytes
+     * includes both pools. */
+    int32_t kv_blocks_window_held, kv_blocks_window_cached, kv_blocks_window_total;
     int32_t kv_blocks_main_held, kv_blocks_hi_held;
     int32_t kv_blocks_main_total, kv_blocks_hi_total;
     int64_t kv_blocks_converted;
+    /* Choices of kiln_engine_submit_n that forked from choice 0's prompt KV (shared its full
+     * blocks, copied its partial one) instead of computing the prompt. */
+    int64_t n_forked;
 } kiln_engine_stats;
 
 /** Fill *out (all zero for a NULL engine). Any thread; the counters are read one by one, so
@@ -862,6 +883,35 @@ typedef struct kiln_stream kiln_stream;
  */
 KILN_API kiln_status kiln_engine_submit(kiln_engine *engine, const kiln_request *req,
                                         kiln_stream **out, kiln_error *err);
+
+/** The most choices kiln_engine_submit_n takes. Each choice is a running sequence that
+ *  decodes one token in every step, so a request of n choices takes n of the engine's max_seqs
+ *  slots and n rows of each step's budget; 16 keeps one request from crowding out the others
+ *  (OpenAI's own limit is 128; llama.cpp's server has no n at all). */
+#define KILN_MAX_CHOICES 16
+
+/**
+ * Submit n choices of one request (OpenAI's `n`): out[0..n) get n streams, choice i's. Choice i
+ * is the request with seed = req->seed + i (unsigned wrap-around): its tokens, logprobs and
+ * text are bitwise those of kiln_engine_submit with that seed (greedy choices are all equal).
+ * The prompt is computed once. Choice 0 prefills it; once its KV covers the prompt's first
+ * P - 1 positions (P prompt tokens), each other choice forks from it (DESIGN.md principle 2):
+ * it shares choice 0's full blocks (refcount + 1), copies the one partial block
+ * (copy-on-write, kiln_block_table_fork_prefix) and computes only the prompt's last token
+ * itself, to get its own logits row, then samples apart. So the engine feeds P + n - 1 prompt
+ * positions instead of n * P (kiln_engine_stats n_forked counts the forks). A choice that
+ * cannot fork at that moment (no free block for the copy, max_seqs running, a prompt of one
+ * token, a model with recurrent layers or freed sliding-window blocks, choice 0 cancelled or failed first) is admitted as an
+ * ordinary request instead (the prefix cache may still share the prompt's full blocks): its
+ * output is the same either way. Each stream is independent: its own events, usage
+ * (prompt_tokens is P in every choice), cancellation and FINISH.
+ * Errors: as kiln_engine_submit; KILN_ERR_INVALID_ARGUMENT also for n outside
+ * [1, KILN_MAX_CHOICES], NULL out, or a fill_session with n > 1 (a session is one object with
+ * one release); KILN_ERR_QUEUE_FULL when the n choices do not fit the queue. On failure no
+ * stream is created (out[] all NULL).
+ */
+KILN_API kiln_status kiln_engine_submit_n(kiln_engine *engine, const kiln_request *req, int32_t n,
+                                          kiln_stream **out, kiln_error *err);
 
 /* ---------------------------------------------------------------------------------------- */
 /* Streams                                                                                   */

@@ -6,6 +6,8 @@
 #ifndef KILN_BACKEND_BATCH_H
 #define KILN_BACKEND_BATCH_H
 
+#include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 typedef struct kiln_batch_seq {
@@ -21,7 +23,19 @@ typedef struct kiln_batch_seq {
      * exactly n_past positions, and leaves it holding n_past + n_new. Rolling the KV back
      * does not roll this state back. */
     float *rec_state;
+    /* Layer groups (src/engine/kv_window.c): the sequence's table in the sliding
+     * group's pool (runner.h kiln_runner_set_sliding_pool), n_blocks_swa entries covering
+     * n_past + n_new positions, of which the entries wholly below the first key any of this
+     * step's tokens attends to may be holes (-1). NULL when the runner has no sliding pool. */
+    const int32_t *block_table_swa;
+    int32_t n_blocks_swa;
 } kiln_batch_seq;
+
+/** The table a kernel reads for sequence q in a pool of a sliding group (sliding true:
+ *  block_table_swa, when the batch carries one) or of the full group (block_table). */
+static inline const int32_t *kiln_batch_seq_blocks(const kiln_batch_seq *q, bool sliding) {
+    return sliding && q->block_table_swa ? q->block_table_swa : q->block_table;
+}
 
 typedef struct kiln_batch {
     int32_t n_tokens;

@@ -13,6 +13,7 @@ struct kiln_runner {
     const kiln_model *m;
     kiln_backend *be;
     kiln_kv_pool *pool;
+    kiln_kv_pool *pool_swa;       /* the sliding group's pool, or NULL */
     int32_t max_tokens, max_keys; /* reserved */
     int32_t *tok_seq;             /* [max_tokens], then tok_pos [max_tokens] */
     float *logits_dev;            /* backends without host memory: [logits_rows, n_vocab] */
@@ -132,6 +133,40 @@ kiln_status kiln_runner_create(const kiln_model *m, kiln_backend *be, kiln_kv_po
     return KILN_OK;
 }
 
+kiln_status kiln_runner_set_sliding_pool(kiln_runner *r, kiln_kv_pool *pool_swa,
+                                         kiln_error *err) {
+    if (!r) return kiln_error_set(err, KILN_ERR_INVALID_ARGUMENT, "runner: NULL runner");
+    if (!pool_swa) {
+        r->pool_swa = NULL;
+        return KILN_OK;
+    }
+    const kiln_model_config *c = &r->m->cfg;
+    const int32_t w = kiln_kv_pool_window(pool_swa);
+    if (kiln_kv_pool_n_layer(pool_swa) != c->n_layer ||
+        kiln_kv_pool_kv_dim(pool_swa) != (int64_t)c->n_head_kv * c->head_dim ||
+        kiln_kv_pool_block_size(pool_swa) != kiln_kv_pool_block_size(r->pool) || w < 1)
+        return kiln_error_set(err, KILN_ERR_INVALID_ARGUMENT,
+                              "runner: the sliding pool's geometry (layers, kv_dim, block size, "
+                              "window %d) does not match the model and the main pool",
+                              w);
+    for (int32_t l = 0; l < c->n_layer; l++)
+        if (kiln_kv_pool_holds_layer(pool_swa, l) &&
+            (c->layer[l].sliding_window < 1 || c->layer[l].sliding_window > w))
+            return kiln_error_set(err, KILN_ERR_INVALID_ARGUMENT,
+                                  "runner: the sliding pool (window %d) holds layer %d, whose "
+                                  "window is %d",
+                                  w, l, c->layer[l].sliding_window);
+    if (!r->be->ops->host_memory)
+        return kiln_error_set(err, KILN_ERR_UNSUPPORTED,
+                              "runner: the %s backend's attention does not read sliding-window "
+                              "block tables yet; keep every block (kv_keep_window)",
+                              r->be->ops->name);
+    kiln_status st = check_placement(r->m, r->be, pool_swa, err);
+    if (st) return st;
+    r->pool_swa = pool_swa;
+    return KILN_OK;
+}
+
 void kiln_runner_destroy(kiln_runner *r) {
     if (!r) return;
     if (r->logits_dev) r->be->ops->buf_free(r->be, r->logits_dev);
@@ -177,6 +212,23 @@ static kiln_status check_batch(const kiln_runner *r, const kiln_batch *b, kiln_e
                 return kiln_error_set(err, KILN_ERR_INVALID_ARGUMENT,
                                       "forward: sequence %d's block %d (id %d) is not a live block",
                                       s, i, q->block_table[i]);
+        if (r->pool_swa) {
+            /* the sliding table: live from the block of the step's first key on */
+            const int32_t w = kiln_kv_pool_window(r->pool_swa);
+            const int32_t lo = (q->n_past - w + 1 > 0 ? q->n_past - w + 1 : 0) / bs;
+            if (!q->block_table_swa || q->n_blocks_swa < need)
+                return kiln_error_set(err, KILN_ERR_INVALID_ARGUMENT,
+                                      "forward: sequence %d's sliding block table has %d blocks, "
+                                      "%d needed for %d positions",
+                                      s, q->block_table_swa ? q->n_blocks_swa : 0, need,
+                                      q->n_past + q->n_new);
+            for (int32_t i = lo; i < need; i++)
+                if (kiln_kv_pool_refcount(r->pool_swa, q->block_table_swa[i]) < 1)
+                    return kiln_error_set(err, KILN_ERR_INVALID_ARGUMENT,
+                                          "forward: sequence %d's sliding block %d (id %d) is not "
+                                          "a live block of the sliding pool (window %d)",
+                                          s, i, q->block_table_swa[i], w);
+        }
         if (c->learned_pos && q->n_past + q->n_new > c->n_ctx_train)
             return kiln_error_set(err, KILN_ERR_INVALID_ARGUMENT,
                                   "forward: sequence %d reaches position %d; the model has learned "
@@ -307,7 +359,7 @@ static kiln_status runner_step(kiln_runner *r, const kiln_batch *b, float *logit
         for (int32_t s = 0; s < b->n_seqs; s++)
             if (b->seqs[s].n_past == 0) be->ops->zero(be, b->seqs[s].rec_state, m->state_floats);
 
-    kiln_model_forward_step(m, be, r->pool, &step, logits || dev_argmax ? dev : NULL);
+    kiln_model_forward_step(m, be, r->pool, r->pool_swa, &step, logits || dev_argmax ? dev : NULL);
     if (dev_argmax)
         be->ops->argmax(be, ids, dev, b->n_out, m->cfg.n_vocab);
     else if (logits && b->n_out > 0 && dev != logits)

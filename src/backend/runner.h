@@ -36,6 +36,20 @@ kiln_status kiln_runner_create(const kiln_model *m, kiln_backend *be, kiln_kv_po
 void kiln_runner_destroy(kiln_runner *r);
 
 /**
+ * Give the runner a second pool for the sliding-window layer group (DESIGN.md "Sliding-window
+ * memory"; borrowed, it must outlive the runner; NULL removes it): the layers pool_swa holds
+ * (kv_pool.h kiln_kv_pool_params.layers) then keep their K/V there, addressed through each
+ * sequence's block_table_swa, whose blocks wholly before the window of the step's first token
+ * may be holes. The kernels never read a block outside a token's window (p - W, p].
+ * Errors: KILN_ERR_INVALID_ARGUMENT (NULL runner; the pool's layers, kv_dim or block size
+ * differ from the model and main pool; it holds a layer without a window or with a window
+ * wider than the pool's), KILN_ERR_UNSUPPORTED (a backend without host memory: the CUDA
+ * kernels read only block_table today). On error the runner is unchanged.
+ */
+kiln_status kiln_runner_set_sliding_pool(kiln_runner *r, kiln_kv_pool *pool_swa,
+                                         kiln_error *err);
+
+/**
  * One forward over a flat batch (DESIGN.md principle 1): every sequence's new tokens are
  * embedded, their K/V rows written into the sequence's paged KV blocks at positions
  * n_past .. n_past+n_new-1, and each token at position p attends causally over positions

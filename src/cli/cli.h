@@ -108,6 +108,7 @@ enum {
     CLI_OPT_KV_TYPE_V,
     CLI_OPT_KV_QUANT_START,
     CLI_OPT_GPU_MEMORY, /* --gpu-memory BYTES|FRACTION (kiln_engine_params.gpu_memory) */
+    CLI_OPT_KV_KEEP_WINDOW, /* --kv-keep-window: kiln_engine_params.kv_keep_window */
 };
 
 /* The struct option entries of those options, for a command's option table. */
@@ -118,6 +119,7 @@ enum {
         {"kv-type-k", required_argument, 0, CLI_OPT_KV_TYPE_K},                                    \
         {"kv-type-v", required_argument, 0, CLI_OPT_KV_TYPE_V},                                    \
         {"kv-quant-start", required_argument, 0, CLI_OPT_KV_QUANT_START},                          \
+        {"kv-keep-window", no_argument, 0, CLI_OPT_KV_KEEP_WINDOW},                                \
         {"kv-memory", required_argument, 0, CLI_OPT_KV_MEMORY},                                    \
         {"kv-tokens", required_argument, 0, CLI_OPT_KV_TOKENS},                                    \
         {"block-size", required_argument, 0, CLI_OPT_BLOCK_SIZE},                                  \

@@ -6,8 +6,10 @@
  *   - KV bytes per token per layer kind (full attention, sliding window W, recurrent state)
  *     and page format;
  *   - kv_bytes: one sequence of N = --ctx tokens, with sliding-window layers holding at most
- *     W + one block of tokens, rounded to blocks (the planned arithmetic of sliding-window
- *     freeing: today's pool keeps every block; its figures are printed beside, as pool_now);
+ *     W + one block of tokens, rounded to blocks: what the engine's sliding group holds
+ *     once it frees blocks outside the window (src/engine/kv_window.c). The pool that keeps
+ *     every block (kv_keep_window, CUDA, kv_quant_start; and how --memory-budget counts
+ *     blocks) is printed beside, as pool_now;
  *   - the longest context and the most concurrent N-token sequences that fit in the memory
  *     left after weights and step scratch (--memory, default MemAvailable of /proc/meminfo);
  *   - predicted decode tok/s = bandwidth / (weights + kv_bytes(N)) bytes read per token, the
@@ -35,9 +37,9 @@ static void fit_usage(FILE *f) {
             "\n"
             "Memory a model needs: weights, KV bytes per token per layer kind (full attention,\n"
             "sliding window, recurrent state) and format, kv_bytes for one sequence of --ctx\n"
-            "tokens (sliding-window layers at most window + one block, rounded to blocks: the\n"
-            "planned arithmetic of sliding-window freeing; today's pool, which keeps every\n"
-            "block, is shown as pool_now), the longest context and the most concurrent --ctx\n"
+            "tokens (sliding-window layers at most window + one block, rounded to blocks, as\n"
+            "the engine frees blocks outside the window; the pool that keeps every block,\n"
+            "--kv-keep-window, is shown as pool_now), the longest context and the most concurrent --ctx\n"
             "sequences that fit in --memory after weights and step scratch, and a decode speed\n"
             "bound: bandwidth / (weights + kv_bytes) bytes read per token.\n"
             "\n"
@@ -274,7 +276,7 @@ int kiln_cmd_fit(int argc, char **argv) {
             (json_int_t)kv_full, "kv_ratio_vs_all_full", ratio, "max_ctx", (json_int_t)max_ctx,
             "max_seqs", (json_int_t)max_seqs, "pool_now", pool, "bandwidth_gb_s", bw / 1e9,
             "bandwidth_source", bw_src, "decode_bytes_per_token", read_per_tok, "decode_tok_s",
-            tok_s, "sliding_freeing_planned", true);
+            tok_s, "sliding_freeing", true);
         rc = cli_print_json(o);
     } else {
         printf("model: %s (%s, %d layers)\n", model_path, kiln_arch_name(cfg->arch),
@@ -300,14 +302,15 @@ int kiln_cmd_fit(int argc, char **argv) {
         printf("kv_bytes for one %lld-token sequence: %lld (%.3f GiB); all layers full "
                "attention: %lld (ratio %.3f)%s\n",
                (long long)n_ctx, (long long)kv_bytes, gib(kv_bytes), (long long)kv_full, ratio,
-               kv_full != kv_bytes ? " [planned: sliding-window freeing]" : "");
-        printf("today's pool: %lld bytes per block (all %d layers), %lld for the sequence\n",
+               kv_full != kv_bytes ? " [sliding-window blocks freed]" : "");
+        printf("pool keeping every block (--kv-keep-window): %lld bytes per block (all %d "
+               "layers), %lld for the sequence\n",
                (long long)pool_block, cfg->n_layer, (long long)pool_kv);
         printf("memory: %lld bytes (%s) - weights - scratch %lld = %lld for KV\n",
                (long long)memory, mem_src, (long long)scratch, (long long)budget);
-        printf("longest context: %lld tokens (today's pool: %lld)\n", (long long)max_ctx,
+        printf("longest context: %lld tokens (keeping every block: %lld)\n", (long long)max_ctx,
                (long long)pool_max_ctx);
-        printf("concurrent %lld-token sequences: %lld (today's pool: %lld)\n", (long long)n_ctx,
+        printf("concurrent %lld-token sequences: %lld (keeping every block: %lld)\n", (long long)n_ctx,
                (long long)max_seqs, (long long)pool_max_seqs);
         printf("decode: %.1f GB/s (%s) / %.0f bytes read per token (weights + kv_bytes) = "
                "%.1f tok/s predicted for one sequence\n",

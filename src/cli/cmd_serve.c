@@ -28,7 +28,8 @@ static void serve_usage(FILE *f) {
            "      --api-key KEY         require 'Authorization: Bearer KEY' (default: the\n"
            "                            KILN_API_KEY environment variable, else none)\n"
            "      --model-name NAME     model id in /v1/models and responses (default: the\n"
-           "                            file name without extension)\n"
+           "                            file name without extension); repeat it or give a\n"
+           "                            comma list for aliases a request's model may name\n"
            "      --max-body BYTES      request body limit (default 8388608)\n"
            "      --max-connections N   concurrent connections (default 256)\n"
            "      --timeout S           seconds a client may stay silent while sending a\n"
@@ -77,6 +78,9 @@ static void serve_usage(FILE *f) {
            "prefix cache (on by default: requests that share a prompt prefix share its KV\n"
            "blocks; usage.prompt_tokens_details.cached_tokens says how many):\n"
            "      --no-prefix-cache     compute every prompt token (no prefix cache)\n"
+           "      --kv-keep-window      keep every KV block of sliding-window layers (default:\n"
+           "                            blocks outside the window are freed; prefix hits then\n"
+           "                            end where a window was checkpointed, no --cache-dir)\n"
            "      --cache-dir DIR       also write cached KV blocks to DIR (created if\n"
            "                            absent; one server per DIR): they survive a restart\n"
            "      --cache-disk-max SIZE most bytes DIR may hold (default 16G)\n"
@@ -160,6 +164,7 @@ int kiln_cmd_serve(int argc, char **argv) {
         {0, 0, 0, 0},
     };
     const char *model_path = NULL, *model_name = NULL;
+    char names_join[1024];
     kiln_model_params lp = {0};
     kiln_engine_params ep = kiln_engine_default_params();
     kiln_server_params sp = {.host = "127.0.0.1", .port = 8080};
@@ -208,8 +213,19 @@ int kiln_cmd_serve(int argc, char **argv) {
         case 'k':
             sp.api_key = optarg;
             break;
-        case 'n':
-            model_name = optarg;
+        case 'n': /* repeatable: the names join into one comma list (served id first) */
+            if (model_name && model_name != names_join) {
+                snprintf(names_join, sizeof names_join, "%s", model_name);
+                model_name = names_join;
+            }
+            if (!model_name) {
+                model_name = optarg;
+            } else {
+                size_t used = strlen(names_join);
+                if (used + 1 + strlen(optarg) >= sizeof names_join)
+                    return cli_usage_error("serve", "--model-name: the names are too long");
+                snprintf(names_join + used, sizeof names_join - used, ",%s", optarg);
+            }
             break;
         case 'b':
             INT_OPT(1, INT64_MAX, sp.max_body, "--max-body");

@@ -293,6 +293,10 @@ int cli_engine_option(const char *cmd, int opt, const char *arg, kiln_engine_par
         ep->no_prefix_cache = true;
         return 0;
     }
+    if (opt == CLI_OPT_KV_KEEP_WINDOW) {
+        ep->kv_keep_window = true;
+        return 0;
+    }
     if (opt == CLI_OPT_CACHE_DIR) {
         if (!arg || !arg[0]) return cli_usage_error(cmd, "--cache-dir needs a directory");
         ep->cache_dir = arg;

@@ -325,9 +325,34 @@ kiln_status kiln_engine_create_debug(const kiln_model *m, const kiln_engine_para
     const kiln_backend_params bp = kiln_model_backend_params(m, p.n_threads);
     if ((st = kiln_backend_create(&bp, &e->be, err))) goto fail;
     pp.backend = e->be;
-    if ((st = kiln_kv_pool_create(&pp, &e->pool, err))) goto fail;
-    if ((st = kiln_runner_create(m, e->be, e->pool, p.step_tokens, p.n_ctx, &e->runner, err)))
+    /* layer groups (kv_window.c): the full group's pool holds the layers without a window */
+    bool *sliding = calloc((size_t)m->cfg.n_layer, 2 * sizeof(bool));
+    if (!sliding) {
+        st = kiln_error_set(err, KILN_ERR_OUT_OF_MEMORY, "out of memory (layer groups)");
         goto fail;
+    }
+    bool *full = sliding + m->cfg.n_layer;
+    const int32_t window = kiln_engine_window_plan(m, &p, e->be->ops->host_memory, sliding);
+    if (window > 0) {
+        for (int32_t l = 0; l < m->cfg.n_layer; l++) full[l] = !sliding[l];
+        pp.layers = full;
+        /* a pool sized in bytes spends what the sliding group does not need on more blocks */
+        if (params && (params->kv_memory > 0 || params->memory_budget > 0))
+            pp.n_blocks = kiln_engine_window_main_blocks(m, &e->p, sliding, window, lay.fk,
+                                                         lay.fv);
+    }
+    st = kiln_kv_pool_create(&pp, &e->pool, err);
+    if (!st) st = kiln_runner_create(m, e->be, e->pool, p.step_tokens, p.n_ctx, &e->runner, err);
+    pp.layers = NULL;
+    if (!st && window > 0) st = kiln_engine_window_create(e, &pp, sliding, window, err);
+    free(sliding);
+    if (st) goto fail;
+    if (window > 0) { /* the pools as built, for kiln_engine_get_params */
+        const int64_t tokens = (int64_t)kiln_kv_pool_n_blocks(e->pool) * e->p.block_size;
+        e->p.kv_tokens = tokens > INT32_MAX ? INT32_MAX : (int32_t)tokens;
+        e->p.kv_memory =
+            kiln_kv_pool_storage_bytes(e->pool) + kiln_kv_pool_storage_bytes(e->pool_swa);
+    }
     if ((st = kiln_sampler_scratch_create(e->n_vocab, &e->scratch, err))) goto fail;
     if (p.draft_model) {
         kiln_drafter_params dp = {.n_threads = p.n_threads,
@@ -349,8 +374,9 @@ kiln_status kiln_engine_create_debug(const kiln_model *m, const kiln_engine_para
     }
     e->p.cache_dir = e->cache_dir; /* the caller's string is borrowed for create only */
     if ((st = kiln_engine_prefix_init(e, err))) goto fail;
+    kiln_engine_window_attach_cache(e);
     e->p.no_prefix_cache = e->pcache == NULL;
-    e->hit_blocks = malloc((size_t)n_blocks * sizeof *e->hit_blocks);
+    e->hit_blocks = malloc((size_t)kiln_kv_pool_n_blocks(e->pool) * sizeof *e->hit_blocks);
     e->running = calloc((size_t)p.max_seqs, sizeof *e->running);
     e->b_tokens = malloc((size_t)p.step_tokens * sizeof *e->b_tokens);
     e->b_out = malloc((size_t)p.step_tokens * sizeof *e->b_out);
@@ -409,19 +435,23 @@ static void *engine_main(void *arg) {
      * arrive any more (submit checks e->shutdown under the mutex). */
     kiln_engine_drain_incoming(e);
     kiln_engine_cancel_loading(e);
-    for (kiln_seq *s = e->wait_head, *next; s; s = next) {
-        next = s->next;
-        atomic_fetch_sub(&e->n_queued, 1);
-        kiln_seq_finish(s, KILN_FINISH_CANCELLED, KILN_OK, NULL);
-        kiln_seq_release(e, s);
-    }
-    e->wait_head = e->wait_tail = NULL;
+    /* running first: releasing a sequence lets its unforked choices go to the waiting FIFO */
     for (int32_t i = 0; i < e->n_running; i++) {
         kiln_seq_finish(e->running[i], KILN_FINISH_CANCELLED, KILN_OK, NULL);
         kiln_seq_release(e, e->running[i]);
     }
     e->n_running = 0;
     atomic_store(&e->st_running, 0);
+    while (e->wait_head) {
+        kiln_seq *s = e->wait_head;
+        e->wait_head = s->next;
+        if (!e->wait_head) e->wait_tail = NULL;
+        s->next = NULL;
+        atomic_fetch_sub(&e->n_queued, 1);
+        kiln_seq_finish(s, KILN_FINISH_CANCELLED, KILN_OK, NULL);
+        kiln_seq_release(e, s);
+    }
+    e->wait_head = e->wait_tail = NULL;
     return NULL;
 }
 
@@ -440,6 +470,7 @@ void kiln_engine_destroy(kiln_engine *e) {
     /* the disk tier's queue is flushed here: a restart finds every block written behind */
     kiln_engine_prefix_shutdown(e);
     kiln_kv_pool_destroy(e->pool);
+    kiln_kv_pool_destroy(e->pool_swa);
     kiln_backend_destroy(e->be);
     kiln_sampler_scratch_destroy(e->scratch);
     free(e->running);
@@ -449,6 +480,8 @@ void kiln_engine_destroy(kiln_engine *e) {
     free(e->b_seqs);
     free(e->b_seq_of);
     free(e->hit_blocks);
+    free(e->win_ckref);
+    free(e->win_gen);
     free(e->cache_dir);
     free(e->logits_buf);
     kiln_engine_grammar_shutdown(e);
@@ -457,17 +490,14 @@ void kiln_engine_destroy(kiln_engine *e) {
     free(e);
 }
 
-kiln_status kiln_engine_submit_debug(kiln_engine *e, const kiln_request *req,
-                                     const kiln_request_debug *debug, kiln_stream **out,
-                                     kiln_error *err) {
-    if (!out) return kiln_error_set(err, KILN_ERR_INVALID_ARGUMENT, "out must not be NULL");
-    *out = NULL;
-    if (!e) return kiln_error_set(err, KILN_ERR_INVALID_ARGUMENT, "engine must not be NULL");
+/* A new sequence for req with its stream (two references: the caller's and the sequence's).
+ * Errors: as kiln_engine_submit's validation. */
+static kiln_status seq_build(kiln_engine *e, const kiln_request *req,
+                             const kiln_request_debug *debug, kiln_seq **out, kiln_error *err) {
     kiln_req *r = NULL;
     kiln_status st = kiln_req_create(e->model, req, debug, &r, err);
     if (st) return st;
     kiln_seq *s = calloc(1, sizeof *s);
-    kiln_stream *stream = NULL;
     if (!s) {
         kiln_req_destroy(r);
         return kiln_error_set(err, KILN_ERR_OUT_OF_MEMORY, "out of memory (sequence)");
@@ -476,50 +506,126 @@ kiln_status kiln_engine_submit_debug(kiln_engine *e, const kiln_request *req,
     s->method = &kiln_method_sample;
     s->ckpt_index = -1;
     s->n_prompt = (int32_t)r->prompt.n;
-    if ((st = kiln_ivec_append(&s->tokens, r->prompt.data, r->prompt.n))) {
+    if ((st = kiln_ivec_append(&s->tokens, r->prompt.data, r->prompt.n)))
         kiln_error_set(err, st, "out of memory (sequence tokens)");
-        goto fail;
+    if (!st && !(st = kiln_seq_spec_create(e, s, err)) && s->spec) s->method = &kiln_method_spec;
+    if (!st) st = kiln_seq_grammar_attach(e, s, err);
+    if (!st && !(st = kiln_stream_create(e->model, r, &s->stream, err))) s->stream->seq = s;
+    if (st) {
+        *out = s;
+        return st;
     }
-    if ((st = kiln_seq_spec_create(e, s, err))) goto fail;
-    if (s->spec) s->method = &kiln_method_spec;
-    if ((st = kiln_seq_grammar_attach(e, s, err))) goto fail;
-    if ((st = kiln_stream_create(e->model, r, &stream, err))) goto fail;
-    s->stream = stream;
-    stream->seq = s;
-
-    pthread_mutex_lock(&e->mu);
-    if (e->shutdown) {
-        st = kiln_error_set(err, KILN_ERR_CANCELLED, "the engine is shutting down");
-    } else if (atomic_load(&e->n_queued) >= e->p.max_queue) {
-        st = kiln_error_set(err, KILN_ERR_QUEUE_FULL,
-                            "the engine's queue is full (%d requests waiting, max_queue); retry "
-                            "later",
-                            e->p.max_queue);
-    } else {
-        s->id = e->next_id++;
-        if (e->in_tail)
-            e->in_tail->next = s;
-        else
-            e->in_head = s;
-        e->in_tail = s;
-        atomic_fetch_add(&e->n_queued, 1);
-        pthread_cond_signal(&e->cv);
-    }
-    pthread_mutex_unlock(&e->mu);
-    if (st) goto fail;
-    *out = stream;
+    *out = s;
     return KILN_OK;
-fail:
-    if (stream) {
-        kiln_stream_unref(stream);
-        kiln_stream_unref(stream);
+}
+
+/* Free a sequence that never reached the engine (its stream, both references). */
+static void seq_discard(kiln_engine *e, kiln_seq *s) {
+    if (!s) return;
+    if (s->stream) {
+        kiln_stream_unref(s->stream);
+        kiln_stream_unref(s->stream);
     }
     kiln_seq_spec_destroy(e, s);
     kiln_seq_grammar_detach(s);
     kiln_ivec_free(&s->tokens);
     kiln_req_destroy(s->req);
     free(s);
+}
+
+/* Queue s (with its fork_kids: n sequences in all) for the engine thread. */
+static kiln_status seq_enqueue(kiln_engine *e, kiln_seq *s, int32_t n, kiln_error *err) {
+    kiln_status st = KILN_OK;
+    pthread_mutex_lock(&e->mu);
+    if (e->shutdown) {
+        st = kiln_error_set(err, KILN_ERR_CANCELLED, "the engine is shutting down");
+    } else if (atomic_load(&e->n_queued) + n > e->p.max_queue) {
+        st = kiln_error_set(err, KILN_ERR_QUEUE_FULL,
+                            "the engine's queue is full (%d requests waiting, max_queue %d%s); "
+                            "retry later",
+                            atomic_load(&e->n_queued), e->p.max_queue,
+                            n > 1 ? ", and every choice counts" : "");
+    } else {
+        s->id = e->next_id++;
+        for (kiln_seq *c = s->fork_kids; c; c = c->next) c->id = e->next_id++;
+        if (e->in_tail)
+            e->in_tail->next = s;
+        else
+            e->in_head = s;
+        e->in_tail = s;
+        atomic_fetch_add(&e->n_queued, n);
+        pthread_cond_signal(&e->cv);
+    }
+    pthread_mutex_unlock(&e->mu);
     return st;
+}
+
+kiln_status kiln_engine_submit_debug(kiln_engine *e, const kiln_request *req,
+                                     const kiln_request_debug *debug, kiln_stream **out,
+                                     kiln_error *err) {
+    if (!out) return kiln_error_set(err, KILN_ERR_INVALID_ARGUMENT, "out must not be NULL");
+    *out = NULL;
+    if (!e) return kiln_error_set(err, KILN_ERR_INVALID_ARGUMENT, "engine must not be NULL");
+    kiln_seq *s = NULL;
+    kiln_status st = seq_build(e, req, debug, &s, err);
+    /* once queued, s belongs to the engine thread (it may be released at once) */
+    kiln_stream *stream = s ? s->stream : NULL;
+    if (!st) st = seq_enqueue(e, s, 1, err);
+    if (st) {
+        seq_discard(e, s);
+        return st;
+    }
+    *out = stream;
+    return KILN_OK;
+}
+
+kiln_status kiln_engine_submit_n(kiln_engine *e, const kiln_request *req, int32_t n,
+                                 kiln_stream **out, kiln_error *err) {
+    if (n == 1 && out) return kiln_engine_submit_debug(e, req, NULL, out, err);
+    kiln_status bad = KILN_OK;
+    if (!out || !e || !req)
+        bad = kiln_error_set(err, KILN_ERR_INVALID_ARGUMENT,
+                             "engine, req and out must not be NULL");
+    else if (n < 1 || n > KILN_MAX_CHOICES)
+        bad = kiln_error_set(err, KILN_ERR_INVALID_ARGUMENT, "n must be in [1, %d] (got %d)",
+                             KILN_MAX_CHOICES, n);
+    else if (req->fill_session)
+        bad = kiln_error_set(err, KILN_ERR_INVALID_ARGUMENT,
+                             "fill_session cannot be shared by n > 1 choices (it is one object "
+                             "with one release)");
+    if (bad) {
+        /* the request owns its fill session from a failed submit on too */
+        if (req && req->fill_session && req->fill_session->release)
+            req->fill_session->release(req->fill_session_user);
+        return bad;
+    }
+    for (int32_t i = 0; i < n; i++) out[i] = NULL;
+    kiln_seq *seqs[KILN_MAX_CHOICES] = {0};
+    kiln_status st = KILN_OK;
+    for (int32_t i = 0; i < n && !st; i++) {
+        kiln_request ri = *req;
+        ri.seed = req->seed + (uint64_t)i;
+        st = seq_build(e, &ri, NULL, &seqs[i], err);
+    }
+    for (int32_t i = 1; i < n && !st; i++) {
+        if (i == 1)
+            seqs[0]->fork_kids = seqs[1];
+        else
+            seqs[i - 1]->next = seqs[i];
+    }
+    kiln_stream *streams[KILN_MAX_CHOICES] = {0};
+    for (int32_t i = 0; i < n && !st; i++) streams[i] = seqs[i]->stream;
+    if (!st) st = seq_enqueue(e, seqs[0], n, err);
+    if (st) {
+        for (int32_t i = 0; i < n; i++) {
+            if (seqs[i]) seqs[i]->next = NULL;
+            seq_discard(e, seqs[i]);
+        }
+        return st;
+    }
+    /* the sequences are the engine thread's now (read nothing of them) */
+    for (int32_t i = 0; i < n; i++) out[i] = streams[i];
+    return KILN_OK;
 }
 
 kiln_status kiln_engine_submit(kiln_engine *e, const kiln_request *req, kiln_stream **out,
@@ -544,7 +650,13 @@ void kiln_engine_get_stats(const kiln_engine *e, kiln_engine_stats *out) {
     out->n_requests_finished = atomic_load(&((kiln_engine *)e)->st_finished);
     kiln_engine *me = (kiln_engine *)e;
     out->kv_blocks_cached = ps.cached;
-    out->kv_bytes = kiln_kv_pool_storage_bytes(e->pool);
+    out->kv_bytes = kiln_kv_pool_storage_bytes(e->pool) + kiln_kv_pool_storage_bytes(e->pool_swa);
+    if (e->pool_swa) {
+        const kiln_kv_pool_stats ws = kiln_kv_pool_get_stats(e->pool_swa);
+        out->kv_blocks_window_held = ws.used + ws.cached;
+        out->kv_blocks_window_cached = ws.cached;
+        out->kv_blocks_window_total = ws.n_blocks;
+    }
     out->kv_blocks_main_held = ps.class_held[KILN_KV_CLASS_MAIN];
     out->kv_blocks_hi_held = ps.class_held[KILN_KV_CLASS_HI];
     out->kv_blocks_main_total = ps.class_blocks[KILN_KV_CLASS_MAIN];
@@ -560,6 +672,7 @@ void kiln_engine_get_stats(const kiln_engine *e, kiln_engine_stats *out) {
     out->spec_drafted = atomic_load(&me->st_drafted);
     out->spec_accepted = atomic_load(&me->st_accepted);
     out->fill_tokens = atomic_load(&me->st_fill);
+    out->n_forked = atomic_load(&me->st_forked);
     kiln_engine_prefix_disk_stats(e, out);
 }
 

@@ -206,6 +206,8 @@ struct kiln_seq {
     int32_t n_computed;  /* positions whose KV is written (n_past) */
     int32_t n_generated; /* tokens sampled, the stopping token included */
     kiln_block_table bt; /* covers n_computed positions, plus this step's while it runs */
+    kiln_block_table bt_swa; /* the sliding group's table (e->pool_swa), as long as bt, with
+                                holes before the window; empty without a sliding pool */
     /* prefix cache (prefix.c) */
     uint64_t *bhash; /* chain hashes of the full blocks of tokens: [n_hashed] */
     int32_t n_hashed, cap_hash;
@@ -221,6 +223,9 @@ struct kiln_seq {
     struct kiln_seq_spec *spec; /* speculation and fill (spec.h), or NULL: plain sampling */
     struct kiln_gmatch *gm;     /* the grammar's recognizer over the output (grammar_seq.c), or
                                    NULL; always at the end of tokens[n_prompt..] */
+    kiln_seq *fork_kids;        /* choices 1..n-1 of kiln_engine_submit_n, waiting to fork
+                                   from this one's prompt KV (a list via next; counted as
+                                   queued); NULL for every other sequence */
     const int32_t *draft;       /* this step: tokens planned after tokens[n_computed..] */
     int32_t n_draft;
     kiln_finish_reason finish; /* KILN_FINISH_NONE while running */
@@ -247,7 +252,11 @@ struct kiln_engine {
     kiln_engine_params p; /* resolved: every field has its final value */
     int32_t n_vocab;
     int64_t rec_state_floats; /* per-sequence recurrent state size; 0 for most models */
-    kiln_kv_pool *pool;
+    kiln_kv_pool *pool;     /* the full group's blocks (every layer without pool_swa) */
+    kiln_kv_pool *pool_swa; /* the sliding group's blocks (kv_window.c), or NULL */
+    int32_t win_keep;       /* sliding blocks a sequence keeps: ceil(W / bs) + 1 */
+    int32_t *win_ckref;     /* [pool_swa blocks]: prefix-cache checkpoints keeping it */
+    uint32_t *win_gen;      /* [pool_swa blocks]: evictions so far (stale checkpoints) */
     kiln_backend *be;    /* the compute backend context (threads, arena) */
     kiln_runner *runner; /* executes the scheduler's batches on be and pool */
     kiln_engine_debug debug;
@@ -301,6 +310,7 @@ struct kiln_engine {
     atomic_llong st_steps, st_prefill, st_decode, st_finished;
     atomic_llong st_hit_req, st_miss_req, st_hit_tok, st_miss_tok, st_preempt;
     atomic_llong st_verify, st_drafted, st_accepted, st_fill;
+    atomic_llong st_forked;
 };
 
 /* ---- the prefix cache's engine side (prefix.c) --------------------------------------- */
@@ -338,6 +348,60 @@ void kiln_engine_prefix_commit(kiln_engine *e, kiln_seq *s);
  *  kv_quant_start positions, convert its committed full f16 blocks into the quantized class
  *  and release the f16 ones. No-op without kv_quant_start. */
 void kiln_engine_kv_transition(kiln_engine *e, kiln_seq *s);
+
+/* ---- sliding-window memory (kv_window.c; src/engine/kv_window.c) ---- */
+
+/** Whether an engine of model m with params p (resolved) gets a sliding group: its window W
+ *  (the largest layer window) with sliding[l] (n_layer entries, filled) telling the group's
+ *  layers, or 0 (one pool for every layer): without windowed layers, with kv_keep_window or
+ *  kv_quant_start, for a model with recurrent state as well, or when host_memory is false (the
+ *  CUDA kernels read one table). */
+int32_t kiln_engine_window_plan(const kiln_model *m, const kiln_engine_params *p,
+                                bool host_memory, bool *sliding);
+/** Blocks of the full group's pool when the engine's KV memory is a byte budget
+ *  (p->kv_memory, resolved): with c = ceil(W/bs) + ceil(step_tokens/bs) + 2 and S =
+ *  max_seqs * c, the sliding pool gets min(n, S) blocks and the full group the rest:
+ *  n = (budget - S * sliding_block_bytes) / full_block_bytes when the budget holds S blocks of
+ *  both, else budget / (full + sliding block bytes); a full group without layers (Mistral)
+ *  gets max(S, max_seqs * ceil(n_ctx / bs)) ids when the budget holds S sliding blocks (the
+ *  rest of the budget is not used). At least 1. */
+int32_t kiln_engine_window_main_blocks(const kiln_model *m, const kiln_engine_params *p,
+                                       const bool *sliding, int32_t window, kiln_dtype fk,
+                                       kiln_dtype fv);
+/** Create e->pool_swa for the layers sliding[] with window W, in the formats and backend of
+ *  main_params (the full group's pool), and hand it to e->runner. Its size: kv_window.c.
+ *  Errors: kiln_kv_pool_create's and kiln_runner_set_sliding_pool's; e->pool_swa stays NULL. */
+kiln_status kiln_engine_window_create(kiln_engine *e, const kiln_kv_pool_params *main_params,
+                                      const bool *sliding, int32_t window, kiln_error *err);
+/** Grow s->bt_swa to s->bt's length (after s->bt was reserved for a step). No-op without a
+ *  sliding pool. Errors: kiln_block_table_reserve's (its pool is sized so it does not run dry
+ *  before e->pool; an error is an internal one). */
+kiln_status kiln_engine_window_reserve(kiln_engine *e, kiln_seq *s, kiln_error *err);
+/** s->bt_swa after a rollback to s->n_computed positions (kiln_block_table_truncate). */
+void kiln_engine_window_truncate(kiln_engine *e, kiln_seq *s);
+/** Give back s->bt_swa (finish, preemption). */
+void kiln_engine_window_release(kiln_engine *e, kiln_seq *s);
+/** Bytes of a window checkpoint (win_keep sliding block ids) in the prefix cache. */
+size_t kiln_engine_window_ckpt_bytes(const kiln_engine *e);
+/** Install the sliding pool's eviction hook and the prefix cache's checkpoint-free hook
+ *  (after the prefix cache exists). */
+void kiln_engine_window_attach_cache(kiln_engine *e);
+/** Checkpoint the sliding blocks of the window before block i's end (i + 1 blocks committed)
+ *  on the indexed full-group block b (replacing a stale one): they are marked cached in the
+ *  sliding pool and kept until every checkpoint naming them is freed, or evicted (which makes
+ *  those checkpoints stale). False when a needed block was given back already or memory ran
+ *  out. */
+bool kiln_engine_window_checkpoint(kiln_engine *e, kiln_seq *s, int32_t i, int32_t b);
+/** Whether a window checkpoint (the prefix cache's state of a block) still names live blocks
+ *  (none was evicted since). True without a sliding pool. */
+bool kiln_engine_window_valid(const kiln_engine *e, const void *state);
+/** A prefix hit of n blocks ending at indexed block b (which has a checkpoint): s->bt_swa
+ *  (empty) gets n - k holes and shares the k checkpointed blocks. False on failure (s->bt_swa
+ *  left empty). */
+bool kiln_engine_window_share(kiln_engine *e, kiln_seq *s, int32_t b, int32_t n);
+/** The commit step: s keeps its last min(ceil(n_computed/bs), ceil(W/bs) + 1) sliding blocks
+ *  and gives back the ones before (kv_window.c says why that is safe). */
+void kiln_engine_window_commit(kiln_engine *e, kiln_seq *s);
 /** After s->n_computed moved back (a rollback): forget the hashes, registrations and decode
  *  checkpoint of blocks past it (their tokens may change). */
 void kiln_engine_prefix_rollback(kiln_engine *e, kiln_seq *s);
@@ -367,6 +431,16 @@ void kiln_engine_cancel_loading(kiln_engine *e);
 /** Whether the recurrent chunk rule applies: prefix cache on and the model has recurrent
  *  state (prefill chunks then end on block boundaries, where checkpoints are taken). */
 bool kiln_engine_prefix_align_chunks(const kiln_engine *e);
+
+/**
+ * Fork s's waiting choices (s->fork_kids) once s's KV covers its prompt's first n_prompt - 1
+ * positions: each shares those positions (kiln_block_table_fork_prefix) and joins the running
+ * sequences, to compute the prompt's last token itself. A choice that cannot fork goes to the
+ * head of the waiting FIFO as an ordinary request; a cancelled one finishes. With force, every
+ * choice is let go that way whatever s's progress (s is finishing or being released).
+ * Engine thread.
+ */
+void kiln_engine_fork_kids(kiln_engine *e, kiln_seq *s, bool force);
 
 /** Move submissions from the incoming queue to the waiting FIFO. Engine thread. */
 void kiln_engine_drain_incoming(kiln_engine *e);

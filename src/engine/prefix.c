@@ -37,9 +37,32 @@
 
 #define CKPT_BYTES_MIN ((int64_t)256 << 20)
 
+/* A hit needs a checkpoint at its end: the recurrent state, or the sliding window's blocks
+ * (kv_window.c; a model has one or the other, never both). */
+static bool needs_ckpt(const kiln_engine *e) {
+    return e->rec_state_floats > 0 || e->pool_swa;
+}
+
+static size_t ckpt_bytes(const kiln_engine *e) {
+    return e->pool_swa ? kiln_engine_window_ckpt_bytes(e)
+                       : (size_t)e->rec_state_floats * sizeof(float);
+}
+
+/* block carries a checkpoint a hit can use */
+static bool has_ckpt(const kiln_engine *e, int32_t block) {
+    const void *st = kiln_prefix_cache_state(e->pcache, block);
+    return st && kiln_engine_window_valid(e, st);
+}
+
 kiln_status kiln_engine_prefix_init(kiln_engine *e, kiln_error *err) {
     if (e->p.no_prefix_cache) return KILN_OK;
-    const bool disk = e->p.cache_dir && e->p.cache_dir[0];
+    bool disk = e->p.cache_dir && e->p.cache_dir[0];
+    if (disk && e->pool_swa) {
+        /* a window checkpoint names blocks of this process's sliding pool (kv_window.c) */
+        kiln_log_warn("prefix cache: the disk tier is off for a model whose sliding-window "
+                      "blocks are freed (pass kv_keep_window / --kv-keep-window to keep it)");
+        disk = false;
+    }
     uint64_t fp = 0;
     kiln_error ferr = {0};
     if (kiln_model_fingerprint(e->model, &fp, &ferr) != KILN_OK) {
@@ -65,8 +88,7 @@ kiln_status kiln_engine_prefix_init(kiln_engine *e, kiln_error *err) {
     XXH3_64bits_update(&st, geo, fmt_v == fmt ? 2 * sizeof geo[0] : sizeof geo);
     XXH3_64bits_update(&st, numerics, strlen(numerics) + 1);
     const uint64_t ns = XXH3_64bits_digest(&st);
-    kiln_status s = kiln_prefix_cache_create(
-        e->pool, ns, (size_t)e->rec_state_floats * sizeof(float), &e->pcache, err);
+    kiln_status s = kiln_prefix_cache_create(e->pool, ns, ckpt_bytes(e), &e->pcache, err);
     if (s) return s;
     e->ckpt_bytes_max = e->p.kv_memory / 4 > CKPT_BYTES_MIN ? e->p.kv_memory / 4 : CKPT_BYTES_MIN;
     const kiln_model_config *c = &e->model->cfg;
@@ -88,7 +110,7 @@ void kiln_engine_prefix_shutdown(kiln_engine *e) {
 }
 
 bool kiln_engine_prefix_align_chunks(const kiln_engine *e) {
-    return e->pcache && e->rec_state_floats > 0;
+    return e->pcache && needs_ckpt(e);
 }
 
 /* Make s->bhash cover the first n full blocks (fewer on out of memory: returns how many). */
@@ -124,8 +146,8 @@ int32_t kiln_engine_prefix_lookup(kiln_engine *e, kiln_seq *s, int32_t *blocks) 
         if (b < 0) break;
         blocks[n] = b;
     }
-    if (e->rec_state_floats > 0)
-        while (n > 0 && !kiln_prefix_cache_state(e->pcache, blocks[n - 1])) n--;
+    if (needs_ckpt(e))
+        while (n > 0 && !has_ckpt(e, blocks[n - 1])) n--;
     return n;
 }
 
@@ -133,6 +155,10 @@ bool kiln_engine_prefix_share(kiln_engine *e, kiln_seq *s, const int32_t *blocks
     if (n <= 0 || !e->pcache) return n == 0;
     kiln_error err = {0};
     if (kiln_block_table_share(&s->bt, e->pool, blocks, n, &err) != KILN_OK) return false;
+    if (!kiln_engine_window_share(e, s, blocks[n - 1], n)) {
+        kiln_block_table_release(&s->bt, e->pool);
+        return false;
+    }
     if (e->rec_state_floats > 0) {
         /* the checkpoint holds the state after exactly n * block_size positions (its header
          * says so, which the runner checks against n_past) */
@@ -160,7 +186,7 @@ void kiln_engine_prefix_commit(kiln_engine *e, kiln_seq *s) {
         (void)kiln_prefix_cache_insert(e->pcache, s->bhash[i], kiln_engine_prefix_parent(e, s, i),
                                        s->tokens.data + (size_t)i * bs, s->bt.blocks[i]);
     if (full > s->n_registered) s->n_registered = full;
-    if (e->rec_state_floats <= 0 || s->n_computed <= 0 || s->n_computed % bs != 0 ||
+    if (!needs_ckpt(e) || s->n_computed <= 0 || s->n_computed % bs != 0 ||
         full < s->n_computed / bs)
         return;
     /* a checkpoint on the block ending here (the indexed one with these contents: ours, or
@@ -171,12 +197,14 @@ void kiln_engine_prefix_commit(kiln_engine *e, kiln_seq *s) {
                                s->tokens.data + (size_t)i * bs);
     if (b < 0) return;
     const bool decode = s->n_computed > s->n_prompt;
-    if (!kiln_prefix_cache_state(e->pcache, b)) {
-        const size_t bytes = (size_t)e->rec_state_floats * sizeof(float);
+    if (!has_ckpt(e, b)) {
+        const size_t bytes = ckpt_bytes(e);
         kiln_prefix_cache_stats cs = kiln_prefix_cache_get_stats(e->pcache);
         if ((int64_t)(cs.checkpoints + 1) * (int64_t)bytes > e->ckpt_bytes_max) return;
         if (!e->be->ops->host_memory) return; /* device-resident state: not checkpointed yet */
-        if (!kiln_prefix_cache_set_state(e->pcache, b, s->rec_state)) return;
+        if (e->pool_swa ? !kiln_engine_window_checkpoint(e, s, i, b)
+                        : !kiln_prefix_cache_set_state(e->pcache, b, s->rec_state))
+            return;
     }
     if (!decode) return;
     /* decoding keeps only its latest checkpoint (the one a preempted sequence resumes from) */

@@ -216,6 +216,7 @@ static void preempt(kiln_engine *e, int32_t idx) {
     e->n_running--;
     atomic_store(&e->st_running, e->n_running);
     kiln_block_table_release(&s->bt, e->pool);
+    kiln_engine_window_release(e, s);
     s->n_computed = 0;
     s->n_registered = 0;
     push_front_waiting(e, s, true);
@@ -326,6 +327,15 @@ static void plan_seq(kiln_engine *e, kiln_seq *s, plan_state *ps) {
         cap = room < cap ? (int32_t)room : cap;
         if (cap <= 0 || pass == 1) return;
     }
+    {
+        kiln_error err = {0};
+        if (kiln_engine_window_reserve(e, s, &err) != KILN_OK) {
+            /* the sliding pool is short (sequences sharing a prefix can hold more sliding
+             * blocks than full ones): not this step; a step that plans nothing preempts */
+            kiln_block_table_truncate(&s->bt, e->pool, s->n_computed);
+            return;
+        }
+    }
     /* drafts sit after the known tokens: a cut removes them first */
     int32_t n_known = n - (s->draft ? s->n_draft : 0);
     if (cap < n) {
@@ -357,7 +367,9 @@ static void plan_seq(kiln_engine *e, kiln_seq *s, plan_state *ps) {
                                              .n_new = n,
                                              .first = ps->n_tokens,
                                              .n_blocks = s->bt.n_blocks,
-                                             .rec_state = s->rec_state};
+                                             .rec_state = s->rec_state,
+                                             .block_table_swa = s->bt_swa.blocks,
+                                             .n_blocks_swa = s->bt_swa.n_blocks};
     e->b_seq_of[ps->n_seqs] = s;
     for (int32_t j = n - n_logits; j < n; j++) e->b_out[ps->n_out++] = ps->n_tokens + j;
     ps->n_tokens += n;
@@ -525,10 +537,13 @@ void kiln_engine_step(kiln_engine *e) {
             /* Rollback of rejected positions: blocks past n_computed go back to the pool;
              * rows of the kept partial block are simply overwritten later. */
             kiln_block_table_truncate(&s->bt, e->pool, s->n_computed);
+            kiln_engine_window_truncate(e, s);
             kiln_engine_prefix_rollback(e, s);
         }
         kiln_engine_prefix_commit(e, s);
+        kiln_engine_window_commit(e, s);
         kiln_engine_kv_transition(e, s);
+        if (s->fork_kids) kiln_engine_fork_kids(e, s, false);
     }
     atomic_fetch_add(&e->st_prefill, n_pre);
     atomic_fetch_add(&e->st_decode, n_dec_tok);

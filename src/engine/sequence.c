@@ -39,9 +39,55 @@ void kiln_seq_finish(kiln_seq *s, kiln_finish_reason reason, kiln_status status,
     }
 }
 
+/* c forks from s: shares s's KV of the prompt's first n_prompt - 1 positions and runs. */
+static bool fork_one(kiln_engine *e, kiln_seq *s, kiln_seq *c) {
+    const int32_t m = c->n_prompt - 1;
+    /* a sliding group's table (kv_window.c) is not forked: such a child runs as an ordinary
+     * request, with the same output */
+    if (m < 1 || e->rec_state_floats > 0 || e->pool_swa || e->n_running >= e->p.max_seqs ||
+        s->n_computed < m || s->failed_forward)
+        return false;
+    /* the copy of the partial block, and the watermark admission keeps */
+    if (kiln_kv_pool_n_available(e->pool) < 2) return false;
+    kiln_error err = {0};
+    if (kiln_block_table_fork_prefix(&s->bt, &c->bt, e->pool, m, &err) != KILN_OK) return false;
+    atomic_fetch_sub(&e->n_queued, 1);
+    c->n_computed = m;
+    c->n_cached = s->n_cached;
+    c->admitted_once = true;
+    c->state = KILN_SEQ_RUNNING;
+    e->running[e->n_running++] = c;
+    atomic_fetch_add(&e->st_forked, 1);
+    return true;
+}
+
+void kiln_engine_fork_kids(kiln_engine *e, kiln_seq *s, bool force) {
+    if (!force && s->n_computed < s->n_prompt - 1) return;
+    while (s->fork_kids) {
+        kiln_seq *c = s->fork_kids;
+        s->fork_kids = c->next;
+        c->next = NULL;
+        if (atomic_load(&c->stream->cancel)) {
+            atomic_fetch_sub(&e->n_queued, 1);
+            kiln_seq_finish(c, KILN_FINISH_CANCELLED, KILN_OK, NULL);
+            kiln_seq_release(e, c);
+            continue;
+        }
+        if (!force && fork_one(e, s, c)) continue;
+        /* an ordinary request now, at the head of the waiting FIFO (still counted queued) */
+        c->state = KILN_SEQ_QUEUED;
+        c->next = e->wait_head;
+        e->wait_head = c;
+        if (!e->wait_tail) e->wait_tail = c;
+    }
+    atomic_store(&e->st_running, e->n_running);
+}
+
 void kiln_seq_release(kiln_engine *e, kiln_seq *s) {
     if (!s) return;
+    if (s->fork_kids) kiln_engine_fork_kids(e, s, true);
     kiln_block_table_release(&s->bt, e->pool);
+    kiln_engine_window_release(e, s);
     atomic_fetch_add(&e->st_finished, 1);
     kiln_usage usage = {.prompt_tokens = s->n_prompt,
                         .cached_tokens = s->n_cached,

@@ -530,6 +530,14 @@ static kiln_status parse(const void *data, size_t size, const char *name, kiln_g
                                   "%s: metadata kv #%zu: key at offset %zu contains a NUL byte",
                                   name, i, key_at);
         }
+        if (key.len == 0) {
+            /* gguf.md: keys are non-empty ASCII dotted paths; ggml's gguf_init refuses an
+             * empty one too */
+            return kiln_error_set(err, KILN_ERR_FORMAT,
+                                  "%s: metadata kv #%zu: key at offset %zu is empty; every "
+                                  "metadata key must be a non-empty name",
+                                  name, i, key_at);
+        }
         snprintf(r->ctx, sizeof r->ctx, "key '%s'", excerpt(key.data, key.len, eb, sizeof eb));
         size_t type_at = r->pos;
         uint32_t type;
@@ -583,6 +591,13 @@ static kiln_status parse(const void *data, size_t size, const char *name, kiln_g
             s = kiln_error_set(err, KILN_ERR_FORMAT,
                                "%s: tensor info #%zu: name at offset %zu contains a NUL byte", name,
                                i, info_at[i]);
+            goto fail;
+        }
+        if (nm.len == 0) {
+            s = kiln_error_set(err, KILN_ERR_FORMAT,
+                               "%s: tensor info #%zu: name at offset %zu is empty; every tensor "
+                               "must have a name",
+                               name, i, info_at[i]);
             goto fail;
         }
         snprintf(r->ctx, sizeof r->ctx, "tensor '%s'", excerpt(nm.data, nm.len, eb, sizeof eb));

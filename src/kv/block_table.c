@@ -6,7 +6,17 @@
 #include "util/error.h"
 
 static int table_ok(const kiln_block_table *bt) {
-    return bt->n_blocks >= 0 && bt->cap >= bt->n_blocks && (bt->cap == 0 || bt->blocks != NULL);
+    return bt->n_blocks >= 0 && bt->cap >= bt->n_blocks && (bt->cap == 0 || bt->blocks != NULL) &&
+           bt->n_freed >= 0 && bt->n_freed <= bt->n_blocks;
+}
+
+/* Drop the last entry: unref its block unless it is a hole. */
+static void pop_last(kiln_block_table *bt, kiln_kv_pool *pool) {
+    const int32_t b = bt->blocks[--bt->n_blocks];
+    if (bt->n_blocks < bt->n_freed)
+        bt->n_freed = bt->n_blocks; /* a hole */
+    else
+        kiln_kv_pool_unref(pool, b);
 }
 
 /* Grow bt's buffer to hold at least `need` ids. Leaves bt untouched on failure. */
@@ -70,17 +80,30 @@ kiln_status kiln_block_table_reserve(kiln_block_table *bt, kiln_kv_pool *pool, i
 void kiln_block_table_truncate(kiln_block_table *bt, kiln_kv_pool *pool, int32_t n_tokens) {
     if (!bt || !pool || !table_ok(bt)) return;
     int32_t keep = kiln_kv_blocks_for_tokens(n_tokens, kiln_kv_pool_block_size(pool));
-    while (bt->n_blocks > keep) kiln_kv_pool_unref(pool, bt->blocks[--bt->n_blocks]);
+    while (bt->n_blocks > keep) pop_last(bt, pool);
+}
+
+int32_t kiln_block_table_free_below(kiln_block_table *bt, kiln_kv_pool *pool, int32_t pos) {
+    if (!bt || !pool || pos <= 0 || !table_ok(bt)) return 0;
+    int32_t upto = pos / kiln_kv_pool_block_size(pool); /* blocks wholly below pos */
+    if (upto > bt->n_blocks) upto = bt->n_blocks;
+    int32_t n = 0;
+    for (; bt->n_freed < upto; bt->n_freed++, n++) {
+        kiln_kv_pool_unref(pool, bt->blocks[bt->n_freed]);
+        bt->blocks[bt->n_freed] = -1;
+    }
+    return n;
 }
 
 void kiln_block_table_release(kiln_block_table *bt, kiln_kv_pool *pool) {
     if (!bt) return;
     if (pool && table_ok(bt))
-        while (bt->n_blocks > 0) kiln_kv_pool_unref(pool, bt->blocks[--bt->n_blocks]);
+        while (bt->n_blocks > 0) pop_last(bt, pool);
     free(bt->blocks);
     bt->blocks = NULL;
     bt->n_blocks = 0;
     bt->cap = 0;
+    bt->n_freed = 0;
 }
 
 kiln_status kiln_block_table_fork(const kiln_block_table *src, kiln_block_table *dst,
@@ -151,5 +174,56 @@ kiln_status kiln_block_table_share(kiln_block_table *bt, kiln_kv_pool *pool, con
                                         : "at the maximum refcount");
     }
     bt->n_blocks += n;
+    return KILN_OK;
+}
+
+kiln_status kiln_block_table_holes(kiln_block_table *bt, int32_t n, kiln_error *err) {
+    if (!bt || n < 0 || !table_ok(bt) || bt->n_blocks != 0)
+        return kiln_error_set(err, KILN_ERR_INVALID_ARGUMENT,
+                              "block table holes: needs an empty table and n >= 0 (got %" PRId32
+                              ")",
+                              n);
+    kiln_status st = table_grow(bt, n, err);
+    if (st != KILN_OK) return st;
+    for (int32_t i = 0; i < n; i++) bt->blocks[i] = -1;
+    bt->n_blocks = bt->n_freed = n;
+    return KILN_OK;
+}
+
+kiln_status kiln_block_table_fork_prefix(const kiln_block_table *src, kiln_block_table *dst,
+                                         kiln_kv_pool *pool, int32_t n_tokens, kiln_error *err) {
+    if (!src || !dst || !pool || src == dst || !table_ok(src) || !table_ok(dst) ||
+        dst->n_blocks != 0 || n_tokens < 0)
+        return kiln_error_set(err, KILN_ERR_INVALID_ARGUMENT,
+                              "block table fork_prefix: bad arguments (need two distinct tables, "
+                              "dst empty, n_tokens >= 0)");
+    const int32_t bs = kiln_kv_pool_block_size(pool);
+    const int32_t n_full = n_tokens / bs, n_blocks = kiln_kv_blocks_for_tokens(n_tokens, bs);
+    if (n_blocks > src->n_blocks)
+        return kiln_error_set(err, KILN_ERR_INVALID_ARGUMENT,
+                              "block table fork_prefix: %" PRId32 " positions need %" PRId32
+                              " blocks, src has %" PRId32,
+                              n_tokens, n_blocks, src->n_blocks);
+    kiln_status st = table_grow(dst, n_blocks, err);
+    if (st != KILN_OK) return st;
+    int32_t copy = -1;
+    if (n_blocks > n_full) {
+        const int32_t from = src->blocks[n_full];
+        copy = kiln_kv_pool_alloc_class(pool, kiln_kv_pool_block_class(pool, from));
+        if (copy < 0)
+            return kiln_error_set(err, KILN_ERR_OUT_OF_MEMORY,
+                                  "block table fork_prefix: no free block for the copy of the "
+                                  "partial block");
+        if ((st = kiln_kv_pool_copy_block(pool, copy, from, err))) {
+            kiln_kv_pool_unref(pool, copy);
+            return st;
+        }
+    }
+    kiln_block_table part = {.blocks = src->blocks, .n_blocks = n_full, .cap = n_full};
+    if ((st = kiln_block_table_fork(&part, dst, pool, err))) {
+        if (copy >= 0) kiln_kv_pool_unref(pool, copy);
+        return st;
+    }
+    if (copy >= 0) dst->blocks[dst->n_blocks++] = copy;
     return KILN_OK;
 }

@@ -8,9 +8,12 @@
  *   - full attention: every position's K and V rows are kept: ceil(N / block_size) blocks;
  *   - sliding window W: a position p attends to (p - W, p], so a sequence needs at most
  *     ceil(W / block_size) + 1 blocks (W tokens plus one block, rounded to blocks) once blocks
- *     wholly outside the window are freed (DESIGN.md "Sliding-window layers"; issue 14 item 4).
- *     This is the PLANNED arithmetic: today's block pool (kv_pool.h) still keeps every block
- *     of a sliding layer, which kiln_kv_fit_pool_now describes;
+ *     wholly outside the window are freed (src/engine/kv_window.c; issue 14 item 4).
+ *     The engine's sliding group holds exactly min(ceil(N/bs), ceil(W/bs) + 1) blocks once N
+ *     positions are committed (src/engine/kv_window.c; test_engine_window checks a real
+ *     8192-token gemma3 sequence against kiln_kv_fit_seq_bytes); during a step it may hold
+ *     ceil(n_new/bs) more. A pool that keeps every block (kv_keep_window) is what
+ *     kiln_kv_fit_pool_block_bytes describes;
  *   - recurrent (gated delta net): a fixed state per sequence, no per-token rows.
  * A (layer, block) region holds block_size K rows (then, separately, V rows) of kv_dim
  * elements of the page format, padded up to KILN_KV_ALIGNMENT bytes, as the pool lays it out;
@@ -76,7 +79,7 @@ int64_t kiln_kv_fit_group_tokens(const kiln_kv_fit_layout *l, int32_t g, int64_t
  *  recurrent groups, n > 0). */
 int64_t kiln_kv_fit_group_bytes(const kiln_kv_fit_layout *l, int32_t g, int64_t n);
 
-/** kv_bytes: the sum over groups for one sequence of n tokens (planned arithmetic). With
+/** kv_bytes: the sum over groups for one sequence of n tokens (what the engine holds). With
  *  all_full, sliding groups count as full attention (what they would need without a window).
  *  Saturates at INT64_MAX. */
 int64_t kiln_kv_fit_seq_bytes(const kiln_kv_fit_layout *l, int64_t n, bool all_full);
@@ -88,8 +91,9 @@ int64_t kiln_kv_fit_max_ctx(const kiln_kv_fit_layout *l, int64_t bytes, int64_t 
  *  bytes <= 0, n < 1. */
 int64_t kiln_kv_fit_max_seqs(const kiln_kv_fit_layout *l, int64_t bytes, int64_t n);
 
-/** Today's pool (kv_pool.h): every layer of the model (n_layer, recurrent ones included)
- *  keeps a block for every block_size positions, so one block costs
+/** A pool keeping every block (kv_pool.h; kv_keep_window, or a model without windows): every
+ *  layer of the model (n_layer, recurrent ones included) keeps a block for every block_size
+ *  positions, so one block costs
  *  kiln_kv_block_bytes_kv(n_layer, kv_dim, block_size, k_format, v_format).
  *  Returns that block's bytes (0 on invalid input). */
 int64_t kiln_kv_fit_pool_block_bytes(int32_t n_layer, int64_t kv_dim, int32_t block_size,

@@ -25,6 +25,9 @@ typedef struct pool_class {
 
 struct kiln_kv_pool {
     int32_t n_layer;
+    int32_t n_stored; /* layers with storage (kiln_kv_pool_params.layers) */
+    int32_t *slot;    /* [n_layer]: the layer's index in the storage, -1 when not held */
+    int32_t window;   /* > 0: a sliding group's pool */
     int64_t kv_dim;
     int32_t head_dim;
     int32_t block_size;
@@ -115,21 +118,23 @@ static kiln_status class_init(kiln_kv_pool *pool, pool_class *c, int32_t base, i
     c->region_v = region_of(c->row_v, pool->block_size);
     c->lru_head = c->lru_tail = -1;
     uint64_t tk = 0, tv = 0;
-    if (c->region_k == 0 || c->region_v == 0 ||
-        __builtin_mul_overflow((uint64_t)c->region_k, (uint64_t)pool->n_layer, &tk) ||
+    if (c->region_k == 0 || c->region_v == 0 || pool->n_stored < 0 ||
+        __builtin_mul_overflow((uint64_t)c->region_k, (uint64_t)pool->n_stored, &tk) ||
         __builtin_mul_overflow(tk, (uint64_t)n, &tk) ||
-        __builtin_mul_overflow((uint64_t)c->region_v, (uint64_t)pool->n_layer, &tv) ||
+        __builtin_mul_overflow((uint64_t)c->region_v, (uint64_t)pool->n_stored, &tv) ||
         __builtin_mul_overflow(tv, (uint64_t)n, &tv) || tk > (uint64_t)INT64_MAX / 4 ||
         tv > (uint64_t)INT64_MAX / 4 || tk > (uint64_t)SIZE_MAX / 4 || tv > (uint64_t)SIZE_MAX / 4)
         return kiln_error_set(err, KILN_ERR_OUT_OF_MEMORY,
                               "kv pool: requested size overflows (%" PRId32 " layers x %" PRId32
                               " blocks x %" PRId32 " positions x %" PRId64 " x %s/%s)",
-                              pool->n_layer, n, pool->block_size, pool->kv_dim,
+                              pool->n_stored, n, pool->block_size, pool->kv_dim,
                               kiln_dtype_name(fk), kiln_dtype_name(fv));
     c->total_k = (size_t)tk;
     c->total_v = (size_t)tv;
     bool ok;
-    if (pool->be) {
+    if (c->total_k == 0) { /* a group without layers (kiln_kv_pool_params.layers): ids only */
+        ok = true;
+    } else if (pool->be) {
         kiln_error ignored;
         void *k = NULL, *v = NULL;
         ok = pool->be->ops->buf_alloc(pool->be, c->total_k, &k, &ignored) == KILN_OK &&
@@ -148,7 +153,7 @@ static kiln_status class_init(kiln_kv_pool *pool, pool_class *c, int32_t base, i
                               "kv pool: allocating %" PRIu64 " bytes of KV storage failed "
                               "(%" PRIu64 " K + %" PRIu64 " V bytes: %" PRId32 " layers x %" PRId32
                               " blocks)",
-                              tk + tv, tk, tv, pool->n_layer, n);
+                              tk + tv, tk, tv, pool->n_stored, n);
     /* Stack top is the end: push ids in reverse so the first block is handed out first. */
     for (int32_t i = 0; i < n; i++) {
         c->free_list[i] = base + n - 1 - i;
@@ -208,6 +213,7 @@ kiln_status kiln_kv_pool_create(const kiln_kv_pool_params *p, kiln_kv_pool **out
                               "kv pool: allocating %zu bytes for the pool header failed",
                               sizeof(*pool));
     pool->n_layer = p->n_layer;
+    pool->window = p->window > 0 ? p->window : 0;
     pool->kv_dim = p->kv_dim;
     pool->head_dim = hd;
     pool->block_size = p->block_size ? p->block_size : KILN_KV_DEFAULT_BLOCK_SIZE;
@@ -221,7 +227,12 @@ kiln_status kiln_kv_pool_create(const kiln_kv_pool_params *p, kiln_kv_pool **out
     pool->cached = calloc(nb, sizeof(uint8_t));
     pool->lru_prev = malloc(nb * sizeof(int32_t));
     pool->lru_next = malloc(nb * sizeof(int32_t));
-    if (!pool->refcount || !pool->format || !pool->cached || !pool->lru_prev || !pool->lru_next) {
+    pool->slot = malloc((size_t)p->n_layer * sizeof(int32_t));
+    if (pool->slot)
+        for (int32_t l = 0; l < p->n_layer; l++)
+            pool->slot[l] = !p->layers || p->layers[l] ? pool->n_stored++ : -1;
+    if (!pool->refcount || !pool->format || !pool->cached || !pool->lru_prev || !pool->lru_next ||
+        !pool->slot) {
         kiln_kv_pool_destroy(pool);
         return kiln_error_set(err, KILN_ERR_OUT_OF_MEMORY,
                               "kv pool: allocating %zu bytes of block metadata failed",
@@ -264,6 +275,7 @@ void kiln_kv_pool_destroy(kiln_kv_pool *pool) {
     free(pool->cached);
     free(pool->lru_prev);
     free(pool->lru_next);
+    free(pool->slot);
     free(pool);
 }
 
@@ -562,6 +574,15 @@ int64_t kiln_kv_pool_kv_dim(const kiln_kv_pool *pool) {
 int32_t kiln_kv_pool_n_layer(const kiln_kv_pool *pool) {
     return pool ? pool->n_layer : 0;
 }
+int32_t kiln_kv_pool_n_layers_stored(const kiln_kv_pool *pool) {
+    return pool ? pool->n_stored : 0;
+}
+bool kiln_kv_pool_holds_layer(const kiln_kv_pool *pool, int32_t layer) {
+    return pool && layer >= 0 && layer < pool->n_layer && pool->slot[layer] >= 0;
+}
+int32_t kiln_kv_pool_window(const kiln_kv_pool *pool) {
+    return pool ? pool->window : 0;
+}
 kiln_dtype kiln_kv_pool_dtype(const kiln_kv_pool *pool) {
     return pool ? pool->cls[pool->wclass].fk : KILN_DTYPE_COUNT;
 }
@@ -577,10 +598,11 @@ kiln_backend *kiln_kv_pool_backend(const kiln_kv_pool *pool) {
 }
 
 static void *region(kiln_kv_pool *pool, int32_t layer, int32_t block, int v) {
-    if (!pool || layer < 0 || layer >= pool->n_layer || block < 0 || block >= pool->n_blocks)
+    if (!pool || layer < 0 || layer >= pool->n_layer || block < 0 || block >= pool->n_blocks ||
+        pool->slot[layer] < 0)
         return NULL;
     const pool_class *c = class_of(pool, block);
-    size_t idx = (size_t)layer * (size_t)c->n + (size_t)(block - c->base);
+    size_t idx = (size_t)pool->slot[layer] * (size_t)c->n + (size_t)(block - c->base);
     return v ? c->v + idx * c->region_v : c->k + idx * c->region_k;
 }
 
@@ -590,4 +612,32 @@ void *kiln_kv_pool_k(kiln_kv_pool *pool, int32_t layer, int32_t block) {
 
 void *kiln_kv_pool_v(kiln_kv_pool *pool, int32_t layer, int32_t block) {
     return region(pool, layer, block, 1);
+}
+
+kiln_status kiln_kv_pool_copy_block(kiln_kv_pool *pool, int32_t dst, int32_t src,
+                                    kiln_error *err) {
+    if (!pool || dst < 0 || src < 0 || dst >= pool->n_blocks || src >= pool->n_blocks ||
+        dst == src)
+        return kiln_error_set(err, KILN_ERR_INVALID_ARGUMENT,
+                              "kv pool copy: bad blocks (dst %" PRId32 ", src %" PRId32 ")", dst,
+                              src);
+    if (pool->format[dst] != pool->format[src])
+        return kiln_error_set(err, KILN_ERR_INVALID_ARGUMENT,
+                              "kv pool copy: blocks %" PRId32 " and %" PRId32
+                              " are of different formats",
+                              dst, src);
+    const pool_class *c = class_of(pool, src);
+    for (int32_t l = 0; l < pool->n_layer; l++)
+        for (int v = 0; v < 2 && pool->slot[l] >= 0; v++) { /* only the layers it holds */
+            void *d = region(pool, l, dst, v);
+            const void *sp = region(pool, l, src, v);
+            const size_t bytes = v ? c->region_v : c->region_k;
+            /* regions are KILN_KV_ALIGNMENT-padded, so a whole number of floats; the backend's
+             * copy moves bytes on the device that holds them */
+            if (pool->be && pool->be->ops->copy)
+                pool->be->ops->copy(pool->be, d, sp, (int64_t)(bytes / sizeof(float)));
+            else
+                memcpy(d, sp, bytes);
+        }
+    return KILN_OK;
 }

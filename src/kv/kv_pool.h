@@ -1,7 +1,8 @@
 /*
  * kv_pool.h - the paged KV cache's block pool (DESIGN.md "KV cache"; vLLM's PagedAttention,
  * Kwon et al. 2023). A block holds the K and V rows of block_size consecutive positions of
- * one sequence, for every layer: block id b has, per layer l, K storage
+ * one sequence, for every layer of the pool (all of the model's, or a layer group's, below):
+ * block id b has, per layer l, K storage
  * [block_size][kv_dim] and V storage [block_size][kv_dim] in the pool's dtype. Blocks are
  * refcounted (a shared prefix is one block with several owners) and carry a format tag.
  *
@@ -10,8 +11,16 @@
  * or, without one, on the host. The (layer, block)
  * region is block_size * kv_dim elements, contiguous, row-major, padded up to a multiple of
  * KILN_KV_ALIGNMENT bytes so every region starts 64-byte aligned; region (l, b) sits at
- * offset (l * n_blocks + b) * region_bytes. Contents are unspecified until written (the
- * attention kernels only read positions a sequence has written).
+ * offset (slot(l) * n_blocks + b) * region_bytes, slot(l) being l's index among the pool's
+ * layers. Contents are unspecified until written (the attention kernels only read positions
+ * a sequence has written).
+ *
+ * Layer groups (issue 14 item 4; the engine's use: src/engine/kv_window.c). A pool may hold
+ * storage for a subset of the model's layers (kiln_kv_pool_params.layers): a model with
+ * sliding-window layers gets one pool for its full-attention layers and one for its sliding
+ * layers (window > 0), each sequence one table in each. A sliding group's table gives back
+ * blocks no query can read any more (kiln_block_table_free_below), leaving holes (-1); the
+ * attention kernels then read only the blocks inside each token's window.
  *
  * Internal invariants (unref/ref of a free block, an out-of-range block id) are bugs in the
  * caller, not bad user input: such a call is ignored (the free list is never corrupted),
@@ -56,6 +65,17 @@ typedef struct kiln_kv_pool_params {
      * which the engine converts a sequence's committed full blocks. */
     int32_t n_blocks_hi;
     kiln_dtype dtype_hi;
+    /* Layer groups (src/engine/kv_window.c; vLLM's hybrid KV cache manager keeps
+     * one block pool per attention kind in the same way): layers NULL stores every layer;
+     * else layers[l] (n_layer entries, copied) says whether this pool holds storage for layer
+     * l. A block then costs only its group's layers, and kiln_kv_pool_k / _v return NULL for
+     * a layer the pool does not hold. A mask selecting no layer makes a pool of block ids
+     * without storage (the full group of a model whose every layer has a window). */
+    const bool *layers;
+    /* > 0: the pool of a sliding-window group with window W: the attention kernels read a
+     * sequence's sliding table (kiln_batch_seq.block_table_swa) for its blocks, which has holes
+     * (-1) for blocks outside every window that can still be computed. 0: a full group. */
+    int32_t window;
 } kiln_kv_pool_params;
 
 /* Block classes: each has its own storage, free list and LRU, and one K and one V format. */
@@ -204,6 +224,13 @@ int64_t kiln_kv_pool_invariant_violations(const kiln_kv_pool *pool);
 int32_t kiln_kv_pool_block_size(const kiln_kv_pool *pool);
 int64_t kiln_kv_pool_kv_dim(const kiln_kv_pool *pool);
 int32_t kiln_kv_pool_n_layer(const kiln_kv_pool *pool);
+/** Layers the pool holds storage for (kiln_kv_pool_params.layers; n_layer without a mask). */
+int32_t kiln_kv_pool_n_layers_stored(const kiln_kv_pool *pool);
+/** Whether the pool holds storage for `layer` (false out of range or for NULL). */
+bool kiln_kv_pool_holds_layer(const kiln_kv_pool *pool, int32_t layer);
+/** The sliding window of a sliding group's pool (kiln_kv_pool_params.window); 0 for a full
+ *  group's pool or NULL. */
+int32_t kiln_kv_pool_window(const kiln_kv_pool *pool);
 /** The write class's K format (what new blocks are written in). */
 kiln_dtype kiln_kv_pool_dtype(const kiln_kv_pool *pool);
 /** The write class's V format. */
@@ -218,18 +245,33 @@ kiln_backend *kiln_kv_pool_backend(const kiln_kv_pool *pool);
  *  (kv/kv_format.h; kiln_kv_pool_row_bytes_k / _v bytes each), KILN_KV_ALIGNMENT-aligned,
  *  in backend memory (host memory for the CPU backend or no backend). Row r holds position
  *  block_index*block_size + r, where block_index is the block's index in a sequence's table.
- *  NULL for a NULL pool or an out-of-range layer/block. */
+ *  NULL for a NULL pool, an out-of-range layer/block, or a layer the pool holds no storage
+ *  for (kiln_kv_pool_params.layers). */
 void *kiln_kv_pool_k(kiln_kv_pool *pool, int32_t layer, int32_t block);
 void *kiln_kv_pool_v(kiln_kv_pool *pool, int32_t layer, int32_t block);
 
 /**
+ * Copy block src's K and V storage, every layer the pool holds, into block dst (the copy-on-write of a
+ * partial block when a sequence forks, DESIGN.md principle 2). Both must be of one format
+ * class; the copy runs on the backend that holds the storage (host memcpy without one).
+ * Refcounts are untouched. Errors: KILN_ERR_INVALID_ARGUMENT (a block out of range, dst ==
+ * src, different formats).
+ */
+kiln_status kiln_kv_pool_copy_block(kiln_kv_pool *pool, int32_t dst, int32_t src,
+                                    kiln_error *err);
+
+/**
  * A sequence's block table: blocks[i] holds positions [i*block_size, (i+1)*block_size).
  * A zero-initialised struct ({0}) is the empty table. A table holds one reference to each of
- * its blocks and is used with one pool only.
+ * its blocks and is used with one pool only. A sliding group's table may have holes: the
+ * first n_freed entries are -1, their blocks given back by kiln_block_table_free_below
+ * (positions no query that can still be computed attends to). Truncate and release skip
+ * holes; fork and share refuse a table with holes.
  */
 typedef struct kiln_block_table {
     int32_t *blocks;
     int32_t n_blocks, cap;
+    int32_t n_freed; /* leading holes (-1 entries), <= n_blocks */
 } kiln_block_table;
 
 /**
@@ -248,6 +290,21 @@ kiln_status kiln_block_table_reserve(kiln_block_table *bt, kiln_kv_pool *pool, i
  *  empties the table (its buffer is kept). No-op when the table is already that short or a
  *  pointer is NULL. */
 void kiln_block_table_truncate(kiln_block_table *bt, kiln_kv_pool *pool, int32_t n_tokens);
+/**
+ * Give back every block wholly below position `pos` (blocks i with (i+1)*block_size <= pos),
+ * leaving holes (-1) in their entries: what a sliding-window group does at the commit step
+ * (src/engine/kv_window.c). The table keeps its length (n_blocks), so block i still
+ * holds positions [i*bs, (i+1)*bs). Returns the number of blocks given back (0 when pos <= 0,
+ * a pointer is NULL, or they are gone already). O(blocks freed).
+ */
+int32_t kiln_block_table_free_below(kiln_block_table *bt, kiln_kv_pool *pool, int32_t pos);
+/**
+ * Make an empty table start with n holes (entries -1, n_freed = n): a sliding group's table
+ * that resumes at block n from a prefix-cache hit and then shares the window's blocks
+ * (kiln_block_table_share). Errors: KILN_ERR_INVALID_ARGUMENT (NULL or non-empty table, n < 0),
+ * KILN_ERR_OUT_OF_MEMORY (the table's array; the table stays empty).
+ */
+kiln_status kiln_block_table_holes(kiln_block_table *bt, int32_t n, kiln_error *err);
 /** Unref every block and free the table's memory; the table is left empty ({0}) and may be
  *  reused. NULL bt is a no-op. */
 void kiln_block_table_release(kiln_block_table *bt, kiln_kv_pool *pool);
@@ -262,6 +319,20 @@ void kiln_block_table_release(kiln_block_table *bt, kiln_kv_pool *pool);
  */
 kiln_status kiln_block_table_fork(const kiln_block_table *src, kiln_block_table *dst,
                                   kiln_kv_pool *pool, kiln_error *err);
+
+/**
+ * Fork the first n_tokens positions of src into the empty table dst (DESIGN.md principle 2:
+ * forking is bookkeeping on the block table): dst shares src's full blocks among them (each
+ * refcount + 1, no storage copied) and gets a private copy of the block holding the partial
+ * tail, when n_tokens is not a multiple of the block size (copy-on-write of that one block,
+ * kiln_kv_pool_copy_block, so that dst may write the block's later positions). src must
+ * cover n_tokens positions. Staged: on failure dst and the pool are unchanged.
+ * Errors: KILN_ERR_INVALID_ARGUMENT (NULL pointer, dst == src, dst not empty, n_tokens < 0
+ * or beyond src), KILN_ERR_OUT_OF_MEMORY (no free or evictable block for the copy; dst's
+ * array), KILN_ERR_INTERNAL (a block of src is free or at the maximum refcount).
+ */
+kiln_status kiln_block_table_fork_prefix(const kiln_block_table *src, kiln_block_table *dst,
+                                         kiln_kv_pool *pool, int32_t n_tokens, kiln_error *err);
 
 /**
  * Append n blocks found in a prefix cache to the end of bt, each gaining an owner through

@@ -26,6 +26,8 @@ struct kiln_prefix_cache {
     void **state;    /* checkpoint or NULL */
     kiln_prefix_idle_fn idle_fn;
     void *idle_user;
+    kiln_prefix_state_free_fn state_free_fn;
+    void *state_free_user;
     _Atomic int32_t n_indexed, n_states;
     _Atomic int64_t inserts, evictions;
 };
@@ -62,6 +64,16 @@ static int64_t slot_of(const kiln_prefix_cache *pc, int32_t block) {
     }
 }
 
+/* Free block's checkpoint (telling the owner first); no-op without one. */
+static void free_state(kiln_prefix_cache *pc, int32_t block) {
+    if (!pc->state[block]) return;
+    void *st = pc->state[block];
+    pc->state[block] = NULL;
+    atomic_fetch_sub(&pc->n_states, 1);
+    if (pc->state_free_fn) pc->state_free_fn(pc->state_free_user, block, st);
+    free(st);
+}
+
 static void unindex(kiln_prefix_cache *pc, int32_t block) {
     int64_t at = slot_of(pc, block);
     if (at >= 0) { /* backward-shift deletion keeps every probe chain unbroken */
@@ -77,11 +89,7 @@ static void unindex(kiln_prefix_cache *pc, int32_t block) {
         pc->slot[i] = -1;
     }
     pc->indexed[block] = 0;
-    if (pc->state[block]) {
-        free(pc->state[block]);
-        pc->state[block] = NULL;
-        atomic_fetch_sub(&pc->n_states, 1);
-    }
+    free_state(pc, block);
     atomic_fetch_sub(&pc->n_indexed, 1);
 }
 
@@ -202,20 +210,25 @@ bool kiln_prefix_cache_set_state(kiln_prefix_cache *pc, int32_t block, const voi
     if (!pc || !state || pc->state_bytes == 0 || block < 0 || block >= pc->n_blocks ||
         !pc->indexed[block])
         return false;
-    if (!pc->state[block]) {
-        pc->state[block] = malloc(pc->state_bytes);
-        if (!pc->state[block]) return false;
-        atomic_fetch_add(&pc->n_states, 1);
-    }
-    memcpy(pc->state[block], state, pc->state_bytes);
+    void *copy = malloc(pc->state_bytes);
+    if (!copy) return false;
+    memcpy(copy, state, pc->state_bytes);
+    free_state(pc, block);
+    pc->state[block] = copy;
+    atomic_fetch_add(&pc->n_states, 1);
     return true;
 }
 
 void kiln_prefix_cache_drop_state(kiln_prefix_cache *pc, int32_t block) {
-    if (!pc || block < 0 || block >= pc->n_blocks || !pc->state[block]) return;
-    free(pc->state[block]);
-    pc->state[block] = NULL;
-    atomic_fetch_sub(&pc->n_states, 1);
+    if (!pc || block < 0 || block >= pc->n_blocks) return;
+    free_state(pc, block);
+}
+
+void kiln_prefix_cache_set_state_free_fn(kiln_prefix_cache *pc, kiln_prefix_state_free_fn fn,
+                                         void *user) {
+    if (!pc) return;
+    pc->state_free_fn = fn;
+    pc->state_free_user = user;
 }
 
 const void *kiln_prefix_cache_state(const kiln_prefix_cache *pc, int32_t block) {

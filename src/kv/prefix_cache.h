@@ -17,9 +17,10 @@
  * contents (two sequences that computed the same prefix side by side) is simply not indexed
  * and is freed with its sequence.
  *
- * Recurrent state. For models with recurrent layers a hit also needs the state after the
- * block's last position: a block may carry one checkpoint of state_bytes (copied in), freed
- * with the entry. A caller that needs state looks for the longest run whose last block has one.
+ * Checkpoints. For models with recurrent layers a hit also needs the state after the
+ * block's last position; for a sliding-window group, the sliding blocks of the window before
+ * it: a block may carry one checkpoint of state_bytes (copied in), freed with the entry. A
+ * caller that needs one looks for the longest run whose last block has one.
  *
  * Threading: engine thread only, like the pool; kiln_prefix_cache_get_stats from any thread.
  */
@@ -39,6 +40,12 @@ typedef struct kiln_prefix_cache kiln_prefix_cache;
  *  write-behind copies it then. Engine thread; the block's contents are intact. */
 typedef void (*kiln_prefix_idle_fn)(void *user, int32_t block, uint64_t hash, uint64_t parent,
                                     const int32_t *tokens, const void *state);
+
+/** Called just before a block's checkpoint is freed (dropped, replaced, or its block
+ *  unindexed or evicted), with the checkpoint's bytes: what a checkpoint refers to elsewhere
+ *  (the sliding-window blocks of src/engine/kv_window.c) can be let go. Engine thread; the
+ *  callback may call back into the cache only for other blocks. */
+typedef void (*kiln_prefix_state_free_fn)(void *user, int32_t block, const void *state);
 
 typedef struct kiln_prefix_cache_stats {
     int32_t indexed;     /* blocks indexed now (used or cached) */
@@ -93,6 +100,10 @@ const void *kiln_prefix_cache_state(const kiln_prefix_cache *pc, int32_t block);
 
 /** Forget one indexed block (its checkpoint too); an idle one becomes free. */
 void kiln_prefix_cache_remove(kiln_prefix_cache *pc, int32_t block);
+
+/** Install the checkpoint-free callback (NULL: none). */
+void kiln_prefix_cache_set_state_free_fn(kiln_prefix_cache *pc, kiln_prefix_state_free_fn fn,
+                                         void *user);
 
 /** Install the idle callback (NULL: none). */
 void kiln_prefix_cache_set_idle_fn(kiln_prefix_cache *pc, kiln_prefix_idle_fn fn, void *user);

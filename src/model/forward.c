@@ -37,6 +37,7 @@ typedef struct fwd {
     kiln_backend *be;
     const kiln_backend_ops *op;
     kiln_kv_pool *pool;
+    kiln_kv_pool *pool_swa; /* the sliding group's pool, or NULL (kiln_model_forward_step) */
     const kiln_step *st;
     int32_t n;
     /* activations, in the backend's arena */
@@ -93,8 +94,10 @@ static bool attention_layer(fwd *f, int l, bool add_x) {
         f->op->head_rmsnorm(f->be, f->k, n, kv_dim, c->n_head_kv, hd, L->k_norm, c->norm_eps);
     }
     const int adjacent = c->rope_style == KILN_ROPE_ADJACENT;
+    /* the layer's group: the sliding group's pool when it holds this layer */
+    kiln_kv_pool *pool = kiln_kv_pool_holds_layer(f->pool_swa, l) ? f->pool_swa : f->pool;
     if (c->rope_style != KILN_ROPE_NONE && f->op->rope_kv_write) {
-        f->op->rope_kv_write(f->be, f->pool, l, f->st, f->q, q_dim, c->n_head, f->k, f->v,
+        f->op->rope_kv_write(f->be, pool, l, f->st, f->q, q_dim, c->n_head, f->k, f->v,
                              c->n_head_kv, hd, c->rope_dim, L->inv_freq, adjacent);
     } else {
         if (c->rope_style != KILN_ROPE_NONE) {
@@ -103,7 +106,7 @@ static bool attention_layer(fwd *f, int l, bool add_x) {
             f->op->rope(f->be, f->k, kv_dim, c->n_head_kv, hd, c->rope_dim, L->inv_freq,
                         adjacent, f->st);
         }
-        f->op->kv_write(f->be, f->pool, l, f->st, f->k, f->v);
+        f->op->kv_write(f->be, pool, l, f->st, f->k, f->v);
     }
     kiln_attn_params ap = {l,
                            c->n_head,
@@ -113,7 +116,7 @@ static bool attention_layer(fwd *f, int l, bool add_x) {
                            c->attn_softcap,
                            c->layer[l].sliding_window};
     if (c->attn_scale_inv_layer) ap.score_div *= (float)(l + 1);
-    f->op->attention(f->be, f->pool, &ap, f->st, f->q, f->att);
+    f->op->attention(f->be, pool, &ap, f->st, f->q, f->att);
     if (c->attn_out_gate) f->op->gate_sigmoid(f->be, f->att, f->gate, n * q_dim);
     if (add_x && !L->bo && f->op->matmul_add) {
         f->op->matmul_add(f->be, &L->wo, f->att, n, f->x);
@@ -285,10 +288,17 @@ kiln_backend_reserve kiln_model_reserve(const kiln_model *m, int32_t max_tokens,
 /* ---- the step -------------------------------------------------------------------------- */
 
 void kiln_model_forward_step(const kiln_model *m, kiln_backend *be, kiln_kv_pool *pool,
-                             const kiln_step *st, float *logits) {
+                             kiln_kv_pool *pool_swa, const kiln_step *st, float *logits) {
     const kiln_model_config *c = &m->cfg;
     const kiln_batch *b = st->b;
-    fwd F = {.m = m, .c = c, .be = be, .op = be->ops, .pool = pool, .st = st, .n = st->n_tokens};
+    fwd F = {.m = m,
+             .c = c,
+             .be = be,
+             .op = be->ops,
+             .pool = pool,
+             .pool_swa = pool_swa,
+             .st = st,
+             .n = st->n_tokens};
     fwd *f = &F;
     carve cv = {be->ops->arena(be), 0};
     layout(f, &cv);

@@ -190,12 +190,15 @@ kiln_backend_reserve kiln_model_reserve(const kiln_model *m, int32_t max_tokens,
  * the logits of the rows st->b->out are written to logits ([n_out, n_vocab], backend memory;
  * NULL: none). Activations are carved from be's arena, which must hold
  * kiln_model_reserve(m, st->n_tokens, st->max_keys); step_begin must have been called for st.
+ * Layer groups (src/engine/kv_window.c): pool_swa NULL keeps every layer's K/V in
+ * pool; else the layers pool_swa holds (kiln_kv_pool_holds_layer) use pool_swa and each
+ * sequence's block_table_swa, the others pool and block_table.
  * Written once over the operations table: it calls nothing else. The batch must have been
  * checked (backend/runner.h does). Sources: Touvron et al. 2023 (LLaMA), Radford et al. 2019
  * (GPT-2), Gemma Team 2024, Jiang et al. 2024 (Mixtral), Yang et al. 2024 (Gated Delta
  * Networks), transformers' modeling_*.py for the order of operations.
  */
 void kiln_model_forward_step(const kiln_model *m, kiln_backend *be, kiln_kv_pool *pool,
-                             const kiln_step *st, float *logits);
+                             kiln_kv_pool *pool_swa, const kiln_step *st, float *logits);
 
 #endif

@@ -205,6 +205,10 @@ void srv_metrics_render(srv_metrics *m, const kiln_engine_stats *st, srv_buf *o)
          st->spec_accepted},
         {"kiln_fill_tokens_total", C, "Asserted fill tokens appended without sampling.",
          st->fill_tokens},
+        {"kiln_forked_sequences_total", C,
+         "Choices (n > 1) that shared their prompt's KV blocks with the first choice instead "
+         "of computing the prompt.",
+         st->n_forked},
     };
     for (size_t i = 0; i < sizeof eng / sizeof eng[0]; i++)
         render_one(o, eng[i].name, eng[i].type, eng[i].help, eng[i].v);

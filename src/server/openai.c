@@ -158,14 +158,31 @@ static bool parse_id_array(const json_t *arr, const char *param, int32_t n_vocab
     return true;
 }
 
-static bool parse_prompt(const json_t *root, int32_t n_vocab, srv_gen *g, srv_error *e) {
-    json_t *p = field(root, "prompt");
-    if (!p) return BAD(e, "prompt", "'prompt' is required");
+/* One prompt: a string or a token array (param names it in errors). */
+static bool use_prompt(const json_t *p, const char *param, int32_t n_vocab, srv_gen *g,
+                       srv_error *e) {
+    free(g->prompt_ids);
+    g->prompt_ids = NULL;
+    g->n_prompt_ids = 0;
+    g->prompt_text = NULL;
+    g->prompt_len = 0;
     if (json_is_string(p)) {
         g->prompt_text = json_string_value(p);
         g->prompt_len = json_string_length(p);
         return true;
     }
+    if (json_is_array(p)) return parse_id_array(p, param, n_vocab, g, e);
+    return BAD(e, param, "'%s' must be a string or an array of token ids (got %s)", param,
+               json_type_name(p));
+}
+
+/* OpenAI's four prompt shapes: a string, an array of token ids, an array of strings, an array
+ * of token arrays (the last two: a batch, one prompt per element, each giving n choices). */
+static bool parse_prompt(const json_t *root, int32_t n_vocab, srv_gen *g, srv_error *e) {
+    json_t *p = field(root, "prompt");
+    if (!p) return BAD(e, "prompt", "'prompt' is required");
+    g->n_prompts = 1;
+    if (json_is_string(p)) return use_prompt(p, "prompt", n_vocab, g, e);
     if (!json_is_array(p))
         return BAD(e, "prompt", "'prompt' must be a string or an array (got %s)",
                    json_type_name(p));
@@ -173,19 +190,30 @@ static bool parse_prompt(const json_t *root, int32_t n_vocab, srv_gen *g, srv_er
     if (n == 0) return BAD(e, "prompt", "'prompt' must not be empty");
     json_t *first = json_array_get(p, 0);
     if (json_is_integer(first)) return parse_id_array(p, "prompt", n_vocab, g, e);
-    /* A batch: a list of strings or of token arrays. One prompt per request. */
-    if (n > 1)
-        return BAD(e, "prompt", "only one prompt per request is supported (got a batch of %zu)", n);
-    if (json_is_string(first)) {
-        g->prompt_text = json_string_value(first);
-        g->prompt_len = json_string_length(first);
-        return true;
+    if (n > SRV_MAX_PROMPTS)
+        return BAD(e, "prompt", "'prompt' holds %zu prompts; at most %d per request", n,
+                   SRV_MAX_PROMPTS);
+    for (size_t i = 0; i < n; i++) {
+        json_t *pi = json_array_get(p, i);
+        char param[32];
+        snprintf(param, sizeof param, "prompt[%zu]", i);
+        if (!json_is_string(pi) && !json_is_array(pi))
+            return BAD(e, "prompt",
+                       "'prompt' must be a string, an array of token ids, or a list of "
+                       "those (element %zu is %s)",
+                       i, json_type_name(pi));
+        if (!use_prompt(pi, param, n_vocab, g, e)) return false; /* validates every one */
     }
-    if (json_is_array(first)) return parse_id_array(first, "prompt", n_vocab, g, e);
-    return BAD(e, "prompt",
-               "'prompt' must be a string, an array of token ids, or a list of "
-               "one of those (element 0 is %s)",
-               json_type_name(first));
+    g->prompt_batch = p;
+    g->n_prompts = (int32_t)n;
+    return use_prompt(first, "prompt[0]", n_vocab, g, e);
+}
+
+bool srv_gen_use_prompt(srv_gen *g, int32_t i, int32_t n_vocab, srv_error *e) {
+    if (!g->prompt_batch) return i == 0;
+    char param[32];
+    snprintf(param, sizeof param, "prompt[%d]", i);
+    return use_prompt(json_array_get(g->prompt_batch, (size_t)i), param, n_vocab, g, e);
 }
 
 static bool known_role(const char *r) {
@@ -641,10 +669,9 @@ bool srv_gen_check_engine(const srv_gen *g, bool has_draft, srv_error *e) {
 static bool parse_output(const json_t *root, srv_gen *g, srv_error *e) {
     bool given, b;
     int64_t i;
-    if (!get_int(root, "n", INT64_MIN, INT64_MAX, &i, &given, e)) return false;
-    if (given && i != 1)
-        return BAD(e, "n", "'n' must be 1: one choice per request is supported (got %lld)",
-                   (long long)i);
+    g->n = 1;
+    if (!get_int(root, "n", 1, KILN_MAX_CHOICES, &i, &given, e)) return false;
+    if (given) g->n = (int32_t)i;
     if (!get_bool(root, "stream", &b, &given, e)) return false;
     g->stream = given && b;
     json_t *so = field(root, "stream_options");
@@ -668,7 +695,11 @@ static bool parse_output(const json_t *root, srv_gen *g, srv_error *e) {
             g->top_logprobs = (int32_t)i;
         }
         if (!get_bool(root, "echo", &b, &given, e)) return false;
-        if (given && b) return BAD(e, "echo", "'echo' is not supported");
+        g->echo = given && b;
+        if (g->echo && g->logprobs)
+            return BAD(e, "echo",
+                       "'echo' with 'logprobs' needs the prompt tokens' logprobs, which kiln "
+                       "does not compute; drop one of them");
         if (!get_int(root, "best_of", INT64_MIN, INT64_MAX, &i, &given, e)) return false;
         if (given && i != 1)
             return BAD(e, "best_of", "'best_of' must be 1 (got %lld)", (long long)i);
@@ -868,9 +899,17 @@ json_t *srv_logprobs_json(const srv_resp_info *ri, const srv_tok *toks, int32_t 
                 json_object_set_new(d, json_string_value(s), lp_json(toks[i].logprob));
             json_decref(s);
         }
-        json_array_append_new(tops, d);
+        if (ri->top_logprobs > 0) {
+            json_array_append_new(tops, d);
+        } else { /* logprobs: 0 asks for no alternatives: OpenAI sends null */
+            json_decref(d);
+        }
         json_array_append_new(offs, json_integer(*text_offset));
         *text_offset += piece_chars(ri->m, toks[i].token);
+    }
+    if (ri->top_logprobs <= 0) {
+        json_decref(tops);
+        tops = json_null();
     }
     return json_pack("{s:o?, s:o?, s:o?, s:o?}", "tokens", tokens, "token_logprobs", lps,
                      "top_logprobs", tops, "text_offset", offs);
@@ -884,31 +923,64 @@ static json_t *base_object(const srv_resp_info *ri, bool chunk) {
                      (json_int_t)ri->created, "model", ri->model);
 }
 
-char *srv_response_json(const srv_resp_info *ri, const char *text, size_t text_len,
-                        const srv_tok *toks, int32_t n_toks, kiln_finish_reason finish,
-                        const kiln_usage *usage, size_t *len) {
-    json_t *o = base_object(ri, false);
-    if (!o) return NULL;
-    int64_t off = 0;
-    json_t *lp = ri->logprobs ? srv_logprobs_json(ri, toks, n_toks, &off) : json_null();
+/* kiln's token_ids (a model without a tokenizer): the generated ids, or NULL */
+static json_t *ids_json(const int32_t *ids, int32_t n) {
+    json_t *a = json_array();
+    for (int32_t i = 0; a && i < n; i++) json_array_append_new(a, json_integer(ids[i]));
+    return a;
+}
+
+static json_t *choice_json(const srv_choice_out *c) {
+    const srv_resp_info *ri = c->ri;
+    int64_t off = c->text_offset;
+    json_t *lp = ri->logprobs ? srv_logprobs_json(ri, c->toks, c->n_toks, &off) : json_null();
     json_t *choice;
     if (ri->kind == SRV_CHAT) {
         bool calls = ri->tool_calls && json_array_size(ri->tool_calls) > 0;
-        choice = json_pack("{s:i, s:{s:s, s:o?}, s:o?, s:s}", "index", 0, "message", "role",
-                           "assistant", "content",
-                           calls && text_len == 0 ? json_null() : str_json(text, text_len),
-                           "logprobs", lp, "finish_reason", finish_of(ri, finish));
+        choice = json_pack("{s:i, s:{s:s, s:o?}, s:o?, s:s}", "index", (int)ri->index, "message",
+                           "role", "assistant", "content",
+                           calls && c->text_len == 0 ? json_null() : str_json(c->text, c->text_len),
+                           "logprobs", lp, "finish_reason", finish_of(ri, c->finish));
         if (choice && calls)
             json_object_set(json_object_get(choice, "message"), "tool_calls",
                             (json_t *)ri->tool_calls);
-    } else
-        choice = json_pack("{s:i, s:o?, s:o?, s:s}", "index", 0, "text", str_json(text, text_len),
-                           "logprobs", lp, "finish_reason", srv_finish_reason(finish));
-    json_object_set_new(o, "choices", json_pack("[o?]", choice));
+    } else {
+        choice = json_pack("{s:i, s:o?, s:o?, s:s}", "index", (int)ri->index, "text",
+                           str_json(c->text, c->text_len), "logprobs", lp, "finish_reason",
+                           srv_finish_reason(c->finish));
+    }
+    if (choice && ri->token_ids)
+        json_object_set_new(choice, "token_ids", ids_json(c->ids, c->n_ids));
+    return choice;
+}
+
+char *srv_response_json_n(const srv_resp_info *ri, const srv_choice_out *choices, int32_t n,
+                          const kiln_usage *usage, size_t *len) {
+    json_t *o = base_object(ri, false);
+    json_t *arr = json_array();
+    if (!o || !arr) {
+        json_decref(o);
+        json_decref(arr);
+        return NULL;
+    }
+    for (int32_t i = 0; i < n; i++) json_array_append_new(arr, choice_json(&choices[i]));
+    json_object_set_new(o, "choices", arr);
     json_object_set_new(o, "usage", usage_json(usage));
     char *s = srv_json_dump(o, len);
     json_decref(o);
     return s;
+}
+
+char *srv_response_json(const srv_resp_info *ri, const char *text, size_t text_len,
+                        const srv_tok *toks, int32_t n_toks, kiln_finish_reason finish,
+                        const kiln_usage *usage, size_t *len) {
+    srv_choice_out c = {.ri = ri,
+                        .text = text,
+                        .text_len = text_len,
+                        .toks = toks,
+                        .n_toks = n_toks,
+                        .finish = finish};
+    return srv_response_json_n(ri, &c, 1, usage, len);
 }
 
 static bool sse_add(json_t *o, srv_buf *out) {
@@ -928,10 +1000,12 @@ static bool sse_choice(const srv_resp_info *ri, json_t *delta_or_text, json_t *l
     json_t *o = base_object(ri, true);
     json_t *choice =
         ri->kind == SRV_CHAT
-            ? json_pack("{s:i, s:o?, s:o?, s:s?}", "index", 0, "delta", delta_or_text, "logprobs",
-                        logprobs ? logprobs : json_null(), "finish_reason", finish)
-            : json_pack("{s:i, s:o?, s:o?, s:s?}", "index", 0, "text", delta_or_text, "logprobs",
-                        logprobs ? logprobs : json_null(), "finish_reason", finish);
+            ? json_pack("{s:i, s:o?, s:o?, s:s?}", "index", (int)ri->index, "delta",
+                        delta_or_text, "logprobs", logprobs ? logprobs : json_null(),
+                        "finish_reason", finish)
+            : json_pack("{s:i, s:o?, s:o?, s:s?}", "index", (int)ri->index, "text",
+                        delta_or_text, "logprobs", logprobs ? logprobs : json_null(),
+                        "finish_reason", finish);
     if (!o || !choice) {
         json_decref(o);
         json_decref(choice);
@@ -956,6 +1030,20 @@ bool srv_sse_text(const srv_resp_info *ri, const char *text, size_t len, const s
     json_t *t = str_json(text, len);
     json_t *d = ri->kind == SRV_CHAT ? json_pack("{s:o?}", "content", t) : t;
     return sse_choice(ri, d, lp, NULL, out);
+}
+
+bool srv_sse_ids(const srv_resp_info *ri, const int32_t *ids, int32_t n, srv_buf *out) {
+    json_t *o = base_object(ri, true);
+    json_t *choice = json_pack("{s:i, s:s, s:n, s:n, s:o?}", "index", (int)ri->index, "text", "",
+                               "logprobs", "finish_reason", "token_ids", ids_json(ids, n));
+    if (!o || !choice) {
+        json_decref(o);
+        json_decref(choice);
+        return false;
+    }
+    json_object_set_new(o, "choices", json_pack("[o]", choice));
+    if (ri->include_usage) json_object_set_new(o, "usage", json_null());
+    return sse_add(o, out);
 }
 
 bool srv_sse_finish(const srv_resp_info *ri, kiln_finish_reason finish, const srv_tok *toks,

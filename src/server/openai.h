@@ -53,6 +53,13 @@ typedef struct srv_gen {
     size_t prompt_len;
     int32_t *prompt_ids;
     int32_t n_prompt_ids;
+    /* A batch (an array of strings or of token arrays, borrowed from root): n_prompts > 1 of
+     * them, each validated; prompt_text / prompt_ids hold the one srv_gen_use_prompt chose
+     * (the first after parsing). NULL with n_prompts 1 otherwise. */
+    const json_t *prompt_batch;
+    int32_t n_prompts;
+    int32_t n;  /* choices per prompt (OpenAI `n`), [1, KILN_MAX_CHOICES] */
+    bool echo;  /* completions: the text begins with the prompt's */
     bool add_special; /* add BOS/EOS to a text prompt (completions default true, chat false) */
 
     /* Chat: messages normalised for the template (owned): content parts joined, the
@@ -109,6 +116,14 @@ bool srv_gen_parse(srv_kind kind, const char *body, size_t len, int32_t n_vocab,
 
 void srv_gen_free(srv_gen *g);
 
+/** The most prompts one completions request may batch. */
+#define SRV_MAX_PROMPTS 16
+
+/** Make prompt i of a batch (0 <= i < g->n_prompts) the request's prompt (prompt_text or
+ *  prompt_ids). False (e filled, 400) when it does not parse, which parsing already ruled
+ *  out, or on allocation failure. */
+bool srv_gen_use_prompt(srv_gen *g, int32_t i, int32_t n_vocab, srv_error *e);
+
 /**
  * The checks of a parsed request that depend on the engine: speculation.source "draft" needs
  * an engine with a draft model (has_draft: kiln_engine_params.draft_model of the engine). On
@@ -140,7 +155,33 @@ typedef struct srv_resp_info {
      * finish "stop" read "tool_calls". */
     const json_t *tool_calls;
     int32_t n_tool_calls;
+    int32_t index;  /* the choice's index (choices[i].index): prompt * n + choice */
+    bool token_ids; /* kiln's choices[i].token_ids (the generated ids) are sent: the model has
+                       no tokenizer, so the text is always "" */
 } srv_resp_info;
+
+/** One choice of a whole response. */
+typedef struct srv_choice_out {
+    const srv_resp_info *ri; /* the choice's: index, tool calls */
+    const char *text;
+    size_t text_len;
+    const srv_tok *toks; /* logprobs of the generated tokens */
+    int32_t n_toks;
+    kiln_finish_reason finish;
+    const int32_t *ids; /* token_ids when ri->token_ids */
+    int32_t n_ids;
+    int64_t text_offset; /* completions: the first token's text_offset (the prompt's length in
+                            code points, as OpenAI counts it) */
+} srv_choice_out;
+
+/** A whole response with n choices (srv_response_json's shape, "choices" holding each in
+ *  order; usage as given: the caller sums completion tokens over choices and counts each
+ *  prompt once). Malloc'd JSON; NULL on allocation failure. */
+char *srv_response_json_n(const srv_resp_info *ri, const srv_choice_out *choices, int32_t n,
+                          const kiln_usage *usage, size_t *len);
+
+/** A chunk carrying kiln's token_ids for a model without a tokenizer: text "" and the ids. */
+bool srv_sse_ids(const srv_resp_info *ri, const int32_t *ids, int32_t n, srv_buf *out);
 
 /** OpenAI's finish_reason for an engine finish: "stop", "length", or "abort" for a request
  *  the server cancelled (shutdown). */

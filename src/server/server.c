@@ -28,6 +28,7 @@
 
 #include "server/anthropic.h"
 #include "server/api_out.h"
+#include "server/chat_page.h"
 #include "server/metrics.h"
 #include "server/openai.h"
 #include "server/prompt.h"
@@ -40,6 +41,7 @@
 #define SRV_DEFAULT_MAX_BODY  ((size_t)8 << 20)
 #define SRV_DEFAULT_MAX_CONN  256
 #define SRV_DEFAULT_TIMEOUT_S 30
+#define SRV_MAX_MODEL_NAMES   16
 #define SRV_SSE_BLOCK         (16 * 1024)
 #define SRV_WAIT_MS           200
 #define SRV_DEFAULT_RESPONSE_STORE_MAX ((size_t)64 << 20)
@@ -58,12 +60,16 @@ enum {
     ROUTE_MESSAGES,    /* POST /v1/messages (Anthropic) */
     ROUTE_RESPONSES,   /* POST /v1/responses */
     ROUTE_RESPONSE_ID, /* GET, DELETE /v1/responses/{id} */
+    ROUTE_PAGE,        /* GET / : the chat page (chat_page.h) */
 };
 
 enum { STATE_LOADING = 0, STATE_READY = 1, STATE_DRAINING = 2 };
 
 struct kiln_server {
-    char *host, *api_key, *model_name;
+    char *host, *api_key, *model_name; /* model_name: the served id, the first name */
+    char *names_buf;                   /* every name, NUL-separated; names[] point into it */
+    const char *names[SRV_MAX_MODEL_NAMES];
+    int32_t n_names;
     size_t max_body;
     int32_t max_conn, timeout_s;
     bool quiet, verbose;
@@ -93,6 +99,33 @@ struct kiln_server {
     bool shut_down;
 };
 
+/* One choice of a generation request: its stream and what it produced so far. */
+typedef struct srv_choice {
+    kiln_stream *stream;
+    int64_t watch_h;
+    srv_resp_info ri; /* the request's, with this choice's index and tool calls */
+    srv_buf text;     /* whole responses: the text */
+    srv_buf echo;     /* completions with echo: the prompt's text, sent first */
+    srv_tok *toks;    /* tokens with logprobs not yet reported */
+    int32_t n_toks, cap_toks;
+    int32_t *ids; /* token_ids (a model without a tokenizer) */
+    int32_t n_ids, cap_ids;
+    int64_t text_offset;
+    int32_t n_tokens; /* TOKEN events seen */
+    double t_last;
+    bool finished;
+    kiln_finish_reason finish;
+    kiln_usage usage;
+    kiln_status fin_status;
+    char fin_message[300];
+    /* tool calls (chat with tools): the reply's text goes through tp; whole responses
+     * collect the calls in tool_calls ({id, type, function: {name, arguments}}), the current
+     * call's arguments in args */
+    kiln_tool_parser *tp;
+    json_t *tool_calls;
+    srv_buf args;
+} srv_choice;
+
 typedef struct srv_req {
     kiln_server *s;
     struct MHD_Connection *conn;
@@ -113,28 +146,21 @@ typedef struct srv_req {
     srv_gen gen;
     srv_api_out *api; /* /v1/messages, /v1/responses: their own response shapes (api_out.h) */
     srv_resp_info ri;
-    kiln_stream *stream;
-    int64_t watch_h;
+    srv_choice *ch; /* [n_ch]: n choices per prompt, prompt-major (index = prompt * n + j) */
+    int32_t n_ch;
+    int32_t rr; /* the choice read first next time (streams read them in turn) */
+    kiln_grammar *tool_grammar; /* tool_choice required / named, until submitted */
     bool counted; /* in s->in_flight */
-    int32_t n_prompt;
-    srv_buf text;  /* whole responses: the completion text */
-    srv_tok *toks; /* tokens with logprobs not yet reported */
-    int32_t n_toks, cap_toks;
-    int64_t text_offset;
-    int32_t n_tokens; /* TOKEN events seen */
-    double t_first, t_last;
-    bool finished, client_gone, timeout_off;
-    kiln_finish_reason finish;
-    kiln_usage usage;
+    int32_t n_prompt; /* prompt tokens, every prompt once */
+    int32_t n_tokens; /* TOKEN events seen, all choices */
+    double t_first;
+    bool finished; /* every choice finished (or a stream ended on an error) */
+    bool errored;  /* a stream sent an error event */
+    bool client_gone, timeout_off;
+    kiln_finish_reason finish; /* the first error or cancellation, else choice 0's */
+    kiln_usage usage;          /* summed over the choices (sum_usage) */
     kiln_status fin_status;
     char fin_message[300];
-
-    /* tool calls (chat with tools): the reply's text goes through tp; whole responses
-     * collect the calls in tool_calls ({id, type, function: {name, arguments}}), the current
-     * call's arguments in args */
-    kiln_tool_parser *tp;
-    json_t *tool_calls;
-    srv_buf args;
 
     /* SSE */
     srv_buf out;
@@ -227,16 +253,53 @@ static json_t *model_object(kiln_server *s) {
                      (json_int_t)s->started_at, "owned_by", "kiln", "max_model_len", s->n_ctx);
 }
 
+/* Whether `name` is the served id or one of its aliases (--model-name). */
+static bool model_known(const kiln_server *s, const char *name) {
+    for (int32_t i = 0; i < s->n_names; i++)
+        if (!strcmp(name, s->names[i])) return true;
+    return false;
+}
+
+/* Split "a,b, c" into s->names (trimmed, empties dropped, at most SRV_MAX_MODEL_NAMES); the
+ * first is the served id (s->model_name). False on allocation failure. */
+static bool split_model_names(kiln_server *s, const char *spec) {
+    s->names_buf = strdup(spec && spec[0] ? spec : "kiln");
+    if (!s->names_buf) return false;
+    for (char *p = s->names_buf; *p && s->n_names < SRV_MAX_MODEL_NAMES;) {
+        char *end = strchr(p, ',');
+        if (end) *end = '\0';
+        while (*p == ' ' || *p == '\t') p++;
+        size_t n = strlen(p);
+        while (n > 0 && (p[n - 1] == ' ' || p[n - 1] == '\t')) p[--n] = '\0';
+        if (n > 0) s->names[s->n_names++] = p;
+        if (!end) break;
+        p = end + 1;
+    }
+    if (s->n_names == 0) s->names[s->n_names++] = "kiln";
+    s->model_name = strdup(s->names[0]);
+    return s->model_name != NULL;
+}
+
 static enum MHD_Result route_models(srv_req *r, const char *url) {
     kiln_server *s = r->s;
     const char *sub = url + strlen("/v1/models");
     if (*sub == '/' && sub[1]) {
-        if (strcmp(sub + 1, s->model_name) != 0)
+        if (!model_known(s, sub + 1))
             return fail(r, 404, "invalid_request_error", "model_not_found", "model",
                         "The model '%.100s' does not exist", sub + 1);
         return queue_json(r, 200, model_object(s));
     }
     return queue_json(r, 200, json_pack("{s:s, s:[o]}", "object", "list", "data", model_object(s)));
+}
+
+static enum MHD_Result route_page(srv_req *r) {
+    struct MHD_Response *resp = srv_chat_page_response();
+    if (!resp) return MHD_NO;
+    enum MHD_Result ret = MHD_queue_response(r->conn, 200, resp);
+    MHD_destroy_response(resp);
+    r->responded = true;
+    r->status = 200;
+    return ret;
 }
 
 static enum MHD_Result route_health(srv_req *r) {
@@ -289,6 +352,9 @@ static enum MHD_Result route_tokenize(srv_req *r) {
     bool ok = srv_gen_parse(chat ? SRV_CHAT : SRV_COMPLETION, r->body.p, r->body.len, s->n_vocab,
                             NULL, &g, &e);
     int32_t *ids = NULL, n = 0;
+    if (ok && g.n_prompts > 1)
+        ok = srv_fail(&e, 400, "invalid_request_error", NULL, "prompt",
+                      "/tokenize takes one prompt (got a batch of %d)", g.n_prompts);
     if (ok) ok = srv_prompt_ids(&s->chat, s->m, &g, &ids, &n, &e);
     if (!ok) {
         srv_gen_free(&g);
@@ -392,15 +458,15 @@ static enum MHD_Result route_response_id(srv_req *r, const char *url) {
 /* ------------------------------------------------------------------------------------ */
 /* Generation.                                                                           */
 
-static bool push_tok(srv_req *r, const kiln_event *ev) {
-    if (r->n_toks == r->cap_toks) {
-        int32_t cap = r->cap_toks ? r->cap_toks * 2 : 64;
-        srv_tok *t = realloc(r->toks, (size_t)cap * sizeof *t);
+static bool push_tok(srv_choice *c, const kiln_event *ev) {
+    if (c->n_toks == c->cap_toks) {
+        int32_t cap = c->cap_toks ? c->cap_toks * 2 : 64;
+        srv_tok *t = realloc(c->toks, (size_t)cap * sizeof *t);
         if (!t) return false;
-        r->toks = t;
-        r->cap_toks = cap;
+        c->toks = t;
+        c->cap_toks = cap;
     }
-    srv_tok *t = &r->toks[r->n_toks++];
+    srv_tok *t = &c->toks[c->n_toks++];
     t->token = ev->token;
     t->logprob = ev->logprob;
     t->n_top = ev->n_top_logprobs;
@@ -409,74 +475,116 @@ static bool push_tok(srv_req *r, const kiln_event *ev) {
     return true;
 }
 
+static bool push_id(srv_choice *c, int32_t id) {
+    if (c->n_ids == c->cap_ids) {
+        int32_t cap = c->cap_ids ? c->cap_ids * 2 : 64;
+        int32_t *t = realloc(c->ids, (size_t)cap * sizeof *t);
+        if (!t) return false;
+        c->ids = t;
+        c->cap_ids = cap;
+    }
+    c->ids[c->n_ids++] = id;
+    return true;
+}
+
+static void choice_free(srv_choice *c) {
+    srv_buf_free(&c->text);
+    srv_buf_free(&c->args);
+    kiln_tool_parser_destroy(c->tp);
+    json_decref(c->tool_calls);
+    free(c->toks);
+    free(c->ids);
+    memset(c, 0, sizeof *c);
+}
+
 /* The finished arguments of the last call of a whole response. */
-static bool tool_args_close(srv_req *r) {
-    size_t n = json_array_size(r->tool_calls);
+static bool tool_args_close(srv_choice *c) {
+    size_t n = json_array_size(c->tool_calls);
     if (n == 0) return true;
-    json_t *fn = json_object_get(json_array_get(r->tool_calls, n - 1), "function");
-    json_t *a = json_stringn(r->args.p ? r->args.p : "", r->args.len);
-    srv_buf_reset(&r->args);
+    json_t *fn = json_object_get(json_array_get(c->tool_calls, n - 1), "function");
+    json_t *a = json_stringn(c->args.p ? c->args.p : "", c->args.len);
+    srv_buf_reset(&c->args);
     return a && json_object_set_new(fn, "arguments", a) == 0;
 }
 
 /* Reply text through the tool-call parser (finish: the reply ended): content goes where text
- * goes; calls become SSE tool_calls deltas (streams) or r->tool_calls (whole responses). */
-static bool tool_text(srv_req *r, const char *text, size_t len, bool finish) {
+ * goes; calls become SSE tool_calls deltas (streams) or c->tool_calls (whole responses). */
+static bool tool_text(srv_req *r, srv_choice *c, const char *text, size_t len, bool finish) {
     kiln_error err = {0};
-    kiln_status st = finish ? kiln_tool_parser_finish(r->tp, &err)
-                            : kiln_tool_parser_feed(r->tp, text, len, &err);
+    kiln_status st = finish ? kiln_tool_parser_finish(c->tp, &err)
+                            : kiln_tool_parser_feed(c->tp, text, len, &err);
     if (st) return false;
     kiln_tool_event te;
-    while (kiln_tool_parser_next(r->tp, &te)) {
+    while (kiln_tool_parser_next(c->tp, &te)) {
         switch (te.type) {
         case KILN_TOOL_EVENT_CONTENT:
             if (!r->gen.stream) {
-                if (!srv_buf_add(&r->text, te.text, te.len)) return false;
+                if (!srv_buf_add(&c->text, te.text, te.len)) return false;
             } else if (r->api) {
                 if (!r->api->ops->text(r->api, te.text, te.len, &r->out)) return false;
             } else {
-                bool ok = srv_sse_text(&r->ri, te.text, te.len, r->toks, r->n_toks,
-                                       &r->text_offset, &r->out);
-                r->n_toks = 0;
+                bool ok = srv_sse_text(&c->ri, te.text, te.len, c->toks, c->n_toks,
+                                       &c->text_offset, &r->out);
+                c->n_toks = 0;
                 if (!ok) return false;
             }
             break;
         case KILN_TOOL_EVENT_CALL:
             if (!r->gen.stream) {
-                if (!tool_args_close(r)) return false;
-                json_t *c = json_pack("{s:s, s:s, s:{s:s%, s:s}}", "id", te.id, "type",
-                                      "function", "function", "name", te.name, te.name_len,
-                                      "arguments", "");
-                if (!c || json_array_append_new(r->tool_calls, c)) return false;
+                if (!tool_args_close(c)) return false;
+                json_t *call = json_pack("{s:s, s:s, s:{s:s%, s:s}}", "id", te.id, "type",
+                                         "function", "function", "name", te.name, te.name_len,
+                                         "arguments", "");
+                if (!call || json_array_append_new(c->tool_calls, call)) return false;
             } else if (r->api) {
                 if (!r->api->ops->tool_call(r->api, te.index, te.id, te.name, te.name_len,
                                             &r->out))
                     return false;
             } else {
-                r->ri.n_tool_calls++;
-                if (!srv_sse_tool_call(&r->ri, te.index, te.id, te.name, NULL, 0, &r->out))
+                c->ri.n_tool_calls++;
+                if (!srv_sse_tool_call(&c->ri, te.index, te.id, te.name, NULL, 0, &r->out))
                     return false;
             }
             break;
         case KILN_TOOL_EVENT_ARGUMENTS:
             if (!r->gen.stream) {
-                if (!srv_buf_add(&r->args, te.text, te.len)) return false;
+                if (!srv_buf_add(&c->args, te.text, te.len)) return false;
             } else if (r->api) {
                 if (!r->api->ops->tool_args(r->api, te.index, te.text, te.len, &r->out))
                     return false;
-            } else if (!srv_sse_tool_call(&r->ri, te.index, NULL, NULL, te.text, te.len,
-                                          &r->out)) {
+            } else if (!srv_sse_tool_call(&c->ri, te.index, NULL, NULL, te.text, te.len, &r->out)) {
                 return false;
             }
             break;
         }
     }
-    return !finish || r->gen.stream || tool_args_close(r);
+    return !finish || r->gen.stream || tool_args_close(c);
 }
 
-/* Take one event into the request's state; for streams, append its SSE chunks to r->out.
- * Returns false on allocation failure. */
-static bool take_event(srv_req *r, const kiln_event *ev) {
+/* Usage over every choice: completion tokens (and speculation counters) summed, each
+ * prompt's tokens counted once (from its first choice). */
+static void sum_usage(srv_req *r) {
+    kiln_usage u = {0};
+    for (int32_t i = 0; i < r->n_ch; i++) {
+        const kiln_usage *c = &r->ch[i].usage;
+        if (i % r->gen.n == 0) {
+            u.prompt_tokens += c->prompt_tokens;
+            u.cached_tokens += c->cached_tokens;
+        }
+        u.completion_tokens += c->completion_tokens;
+        u.spec_drafted += c->spec_drafted;
+        u.spec_accepted += c->spec_accepted;
+        u.spec_verify_steps += c->spec_verify_steps;
+        u.fill_tokens += c->fill_tokens;
+        u.accepted_prediction_tokens += c->accepted_prediction_tokens;
+        u.rejected_prediction_tokens += c->rejected_prediction_tokens;
+    }
+    r->usage = u;
+}
+
+/* Take one event of choice c into the request's state; for streams, append its SSE chunks to
+ * r->out. Returns false on allocation failure. */
+static bool take_event(srv_req *r, srv_choice *c, const kiln_event *ev) {
     kiln_server *s = r->s;
     double now = srv_now_ms();
     switch (ev->type) {
@@ -484,69 +592,126 @@ static bool take_event(srv_req *r, const kiln_event *ev) {
         if (r->n_tokens == 0) {
             r->t_first = now;
             srv_metrics_ttft(&s->metrics, (now - r->t_start) / 1e3);
-        } else {
-            srv_metrics_itl(&s->metrics, (now - r->t_last) / 1e3);
+        } else if (c->n_tokens > 0) {
+            srv_metrics_itl(&s->metrics, (now - c->t_last) / 1e3);
         }
-        r->t_last = now;
+        c->t_last = now;
+        c->n_tokens++;
         r->n_tokens++;
         if (r->api && r->api->ops->token) r->api->ops->token(r->api, ev->token);
-        if (r->gen.logprobs) return push_tok(r, ev);
+        if (c->ri.token_ids) {
+            if (!push_id(c, ev->token)) return false;
+            if (r->gen.stream && !r->api && !srv_sse_ids(&c->ri, &ev->token, 1, &r->out))
+                return false;
+        }
+        if (r->gen.logprobs) return push_tok(c, ev);
         return true;
     case KILN_EVENT_TEXT:
-        if (r->tp) return tool_text(r, ev->text, ev->text_len, false);
-        if (!r->gen.stream) return srv_buf_add(&r->text, ev->text, ev->text_len);
+        if (c->tp) return tool_text(r, c, ev->text, ev->text_len, false);
+        if (!r->gen.stream) return srv_buf_add(&c->text, ev->text, ev->text_len);
         if (r->api) return r->api->ops->text(r->api, ev->text, ev->text_len, &r->out);
         {
-            bool ok = srv_sse_text(&r->ri, ev->text, ev->text_len, r->toks, r->n_toks,
-                                   &r->text_offset, &r->out);
-            r->n_toks = 0;
+            bool ok = srv_sse_text(&c->ri, ev->text, ev->text_len, c->toks, c->n_toks,
+                                   &c->text_offset, &r->out);
+            c->n_toks = 0;
             return ok;
         }
-    case KILN_EVENT_FINISH:
-        if (r->tp && !tool_text(r, NULL, 0, true)) return false;
-        r->finished = true;
-        r->finish = ev->finish_reason;
-        r->usage = ev->usage;
-        r->fin_status = ev->status;
-        snprintf(r->fin_message, sizeof r->fin_message, "%s", ev->message ? ev->message : "");
-        if (ev->finish_reason == KILN_FINISH_CANCELLED && srv_watch_hungup(s->watch, r->watch_h))
+    case KILN_EVENT_FINISH: {
+        if (c->tp && !tool_text(r, c, NULL, 0, true)) return false;
+        c->finished = true;
+        c->finish = ev->finish_reason;
+        c->usage = ev->usage;
+        c->fin_status = ev->status;
+        snprintf(c->fin_message, sizeof c->fin_message, "%s", ev->message ? ev->message : "");
+        if (ev->finish_reason == KILN_FINISH_CANCELLED && srv_watch_hungup(s->watch, c->watch_h))
             r->client_gone = true;
-        srv_metrics_generation(&s->metrics, ev->usage.prompt_tokens, ev->usage.cached_tokens,
-                               ev->usage.completion_tokens, ev->finish_reason,
-                               (now - r->t_start) / 1e3);
-        if (r->gen.stream && !r->client_gone && r->api) {
-            srv_api_end end = {r->finish, &r->usage, r->fin_message, NULL};
-            return r->api->ops->end(r->api, &end, &r->out);
+        {
+            /* a prompt's tokens count once, with its first choice */
+            const bool first = r->gen.n <= 1 || c->ri.index % r->gen.n == 0;
+            srv_metrics_generation(&s->metrics, first ? ev->usage.prompt_tokens : 0,
+                                   first ? ev->usage.cached_tokens : 0, ev->usage.completion_tokens,
+                                   ev->finish_reason, (now - r->t_start) / 1e3);
         }
-        if (r->gen.stream && !r->client_gone) {
+        /* the request's finish: the first error or cancellation, else choice 0's */
+        if (c == &r->ch[0] || ev->finish_reason == KILN_FINISH_ERROR ||
+            (ev->finish_reason == KILN_FINISH_CANCELLED && r->finish != KILN_FINISH_ERROR)) {
+            r->finish = ev->finish_reason;
+            r->fin_status = ev->status;
+            snprintf(r->fin_message, sizeof r->fin_message, "%s", c->fin_message);
+        }
+        bool all = true;
+        for (int32_t i = 0; i < r->n_ch; i++) all = all && r->ch[i].finished;
+        if (all) sum_usage(r);
+        if (r->gen.stream && !r->client_gone && r->api) {
+            r->finished = all;
+            srv_api_end end = {r->finish, &r->usage, r->fin_message, NULL};
+            return !all || r->api->ops->end(r->api, &end, &r->out);
+        }
+        bool ok = true;
+        if (r->gen.stream && !r->client_gone && !r->errored) {
             if (ev->finish_reason == KILN_FINISH_ERROR) {
                 srv_error e = {.http_status = 500, .type = "server_error"};
-                snprintf(e.message, sizeof e.message, "%s", r->fin_message);
-                return srv_sse_error(&e, &r->out) && srv_sse_done(&r->out);
+                snprintf(e.message, sizeof e.message, "%s", c->fin_message);
+                r->errored = true; /* one error ends the whole stream */
+                ok = srv_sse_error(&e, &r->out) && srv_sse_done(&r->out);
+            } else {
+                int64_t off = c->text_offset;
+                ok = srv_sse_finish(&c->ri, c->finish, c->toks, c->n_toks, &off, &r->out);
+                c->n_toks = 0;
+                if (ok && all)
+                    ok = srv_sse_usage(&r->ri, &r->usage, &r->out) && srv_sse_done(&r->out);
             }
-            int64_t off = r->text_offset;
-            bool ok = srv_sse_finish(&r->ri, r->finish, r->toks, r->n_toks, &off, &r->out) &&
-                      srv_sse_usage(&r->ri, &r->usage, &r->out) && srv_sse_done(&r->out);
-            r->n_toks = 0;
-            return ok;
         }
-        return true;
+        r->finished = all || r->errored;
+        return ok;
+    }
     default:
         return true;
     }
 }
 
-/* Wait for the next event (timeout_ms < 0: until one comes). False when none came. */
-static bool next_event(srv_req *r, int64_t timeout_ms, kiln_event *ev) {
+/* Wait for choice c's next event (timeout_ms < 0: until one comes). False when none came. */
+static bool next_event(srv_req *r, srv_choice *c, int64_t timeout_ms, kiln_event *ev) {
     kiln_server *s = r->s;
     for (;;) {
         kiln_error err = {0};
         int64_t t = timeout_ms < 0 || timeout_ms > SRV_WAIT_MS ? SRV_WAIT_MS : timeout_ms;
-        if (kiln_stream_next(r->stream, t, ev, &err) != KILN_OK) return false;
+        if (kiln_stream_next(c->stream, t, ev, &err) != KILN_OK) return false;
         if (ev->type != KILN_EVENT_NONE) return true;
-        if (kiln_stream_finished(r->stream) && r->finished) return false;
-        if (atomic_load(&s->force_cancel)) kiln_stream_cancel(r->stream);
+        if (kiln_stream_finished(c->stream) && c->finished) return false;
+        if (atomic_load(&s->force_cancel)) kiln_stream_cancel(c->stream);
         if (timeout_ms >= 0) return false;
+    }
+}
+
+/* The next event of any unfinished choice, in turn (*which: its choice); waits up to
+ * timeout_ms (< 0: until one comes). False when none came or a read failed. */
+static bool next_any(srv_req *r, int64_t timeout_ms, kiln_event *ev, srv_choice **which) {
+    if (r->n_ch == 1) {
+        *which = &r->ch[0];
+        return !r->ch[0].finished && next_event(r, &r->ch[0], timeout_ms, ev);
+    }
+    for (;;) {
+        srv_choice *wait = NULL;
+        for (int32_t k = 0; k < r->n_ch; k++) {
+            srv_choice *c = &r->ch[(r->rr + k) % r->n_ch];
+            if (c->finished) continue;
+            if (!wait) wait = c;
+            if (next_event(r, c, 0, ev)) {
+                r->rr = (int32_t)(c - r->ch + 1) % r->n_ch;
+                *which = c;
+                return true;
+            }
+        }
+        if (!wait || timeout_ms == 0) return false;
+        /* nothing ready: wait a little on the first unfinished choice */
+        if (next_event(r, wait, 5, ev)) {
+            *which = wait;
+            return true;
+        }
+        if (atomic_load(&r->s->force_cancel))
+            for (int32_t k = 0; k < r->n_ch; k++) kiln_stream_cancel(r->ch[k].stream);
+        if (timeout_ms > 0) return false;
     }
 }
 
@@ -568,11 +733,12 @@ static ssize_t sse_reader(void *cls, uint64_t pos, char *buf, size_t max) {
         }
         if (r->finished) return MHD_CONTENT_READER_END_OF_STREAM;
         kiln_event ev;
-        if (!next_event(r, -1, &ev)) return MHD_CONTENT_READER_END_WITH_ERROR;
-        if (!take_event(r, &ev)) return MHD_CONTENT_READER_END_WITH_ERROR;
+        srv_choice *c;
+        if (!next_any(r, -1, &ev, &c)) return MHD_CONTENT_READER_END_WITH_ERROR;
+        if (!take_event(r, c, &ev)) return MHD_CONTENT_READER_END_WITH_ERROR;
         /* Batch what is already there (one write for several tokens under load). */
-        while (!r->finished && r->out.len < SRV_SSE_BLOCK && next_event(r, 0, &ev))
-            if (!take_event(r, &ev)) return MHD_CONTENT_READER_END_WITH_ERROR;
+        while (!r->finished && r->out.len < SRV_SSE_BLOCK && next_any(r, 0, &ev, &c))
+            if (!take_event(r, c, &ev)) return MHD_CONTENT_READER_END_WITH_ERROR;
         if (r->out.oom) return MHD_CONTENT_READER_END_WITH_ERROR;
     }
 }
@@ -603,86 +769,32 @@ static enum MHD_Result route_generate(srv_req *r) {
     bool parsed = srv_gen_parse(kind, in, in_len, s->n_vocab, &s->gen, &r->gen, &e);
     free(chat);
     if (!parsed) return queue_error(r, &e);
+    json_t *mj = json_object_get(r->gen.root, "model");
+    if (!r->api && mj && !json_is_null(mj)) {
+        /* OpenAI (and vLLM) answer an unknown model with 404 model_not_found */
+        if (!json_is_string(mj))
+            return fail(r, 400, "invalid_request_error", NULL, "model",
+                        "'model' must be a string naming the served model '%s'", s->model_name);
+        if (!model_known(s, json_string_value(mj)))
+            return fail(r, 404, "invalid_request_error", "model_not_found", "model",
+                        "The model '%.100s' does not exist; this server serves '%s' (GET "
+                        "/v1/models)",
+                        json_string_value(mj), s->model_name);
+    }
     srv_gen *g = &r->gen;
     if (!srv_gen_check_engine(g, s->has_draft, &e)) return queue_error(r, &e);
-    srv_prompt pr;
-    if (!srv_prompt_build(&s->chat, s->m, g, true, &pr, &e)) return queue_error(r, &e);
-    const int32_t n = pr.n; /* a chat assistant prefill counts as prompt tokens (fill_hidden) */
-    r->n_prompt = n;
-
-    /* Budget: prompt + max_tokens - 1 positions must fit the context and the KV pool. */
-    int64_t pool = (int64_t)s->kv_blocks_total * s->block_size;
-    int64_t limit = pool < s->n_ctx ? pool : s->n_ctx;
-    int64_t max_tokens = g->req.max_tokens;
-    if (!g->max_tokens_set) {
-        max_tokens = limit - n + 1;
-        /* OpenAI's default of 16 generated tokens, after an asserted fill's own tokens (which
-         * count towards max_tokens): its continuation ids, else the fill tokenized alone as
-         * the engine will (a default only: the engine checks the real count) */
-        int64_t dflt = 16;
-        if (kind == SRV_COMPLETION && g->has_fill && g->req.fill_policy == KILN_FILL_ASSERT) {
-            if (pr.fill_ids) {
-                dflt += pr.n_fill;
-            } else {
-                int32_t *fids = NULL, nf = 0;
-                srv_error fe = {0};
-                if (srv_tokenize(s->m, g->req.fill, g->req.fill_len, false, false, &fids, &nf,
-                                 &fe))
-                    dflt += nf;
-                free(fids);
-            }
-        }
-        if (kind == SRV_COMPLETION && max_tokens > dflt) max_tokens = dflt;
-    }
-    int64_t need = (int64_t)n + (max_tokens > 0 ? max_tokens : 1) - 1;
-    if (max_tokens < 1 || need > s->n_ctx) {
-        srv_prompt_free(&pr);
-        return fail(r, 400, "invalid_request_error", "context_over_budget",
-                    g->max_tokens_set && n <= s->n_ctx ? "max_tokens"
-                    : kind == SRV_CHAT                 ? "messages"
-                                                       : "prompt",
-                    "This model's maximum context length is %d tokens. However, you requested "
-                    "%lld tokens (%d in the prompt, %lld for the completion).",
-                    s->n_ctx, (long long)(n + (max_tokens > 0 ? max_tokens : 0)), n,
-                    (long long)(max_tokens > 0 ? max_tokens : 0));
-    }
-    if (s->block_size > 0 && (need + s->block_size - 1) / s->block_size > s->kv_blocks_total) {
-        srv_prompt_free(&pr);
-        return fail(r, 400, "invalid_request_error", "context_over_budget", "max_tokens",
-                    "The request needs %lld KV positions (%d prompt + %lld completion tokens, "
-                    "less the last generated token, which is never stored), more than the "
-                    "server's whole KV cache (%lld positions).",
-                    (long long)need, n, (long long)max_tokens, (long long)pool);
-    }
-    g->req.max_tokens = (int32_t)max_tokens;
-    g->req.prompt_ids = pr.ids;
-    g->req.n_prompt_ids = n - pr.n_prefill;
-    g->req.prompt = NULL;
-    if (pr.n_prefill > 0) {
-        /* Chat assistant prefill: the message's tokens continue the prompt, asserted and not
-         * emitted, so the reply is only the continuation. */
-        g->req.fill_ids = pr.ids + (n - pr.n_prefill);
-        g->req.n_fill_ids = pr.n_prefill;
-        g->req.fill = NULL;
-        g->req.fill_policy = KILN_FILL_ASSERT;
-        g->req.fill_hidden = true;
-    } else if (pr.fill_ids) {
-        /* the fill as the prompt's continuation (srv_prompt_build): exactly its text */
-        g->req.fill_ids = pr.fill_ids;
-        g->req.n_fill_ids = pr.n_fill;
-        g->req.fill = NULL;
-    }
-    if (pr.pred_ids) {
-        g->req.prediction_ids = pr.pred_ids;
-        g->req.n_prediction_ids = pr.n_pred;
-        g->req.prediction = NULL;
-    }
-
+    if (r->api) g->n = 1; /* /v1/messages, /v1/responses: one reply */
+    if (g->n_prompts < 1) g->n_prompts = 1;
+    r->n_ch = g->n * g->n_prompts;
+    r->ch = calloc((size_t)r->n_ch, sizeof *r->ch);
+    if (!r->ch) return fail(r, 500, "server_error", NULL, NULL, "out of memory (choices)");
+    for (int32_t i = 0; i < r->n_ch; i++) r->ch[i].watch_h = -1;
+    bool want_tp = false;
+    kiln_grammar *tool_grammar = NULL;
     if (r->api) {
         snprintf(r->id, sizeof r->id, "%s", r->api->id);
         r->api->model = s->model_name;
         r->api->m = s->m;
-        r->api->n_prompt = n;
         r->api->created = (int64_t)time(NULL);
     } else {
         srv_make_id(kind == SRV_CHAT ? "chatcmpl-" : "cmpl-", r->id, sizeof r->id);
@@ -697,20 +809,11 @@ static enum MHD_Result route_generate(srv_req *r) {
                             .include_usage = g->include_usage};
     if (kind == SRV_CHAT && g->tc.choice != SRV_TOOLS_NONE &&
         s->chat.tool_format != KILN_TOOL_FORMAT_NONE) {
-        kiln_tool_parser_params tpp = {.format = s->chat.tool_format,
-                                       .stream_arguments = g->stream,
-                                       .seed = srv_random_u64()};
-        kiln_error terr = {0};
-        r->tool_calls = json_array();
-        if (!r->tool_calls || kiln_tool_parser_create(&tpp, &r->tp, &terr) != KILN_OK) {
-            srv_prompt_free(&pr);
-            return fail(r, 500, "server_error", NULL, NULL, "out of memory (tool parser)");
-        }
-        r->ri.tool_calls = r->tool_calls;
+        want_tp = true;
         /* markers that are control tokens (<|python_tag|>, [TOOL_CALLS]) must reach the parser */
         g->req.render_special = true;
     }
-    kiln_grammar *tool_grammar = NULL;
+    r->ri.token_ids = kind == SRV_COMPLETION && !kiln_model_has_tokenizer(s->m);
     if (kind == SRV_CHAT &&
         (g->tc.choice == SRV_TOOLS_REQUIRED || g->tc.choice == SRV_TOOLS_NAMED)) {
         /* the reply must be a call: the grammar of the family's markup around the arguments'
@@ -718,110 +821,262 @@ static enum MHD_Result route_generate(srv_req *r) {
         char *gbnf = NULL;
         kiln_error gerr = {0};
         if (s->chat.tool_format == KILN_TOOL_FORMAT_NONE) {
-            srv_prompt_free(&pr);
             return fail(r, 400, "invalid_request_error", NULL, "tool_choice",
                         "'tool_choice' %s needs a tool-call parser, and this server runs with "
                         "--tool-parser none",
                         g->tc.choice == SRV_TOOLS_REQUIRED ? "\"required\"" : "naming a function");
         }
         if (g->req.grammar) {
-            srv_prompt_free(&pr);
             return fail(r, 400, "invalid_request_error", NULL, "tool_choice",
                         "'tool_choice' %s constrains the reply to a tool call: it cannot be "
                         "combined with another grammar (response_format, grammar, guided_*)",
                         g->tc.choice == SRV_TOOLS_REQUIRED ? "\"required\"" : "naming a function");
         }
         if (!srv_tools_grammar(&g->tc, s->chat.tool_format, &gbnf, &e)) {
-            srv_prompt_free(&pr);
             return queue_error(r, &e);
         }
         kiln_status gst = kiln_grammar_create(KILN_GRAMMAR_GBNF, gbnf, 0, &tool_grammar, &gerr);
         free(gbnf);
         if (gst) {
-            srv_prompt_free(&pr);
             if (gst == KILN_ERR_OUT_OF_MEMORY)
                 return fail(r, 500, "server_error", NULL, NULL, "out of memory (grammar)");
             return fail(r, 400, "invalid_request_error", NULL, "tools",
                         "the tools' parameters cannot constrain the call: %s", gerr.message);
         }
+        r->tool_grammar = tool_grammar;
         g->req.grammar = tool_grammar;
     }
 
-    /* The engine is now in charge of time: no idle timeout until the response is done. */
-    MHD_set_connection_option(r->conn, MHD_CONNECTION_OPTION_TIMEOUT, 0u);
-    r->timeout_off = true;
-    atomic_fetch_add(&s->in_flight, 1);
-    r->counted = true;
+    for (int32_t pi = 0; pi < g->n_prompts; pi++) {
+        if (!srv_gen_use_prompt(g, pi, s->n_vocab, &e)) return queue_error(r, &e);
+        srv_prompt pr;
+        if (!srv_prompt_build(&s->chat, s->m, g, true, &pr, &e)) return queue_error(r, &e);
+        const int32_t n = pr.n; /* a chat assistant prefill counts as prompt tokens (fill_hidden) */
+        r->n_prompt += n;
 
-    kiln_error err = {0};
-    kiln_status st = kiln_engine_submit(s->e, &g->req, &r->stream, &err);
-    srv_prompt_free(&pr); /* the engine copied what it needs */
-    if (tool_grammar) { /* the engine took its own reference */
+        /* Budget: prompt + max_tokens - 1 positions must fit the context and the KV pool. */
+        int64_t pool = (int64_t)s->kv_blocks_total * s->block_size;
+        int64_t limit = pool < s->n_ctx ? pool : s->n_ctx;
+        int64_t max_tokens = g->req.max_tokens;
+        if (!g->max_tokens_set) {
+            max_tokens = limit - n + 1;
+            /* OpenAI's default of 16 generated tokens, after an asserted fill's own tokens (which
+             * count towards max_tokens): its continuation ids, else the fill tokenized alone as
+             * the engine will (a default only: the engine checks the real count) */
+            int64_t dflt = 16;
+            if (kind == SRV_COMPLETION && g->has_fill && g->req.fill_policy == KILN_FILL_ASSERT) {
+                if (pr.fill_ids) {
+                    dflt += pr.n_fill;
+                } else {
+                    int32_t *fids = NULL, nf = 0;
+                    srv_error fe = {0};
+                    if (srv_tokenize(s->m, g->req.fill, g->req.fill_len, false, false, &fids, &nf,
+                                     &fe))
+                        dflt += nf;
+                    free(fids);
+                }
+            }
+            if (kind == SRV_COMPLETION && max_tokens > dflt) max_tokens = dflt;
+        }
+        int64_t need = (int64_t)n + (max_tokens > 0 ? max_tokens : 1) - 1;
+        if (max_tokens < 1 || need > s->n_ctx) {
+            srv_prompt_free(&pr);
+            return fail(r, 400, "invalid_request_error", "context_over_budget",
+                        g->max_tokens_set && n <= s->n_ctx ? "max_tokens"
+                        : kind == SRV_CHAT                 ? "messages"
+                                                           : "prompt",
+                        "This model's maximum context length is %d tokens. However, you requested "
+                        "%lld tokens (%d in the prompt, %lld for the completion).",
+                        s->n_ctx, (long long)(n + (max_tokens > 0 ? max_tokens : 0)), n,
+                        (long long)(max_tokens > 0 ? max_tokens : 0));
+        }
+        if (s->block_size > 0 && (need + s->block_size - 1) / s->block_size > s->kv_blocks_total) {
+            srv_prompt_free(&pr);
+            return fail(r, 400, "invalid_request_error", "context_over_budget", "max_tokens",
+                        "The request needs %lld KV positions (%d prompt + %lld completion tokens, "
+                        "less the last generated token, which is never stored), more than the "
+                        "server's whole KV cache (%lld positions).",
+                        (long long)need, n, (long long)max_tokens, (long long)pool);
+        }
+        g->req.max_tokens = (int32_t)max_tokens;
+        g->req.prompt_ids = pr.ids;
+        g->req.n_prompt_ids = n - pr.n_prefill;
+        g->req.prompt = NULL;
+        if (pr.n_prefill > 0) {
+            /* Chat assistant prefill: the message's tokens continue the prompt, asserted and not
+             * emitted, so the reply is only the continuation. */
+            g->req.fill_ids = pr.ids + (n - pr.n_prefill);
+            g->req.n_fill_ids = pr.n_prefill;
+            g->req.fill = NULL;
+            g->req.fill_policy = KILN_FILL_ASSERT;
+            g->req.fill_hidden = true;
+        } else if (pr.fill_ids) {
+            /* the fill as the prompt's continuation (srv_prompt_build): exactly its text */
+            g->req.fill_ids = pr.fill_ids;
+            g->req.n_fill_ids = pr.n_fill;
+            g->req.fill = NULL;
+        }
+        if (pr.pred_ids) {
+            g->req.prediction_ids = pr.pred_ids;
+            g->req.n_prediction_ids = pr.n_pred;
+            g->req.prediction = NULL;
+        }
+
+        if (r->api) r->api->n_prompt = n;
+        /* The prompt's text: echoed, and where completions' text_offset starts (OpenAI counts
+         * offsets from the start of prompt + completion). */
+        srv_buf ptext = {0};
+        if (kind == SRV_COMPLETION) {
+            if (g->prompt_text) {
+                srv_buf_add(&ptext, g->prompt_text, g->prompt_len);
+            } else if (kiln_model_has_tokenizer(s->m)) {
+                size_t tl = 0;
+                kiln_error derr = {0};
+                char *tb = NULL;
+                if (kiln_model_detokenize(s->m, g->prompt_ids, g->n_prompt_ids, NULL, 0, &tl,
+                                          &derr) == KILN_OK &&
+                    (tb = malloc(tl + 1)) &&
+                    kiln_model_detokenize(s->m, g->prompt_ids, g->n_prompt_ids, tb, tl, &tl,
+                                          &derr) == KILN_OK)
+                    srv_buf_add(&ptext, tb, tl);
+                free(tb);
+            }
+        }
+
+        /* The engine is now in charge of time: no idle timeout until the response is done. */
+        if (!r->timeout_off) {
+            MHD_set_connection_option(r->conn, MHD_CONNECTION_OPTION_TIMEOUT, 0u);
+            r->timeout_off = true;
+            atomic_fetch_add(&s->in_flight, 1);
+            r->counted = true;
+        }
+
+        kiln_error err = {0};
+        kiln_stream *streams[KILN_MAX_CHOICES] = {0};
+        kiln_status st = kiln_engine_submit_n(s->e, &g->req, g->n, streams, &err);
+        srv_prompt_free(&pr); /* the engine copied what it needs */
+        g->req.prompt_ids = NULL;
+        g->req.fill_ids = NULL;
+        g->req.prediction_ids = NULL;
+        if (st != KILN_OK) {
+            srv_buf_free(&ptext);
+            if (st == KILN_ERR_QUEUE_FULL)
+                return fail(r, 503, "server_error", "queue_full", NULL,
+                            "The server is busy: its request queue is full. Retry later. (%s)",
+                            err.message);
+            if (st == KILN_ERR_CANCELLED)
+                return fail(r, 503, "server_error", "shutting_down", NULL, "%s", err.message);
+            if (st == KILN_ERR_CONTEXT_OVER_BUDGET)
+                return fail(r, 400, "invalid_request_error", "context_over_budget", NULL, "%s",
+                            err.message);
+            if (st == KILN_ERR_INVALID_ARGUMENT || st == KILN_ERR_NOT_FOUND)
+                return fail(r, 400, "invalid_request_error", NULL, NULL, "%s", err.message);
+            return fail(r, 500, "server_error", NULL, NULL, "%s", err.message);
+        }
+        const union MHD_ConnectionInfo *ci =
+            MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+        const int64_t chars = srv_utf8_count(ptext.p ? ptext.p : "", ptext.len);
+        for (int32_t j = 0; j < g->n; j++) {
+            srv_choice *c = &r->ch[pi * g->n + j];
+            c->stream = streams[j];
+            c->ri = r->ri;
+            c->ri.index = pi * g->n + j;
+            c->text_offset = chars;
+            c->watch_h = srv_watch_add(s->watch, ci ? ci->connect_fd : -1, c->stream);
+            if (atomic_load(&s->force_cancel)) kiln_stream_cancel(c->stream);
+            if (g->echo && ptext.len > 0 && !srv_buf_add(&c->echo, ptext.p, ptext.len)) {
+                srv_buf_free(&ptext);
+                return fail(r, 500, "server_error", NULL, NULL, "out of memory (echo)");
+            }
+            if (g->echo) c->text_offset = 0;
+            if (want_tp) {
+                kiln_tool_parser_params tpp = {.format = s->chat.tool_format,
+                                               .stream_arguments = g->stream,
+                                               .seed = srv_random_u64()};
+                kiln_error terr = {0};
+                c->tool_calls = json_array();
+                if (!c->tool_calls || kiln_tool_parser_create(&tpp, &c->tp, &terr) != KILN_OK) {
+                    srv_buf_free(&ptext);
+                    return fail(r, 500, "server_error", NULL, NULL, "out of memory (tool parser)");
+                }
+                c->ri.tool_calls = c->tool_calls;
+            }
+        }
+        srv_buf_free(&ptext);
+    }                   /* prompts */
+    if (tool_grammar) { /* the engine took its own references */
         kiln_grammar_destroy(tool_grammar);
+        r->tool_grammar = NULL;
         g->req.grammar = NULL;
     }
-    g->req.prompt_ids = NULL;
-    g->req.fill_ids = NULL;
-    g->req.prediction_ids = NULL;
-    if (st != KILN_OK) {
-        r->stream = NULL;
-        if (st == KILN_ERR_QUEUE_FULL)
-            return fail(r, 503, "server_error", "queue_full", NULL,
-                        "The server is busy: its request queue is full. Retry later. (%s)",
-                        err.message);
-        if (st == KILN_ERR_CANCELLED)
-            return fail(r, 503, "server_error", "shutting_down", NULL, "%s", err.message);
-        if (st == KILN_ERR_CONTEXT_OVER_BUDGET)
-            return fail(r, 400, "invalid_request_error", "context_over_budget", NULL, "%s",
-                        err.message);
-        if (st == KILN_ERR_INVALID_ARGUMENT || st == KILN_ERR_NOT_FOUND)
-            return fail(r, 400, "invalid_request_error", NULL, NULL, "%s", err.message);
-        return fail(r, 500, "server_error", NULL, NULL, "%s", err.message);
-    }
-    const union MHD_ConnectionInfo *ci =
-        MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
-    r->watch_h = srv_watch_add(s->watch, ci ? ci->connect_fd : -1, r->stream);
-    if (atomic_load(&s->force_cancel)) kiln_stream_cancel(r->stream);
 
     kiln_event ev;
+    srv_choice *c;
     if (!g->stream) {
+        for (int32_t i = 0; i < r->n_ch; i++) /* the echoed prompt begins the text */
+            if (r->ch[i].echo.len &&
+                !srv_buf_add(&r->ch[i].text, r->ch[i].echo.p, r->ch[i].echo.len))
+                return MHD_NO;
         while (!r->finished) {
-            if (!next_event(r, -1, &ev) || !take_event(r, &ev)) {
-                kiln_stream_cancel(r->stream);
+            if (!next_any(r, -1, &ev, &c) || !take_event(r, c, &ev)) {
+                for (int32_t i = 0; i < r->n_ch; i++) kiln_stream_cancel(r->ch[i].stream);
                 return MHD_NO;
             }
         }
         if (r->client_gone) return MHD_NO;
         if (r->finish == KILN_FINISH_ERROR) return finish_error(r);
-        if (r->text.oom) return MHD_NO;
+        for (int32_t i = 0; i < r->n_ch; i++)
+            if (r->ch[i].text.oom) return MHD_NO;
         size_t len = 0;
         char *body;
         if (r->api) {
             if (r->finish == KILN_FINISH_CANCELLED)
                 return fail(r, 503, "server_error", "shutting_down", NULL,
                             "The server is shutting down; the generation was cancelled");
-            srv_api_end end = {r->finish, &r->usage, r->fin_message, r->tool_calls};
-            body = r->api->ops->whole(r->api, r->text.p ? r->text.p : "", r->text.len, &end, &len);
+            srv_choice *c0 = &r->ch[0];
+            srv_api_end end = {r->finish, &r->usage, r->fin_message, c0->tool_calls};
+            body = r->api->ops->whole(r->api, c0->text.p ? c0->text.p : "", c0->text.len, &end,
+                                      &len);
         } else {
-            body = srv_response_json(&r->ri, r->text.p ? r->text.p : "", r->text.len, r->toks,
-                                     r->n_toks, r->finish, &r->usage, &len);
+            srv_choice_out outs[KILN_MAX_CHOICES * SRV_MAX_PROMPTS];
+            for (int32_t i = 0; i < r->n_ch; i++) {
+                srv_choice *ci2 = &r->ch[i];
+                outs[i] = (srv_choice_out){.ri = &ci2->ri,
+                                           .text = ci2->text.p ? ci2->text.p : "",
+                                           .text_len = ci2->text.len,
+                                           .toks = ci2->toks,
+                                           .n_toks = ci2->n_toks,
+                                           .finish = ci2->finish,
+                                           .ids = ci2->ids,
+                                           .n_ids = ci2->n_ids,
+                                           .text_offset = ci2->text_offset};
+            }
+            body = srv_response_json_n(&r->ri, outs, r->n_ch, &r->usage, &len);
         }
         return queue_body(r, 200, "application/json", body, len, false);
     }
 
     /* Streaming: wait for the first event so that a request that fails at admission still
      * gets a proper status instead of a broken stream. */
-    if (!next_event(r, -1, &ev)) {
-        kiln_stream_cancel(r->stream);
+    if (!next_any(r, -1, &ev, &c)) {
+        for (int32_t i = 0; i < r->n_ch; i++) kiln_stream_cancel(r->ch[i].stream);
         return MHD_NO;
     }
     if (ev.type == KILN_EVENT_FINISH && ev.finish_reason == KILN_FINISH_ERROR) {
-        take_event(r, &ev);
+        r->gen.stream = false; /* no chunk: a proper error status instead */
+        take_event(r, c, &ev);
+        for (int32_t i = 0; i < r->n_ch; i++) kiln_stream_cancel(r->ch[i].stream);
         return finish_error(r);
     }
-    if (!(r->api ? r->api->ops->start(r->api, &r->out) : srv_sse_role(&r->ri, &r->out)) ||
-        !take_event(r, &ev))
-        return MHD_NO;
+    bool started = r->api ? r->api->ops->start(r->api, &r->out) : true;
+    for (int32_t i = 0; started && !r->api && i < r->n_ch; i++) {
+        srv_choice *ci2 = &r->ch[i];
+        started = srv_sse_role(&ci2->ri, &r->out);
+        if (started && ci2->echo.len) /* the echoed prompt, as the choice's first text */
+            started = srv_sse_text(&ci2->ri, ci2->echo.p, ci2->echo.len, NULL, 0,
+                                   &ci2->text_offset, &r->out);
+    }
+    if (!started || !take_event(r, c, &ev)) return MHD_NO;
     if (r->client_gone) return MHD_NO;
     struct MHD_Response *resp =
         MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, SRV_SSE_BLOCK, sse_reader, r, NULL);
@@ -849,7 +1104,7 @@ static int route_of(const char *url, bool *is_post) {
         {"/v1/models", ROUTE_MODELS, false},          {"/health", ROUTE_HEALTH, false},
         {"/metrics", ROUTE_METRICS, false},           {"/tokenize", ROUTE_TOKENIZE, true},
         {"/detokenize", ROUTE_DETOKENIZE, true},      {"/v1/messages", ROUTE_MESSAGES, true},
-        {"/v1/responses", ROUTE_RESPONSES, true},
+        {"/v1/responses", ROUTE_RESPONSES, true},     {"/", ROUTE_PAGE, false},
     };
     for (size_t i = 0; i < sizeof table / sizeof table[0]; i++)
         if (!strcmp(url, table[i].path)) {
@@ -885,6 +1140,8 @@ static enum MHD_Result dispatch(srv_req *r, const char *url) {
         return route_models(r, url);
     case ROUTE_HEALTH:
         return route_health(r);
+    case ROUTE_PAGE:
+        return route_page(r);
     case ROUTE_METRICS:
         return route_metrics(r);
     case ROUTE_TOKENIZE:
@@ -913,7 +1170,9 @@ static bool precheck(srv_req *r, struct MHD_Connection *c, const char *method, c
     bool is_get = !strcmp(method, "GET") || !strcmp(method, "HEAD") ||
                   (r->route == ROUTE_RESPONSE_ID && !strcmp(method, "DELETE"));
     int state = atomic_load(&s->state);
-    bool open_route = r->route == ROUTE_HEALTH || r->route == ROUTE_METRICS;
+    /* The page is open (no key, any state): it asks for the key itself. */
+    bool open_route =
+        r->route == ROUTE_HEALTH || r->route == ROUTE_METRICS || r->route == ROUTE_PAGE;
     if (r->route == ROUTE_NONE)
         *ret = fail(r, 404, "invalid_request_error", NULL, NULL, "Invalid URL (%.12s %.100s)",
                     method, url);
@@ -948,7 +1207,6 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *c, const char
         *con_cls = r;
         r->s = s;
         r->conn = c;
-        r->watch_h = -1;
         r->t_start = srv_now_ms();
         snprintf(r->method, sizeof r->method, "%s", method);
         snprintf(r->path, sizeof r->path, "%s", url);
@@ -998,17 +1256,19 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
     bool gone = r->client_gone;
     /* A generation whose FINISH event was never read (the connection failed first) still
      * counts, as cancelled, with the tokens seen so far. */
-    if (r->stream && !r->finished)
-        srv_metrics_generation(&s->metrics, r->n_prompt, 0, r->n_tokens, KILN_FINISH_CANCELLED,
-                               (srv_now_ms() - r->t_start) / 1e3);
-    if (r->stream) {
+    for (int32_t i = 0; i < r->n_ch; i++) {
+        srv_choice *ch = &r->ch[i];
+        if (!ch->stream) continue;
+        if (!ch->finished)
+            srv_metrics_generation(&s->metrics, i == 0 ? r->n_prompt : 0, 0, ch->n_tokens,
+                                   KILN_FINISH_CANCELLED, (srv_now_ms() - r->t_start) / 1e3);
         /* a hang-up the watcher saw after a generation finished on its own and its response
          * went out whole is the client closing a done connection, not a disconnect */
         const bool done_ok = r->finished && r->finish != KILN_FINISH_CANCELLED &&
                              toe == MHD_REQUEST_TERMINATED_COMPLETED_OK;
-        if (srv_watch_remove(s->watch, r->watch_h) && !done_ok) gone = true;
-        kiln_stream_destroy(r->stream); /* cancels it if still running */
-        r->stream = NULL;
+        if (srv_watch_remove(s->watch, ch->watch_h) && !done_ok) gone = true;
+        kiln_stream_destroy(ch->stream); /* cancels it if still running */
+        ch->stream = NULL;
     }
     if (r->timeout_off)
         MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, (unsigned)s->timeout_s);
@@ -1053,12 +1313,13 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
     srv_gen_free(&r->gen);
     srv_api_out_destroy(r->api);
     srv_buf_free(&r->body);
-    srv_buf_free(&r->text);
     srv_buf_free(&r->out);
-    srv_buf_free(&r->args);
-    kiln_tool_parser_destroy(r->tp);
-    json_decref(r->tool_calls);
-    free(r->toks);
+    for (int32_t i = 0; i < r->n_ch; i++) {
+        srv_buf_free(&r->ch[i].echo);
+        choice_free(&r->ch[i]);
+    }
+    free(r->ch);
+    kiln_grammar_destroy(r->tool_grammar);
     free(r);
 }
 
@@ -1131,7 +1392,7 @@ kiln_status kiln_server_start(const kiln_server_params *p, kiln_server **out, ki
     srv_metrics_init(&s->metrics);
     s->host = strdup(p->host ? p->host : "127.0.0.1");
     s->api_key = p->api_key && p->api_key[0] ? strdup(p->api_key) : NULL;
-    s->model_name = strdup(p->model_name && p->model_name[0] ? p->model_name : "kiln");
+    bool names_ok = split_model_names(s, p->model_name);
     s->max_body = p->max_body ? p->max_body : SRV_DEFAULT_MAX_BODY;
     s->max_conn = p->max_connections ? p->max_connections : SRV_DEFAULT_MAX_CONN;
     s->timeout_s = p->timeout_s ? p->timeout_s : SRV_DEFAULT_TIMEOUT_S;
@@ -1143,7 +1404,7 @@ kiln_status kiln_server_start(const kiln_server_params *p, kiln_server **out, ki
     atomic_init(&s->force_cancel, false);
     atomic_init(&s->in_flight, 0);
     kiln_status st;
-    if (!s->host || !s->model_name || (p->api_key && p->api_key[0] && !s->api_key)) {
+    if (!s->host || !names_ok || (p->api_key && p->api_key[0] && !s->api_key)) {
         st = kiln_error_set(err, KILN_ERR_OUT_OF_MEMORY, "out of memory (server)");
         goto fail;
     }
@@ -1182,6 +1443,7 @@ fail:
     free(s->host);
     free(s->api_key);
     free(s->model_name);
+    free(s->names_buf);
     free(s);
     return st;
 }
@@ -1276,5 +1538,6 @@ void kiln_server_destroy(kiln_server *s) {
     free(s->host);
     free(s->api_key);
     free(s->model_name);
+    free(s->names_buf);
     free(s);
 }

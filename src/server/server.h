@@ -34,7 +34,11 @@ typedef struct kiln_server_params {
     const char *api_key;     /* when set, the /v1 routes, /tokenize and /detokenize require
                                 "Authorization: Bearer <key>" or "x-api-key: <key>" (401
                                 otherwise) */
-    const char *model_name;  /* the id /v1/models lists and responses carry; NULL = "kiln" */
+    const char *model_name;  /* the served model's names, comma-separated: the first is the id
+                                /v1/models lists and responses carry, the others are aliases.
+                                A request's "model" (completions, chat) must be one of them or
+                                absent (404 model_not_found otherwise, as OpenAI answers); at
+                                most 16 names; NULL or "" = "kiln" */
     size_t max_body;         /* request body limit in bytes (413 above); 0 = 8 MiB */
     int32_t max_connections; /* concurrent connections; 0 = 256 */
     int32_t timeout_s;       /* seconds a client may stay silent while sending a request or

@@ -10,6 +10,7 @@
 
 #include "tokenizer/hf_tokenizer.h"
 #include "tokenizer/tokenizer_internal.h"
+#include "tokenizer/vocab.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -25,26 +26,6 @@ static void put(char *buf, size_t cap, size_t *n, const char *s, size_t m) {
         memcpy(buf + *n, s, k);
     }
     *n += m;
-}
-
-static bool byte_piece(const char *s, uint32_t n, uint8_t *b) {
-    if (n != 6 || s[0] != '<' || s[1] != '0' || s[2] != 'x' || s[5] != '>') return false;
-    unsigned v = 0;
-    for (int i = 3; i < 5; i++) {
-        char c = s[i];
-        unsigned d;
-        if (c >= '0' && c <= '9')
-            d = (unsigned)(c - '0');
-        else if (c >= 'A' && c <= 'F')
-            d = (unsigned)(c - 'A' + 10);
-        else if (c >= 'a' && c <= 'f')
-            d = (unsigned)(c - 'a' + 10);
-        else
-            return false;
-        v = v * 16 + d;
-    }
-    *b = (uint8_t)v;
-    return true;
 }
 
 size_t kiln_tokenizer_piece(const kiln_tokenizer *t, int32_t id, bool render_special, char *buf,
@@ -68,7 +49,7 @@ size_t kiln_tokenizer_piece(const kiln_tokenizer *t, int32_t id, bool render_spe
     switch (v->type) {
     case KILN_VOCAB_LLAMA2C:
         /* run.c decode: "<0xNN>" is the raw byte, everything else is the text as stored */
-        if (byte_piece(s, sl, &b))
+        if (kiln_vocab_byte_piece(s, sl, &b))
             put(buf, cap, &n, (const char *)&b, 1);
         else
             put(buf, cap, &n, s, sl);
@@ -87,7 +68,7 @@ size_t kiln_tokenizer_piece(const kiln_tokenizer *t, int32_t id, bool render_spe
                     i++;
                 }
             }
-        } else if (ty == KILN_TOKEN_BYTE && byte_piece(s, sl, &b)) {
+        } else if (ty == KILN_TOKEN_BYTE && kiln_vocab_byte_piece(s, sl, &b)) {
             put(buf, cap, &n, (const char *)&b, 1);
         }
         return n; /* UNUSED / UNDEFINED: nothing, as llama.cpp */

@@ -369,6 +369,18 @@ kiln_status kiln_tokenizer_from_gguf(const kiln_gguf *g, kiln_tokenizer **out, k
             ty = (tmp >= 0 && tmp <= 6 && tmp == floor(tmp)) ? (int32_t)tmp : KILN_TOKEN_UNDEFINED;
         }
         v->token_type[i] = ty;
+        uint8_t byte;
+        if (ty == KILN_TOKEN_BYTE && type != KILN_VOCAB_BPE &&
+            !kiln_vocab_byte_piece(v->text[i], v->text_len[i], &byte)) {
+            /* llama.cpp's token_to_byte parses the hex digits and throws on anything else */
+            char eb[40];
+            snprintf(eb, sizeof eb, "%.32s", v->text[i]);
+            st = kiln_error_set(err, KILN_ERR_FORMAT,
+                                "%s: token %d has type byte (6) but its text '%s' is not a byte "
+                                "token's \"<0xNN>\" (two hex digits)",
+                                path, i, eb);
+            goto fail;
+        }
     }
     if (merges) {
         v->merges = calloc(merges->arr.n ? (size_t)merges->arr.n : 1, sizeof *v->merges);

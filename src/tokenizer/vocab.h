@@ -68,4 +68,11 @@ void kiln_vocab_index_free(kiln_vocab *v);
  */
 void kiln_vocab_free(kiln_vocab *v);
 
+/**
+ * Whether s[0..n) is a byte token's text, exactly "<0xNN>" with two hex digits (either case),
+ * as SentencePiece's byte_fallback pieces and llama2.c's tokenizer.bin spell them; *b gets NN.
+ * False for anything else ("<0x-1>", "<0xZZ>", "<0x100>"), *b untouched.
+ */
+bool kiln_vocab_byte_piece(const char *s, uint32_t n, uint8_t *b);
+
 #endif

@@ -80,6 +80,9 @@ static kiln_engine_params base_params(void) {
     p.n_ctx = 256;
     p.kv_tokens = 64 * 256;
     p.n_threads = 2;
+    /* hits at every block and the disk tier need every block of a sliding-window layer
+     * (src/engine/kv_window.c; test_engine_window covers hits on the freeing path) */
+    p.kv_keep_window = true;
     return p;
 }
 

@@ -388,6 +388,25 @@ static void test_synthetic(void) {
         expect("dup tensor", &g.b, KILN_ERR_FORMAT, "'x' appears twice");
         bb_free(&g.b);
     }
+    /* An empty metadata key and an empty tensor name (issue 20): refused, named. */
+    memset(&g, 0, sizeof g);
+    gb_header(&g, 3, 0, 2);
+    gb_kv_u32(&g, "k1", 1);
+    gb_kv_u32(&g, "", 2);
+    expect("empty key", &g.b, KILN_ERR_FORMAT, "metadata kv #1: key at offset");
+    expect("empty key says so", &g.b, KILN_ERR_FORMAT, "is empty");
+    bb_free(&g.b);
+    {
+        uint64_t ne[1] = {8};
+        memset(&g, 0, sizeof g);
+        gb_header(&g, 3, 1, 0);
+        gb_tensor(&g, "", 1, ne, 0, 0);
+        bb_pad_to(&g.b, 32);
+        bb_zeros(&g.b, 32);
+        expect("empty tensor name", &g.b, KILN_ERR_FORMAT, "tensor info #0: name at offset");
+        expect("empty tensor name says so", &g.b, KILN_ERR_FORMAT, "is empty");
+        bb_free(&g.b);
+    }
 
     /* general.alignment. */
     const struct {

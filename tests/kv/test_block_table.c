@@ -80,7 +80,7 @@ static void test_reserve_truncate(void) {
     CHECKF(strstr(err.message, "n_tokens") != NULL, "'%s'", err.message);
     CHECK(kiln_block_table_reserve(NULL, pool, 1, &err) == KILN_ERR_INVALID_ARGUMENT);
     CHECK(kiln_block_table_reserve(&bt, NULL, 1, NULL) == KILN_ERR_INVALID_ARGUMENT);
-    kiln_block_table bad = {NULL, 3, 0};
+    kiln_block_table bad = {NULL, 3, 0, 0};
     CHECK(kiln_block_table_reserve(&bad, pool, 100, &err) == KILN_ERR_INVALID_ARGUMENT);
     CHECK(used(pool) == 0);
     kiln_block_table_truncate(NULL, pool, 0);
@@ -195,9 +195,109 @@ static void test_fork(void) {
     kiln_kv_pool_destroy(pool);
 }
 
+/* Layer groups and holes (src/engine/kv_window.c): a pool with a layer mask holds
+ * storage only for its layers; free_below gives back the blocks wholly below a position and
+ * leaves holes that truncate, release and reserve skip. */
+static void test_groups_and_holes(void) {
+    const bool sliding[4] = {true, true, false, true};
+    kiln_kv_pool_params p = {.n_layer = 4, .kv_dim = 8, .block_size = 16, .n_blocks = 6,
+                             .dtype = KILN_DTYPE_F32, .layers = sliding, .window = 20};
+    kiln_kv_pool *pool = NULL;
+    REQUIRE(kiln_kv_pool_create(&p, &pool, NULL) == KILN_OK);
+    CHECK(kiln_kv_pool_n_layers_stored(pool) == 3 && kiln_kv_pool_window(pool) == 20);
+    CHECK(kiln_kv_pool_holds_layer(pool, 1) && !kiln_kv_pool_holds_layer(pool, 2) &&
+          !kiln_kv_pool_holds_layer(pool, 4) && !kiln_kv_pool_holds_layer(NULL, 0));
+    /* storage: 3 layers x 6 blocks x (16 rows x 32 bytes) for K and for V */
+    CHECK(kiln_kv_pool_storage_bytes(pool) == 2 * 3 * 6 * 16 * 32);
+    CHECK(kiln_kv_pool_k(pool, 2, 0) == NULL && kiln_kv_pool_k(pool, 3, 0) != NULL);
+    CHECK((char *)kiln_kv_pool_k(pool, 3, 0) - (char *)kiln_kv_pool_k(pool, 1, 0) == 6 * 16 * 32);
+
+    kiln_block_table bt = {0};
+    kiln_error err;
+    CHECK(kiln_block_table_reserve(&bt, pool, 80, &err) == KILN_OK); /* 5 blocks */
+    const int32_t b2 = bt.blocks[2];
+    CHECK(kiln_block_table_free_below(&bt, pool, 0) == 0);
+    CHECK(kiln_block_table_free_below(&bt, pool, 47) == 2); /* blocks 0, 1 (32 <= 47 < 48) */
+    CHECK(bt.n_freed == 2 && bt.blocks[0] == -1 && bt.blocks[1] == -1 && bt.blocks[2] == b2);
+    CHECK(bt.n_blocks == 5 && used(pool) == 3);
+    CHECK(kiln_block_table_free_below(&bt, pool, 40) == 0); /* already gone */
+    /* the freed blocks are reusable: 3 free now */
+    CHECK(kiln_block_table_reserve(&bt, pool, 128, &err) == KILN_OK); /* 8 entries, 6 live */
+    CHECK(bt.n_blocks == 8 && used(pool) == 6 && bt.n_freed == 2);
+    /* truncate into the holes: only live blocks are unref'd */
+    kiln_block_table_truncate(&bt, pool, 20);
+    CHECK(bt.n_blocks == 2 && bt.n_freed == 2 && used(pool) == 0);
+    CHECK(kiln_kv_pool_invariant_violations(pool) == 0);
+    /* a table with holes cannot be forked (the holes are not blocks) */
+    kiln_block_table f = {0};
+    CHECK(kiln_block_table_fork(&bt, &f, pool, &err) == KILN_ERR_INTERNAL);
+    CHECK(kiln_block_table_reserve(&bt, pool, 64, &err) == KILN_OK);
+    CHECK(used(pool) == 2 && bt.n_blocks == 4);
+    kiln_block_table_release(&bt, pool);
+    CHECK(used(pool) == 0 && bt.n_freed == 0 && kiln_kv_pool_invariant_violations(pool) == 0);
+    kiln_kv_pool_destroy(pool);
+
+    /* a mask selecting no layer: block ids without storage (Mistral's full group) */
+    const bool none[2] = {false, false};
+    kiln_kv_pool_params q = {.n_layer = 2, .kv_dim = 8, .block_size = 16, .n_blocks = 4,
+                             .dtype = KILN_DTYPE_F16, .layers = none};
+    REQUIRE(kiln_kv_pool_create(&q, &pool, NULL) == KILN_OK);
+    CHECK(kiln_kv_pool_storage_bytes(pool) == 0 && kiln_kv_pool_k(pool, 0, 0) == NULL);
+    CHECK(kiln_block_table_reserve(&bt, pool, 64, &err) == KILN_OK && used(pool) == 4);
+    kiln_block_table_release(&bt, pool);
+    kiln_kv_pool_destroy(pool);
+}
+
+/* fork_prefix: full blocks shared, the partial one copied (its bytes, every layer, K and V) */
+static void test_fork_prefix(void) {
+    kiln_kv_pool *pool = make(6);
+    kiln_block_table a = {0}, b = {0}, c = {0};
+    kiln_error err;
+    CHECK(kiln_block_table_reserve(&a, pool, 40, &err) == KILN_OK); /* 3 blocks */
+    /* fill a's storage with a pattern per (layer, block, side) */
+    const size_t region = 16 * 8 * 2; /* f16 rows of kv_dim 8, 16 positions */
+    for (int32_t l = 0; l < 2; l++)
+        for (int32_t i = 0; i < 3; i++) {
+            memset(kiln_kv_pool_k(pool, l, a.blocks[i]), 1 + l * 10 + i, region);
+            memset(kiln_kv_pool_v(pool, l, a.blocks[i]), 101 + l * 10 + i, region);
+        }
+    /* 37 positions: blocks 0 and 1 shared, block 2 (positions 32..36) copied */
+    CHECK(kiln_block_table_fork_prefix(&a, &b, pool, 37, &err) == KILN_OK);
+    CHECK(b.n_blocks == 3 && b.blocks[0] == a.blocks[0] && b.blocks[1] == a.blocks[1]);
+    CHECK(b.blocks[2] != a.blocks[2] && used(pool) == 4);
+    CHECK(kiln_kv_pool_refcount(pool, a.blocks[0]) == 2 &&
+          kiln_kv_pool_refcount(pool, a.blocks[2]) == 1 &&
+          kiln_kv_pool_refcount(pool, b.blocks[2]) == 1);
+    for (int32_t l = 0; l < 2; l++) {
+        CHECK(memcmp(kiln_kv_pool_k(pool, l, b.blocks[2]), kiln_kv_pool_k(pool, l, a.blocks[2]),
+                     region) == 0);
+        CHECK(memcmp(kiln_kv_pool_v(pool, l, b.blocks[2]), kiln_kv_pool_v(pool, l, a.blocks[2]),
+                     region) == 0);
+    }
+    /* 32 positions: two full blocks, nothing copied */
+    CHECK(kiln_block_table_fork_prefix(&a, &c, pool, 32, &err) == KILN_OK);
+    CHECK(c.n_blocks == 2 && used(pool) == 4 && kiln_kv_pool_refcount(pool, a.blocks[1]) == 3);
+    kiln_block_table_release(&c, pool);
+    /* errors change nothing: beyond src, non-empty dst, no block left for the copy */
+    CHECK(kiln_block_table_fork_prefix(&a, &c, pool, 49, &err) == KILN_ERR_INVALID_ARGUMENT);
+    CHECK(kiln_block_table_fork_prefix(&a, &b, pool, 5, &err) == KILN_ERR_INVALID_ARGUMENT);
+    kiln_block_table d = {0};
+    CHECK(kiln_block_table_reserve(&d, pool, 32, &err) == KILN_OK); /* the pool is full */
+    CHECK(kiln_block_table_fork_prefix(&a, &c, pool, 37, &err) == KILN_ERR_OUT_OF_MEMORY);
+    CHECK(c.n_blocks == 0 && used(pool) == 6 && kiln_kv_pool_refcount(pool, a.blocks[0]) == 2);
+    kiln_block_table_release(&d, pool);
+    kiln_block_table_release(&a, pool);
+    kiln_block_table_release(&b, pool);
+    kiln_block_table_release(&c, pool);
+    CHECK(used(pool) == 0 && kiln_kv_pool_invariant_violations(pool) == 0);
+    kiln_kv_pool_destroy(pool);
+}
+
 int main(void) {
     test_reserve_truncate();
     test_reserve_staged();
     test_fork();
+    test_groups_and_holes();
+    test_fork_prefix();
     return kiln_test_finish("test_block_table");
 }

@@ -324,6 +324,9 @@ static void fuzz_json(int iters) {
         "prediction",
         "fill",
         "speculation",
+        "echo",  /* issue 20: echo, model (404 when unknown), n (values 1..16 accepted) */
+        "model",
+        "n",
     };
     int ok = 0, bad = 0;
     for (int i = 0; i < iters; i++) {
@@ -338,7 +341,10 @@ static void fuzz_json(int iters) {
                                  : "[{\"role\":\"user\",\"content\":[{\"type\":\"text\","
                                    "\"text\":\"x\"}]},{\"role\":\"assistant\",\"content\":null}]");
         else
-            srv_buf_adds(&b, rnd(2) ? "\"Once upon\"" : "[1, 403, 407]");
+            srv_buf_adds(&b, rnd(3) == 0   ? "[\"Once\", [1, 403], \"upon\"]" /* a batch */
+                             : rnd(2) ? "\"Once upon\""
+                                      : "[1, 403, 407]");
+        if (rnd(3) == 0) srv_buf_addf(&b, ",\"n\":%u", 1 + rnd(3));
         int nf = (int)rnd(5);
         for (int f = 0; f < nf; f++) {
             srv_buf_addf(&b, ",\"%s\":", fields[rnd(sizeof fields / sizeof fields[0])]);
@@ -349,7 +355,9 @@ static void fuzz_json(int iters) {
         snprintf(hdr, sizeof hdr, "Content-Length: %zu\r\n", b.len);
         tu_resp r = tu_request(g_port, "POST", chat ? "/v1/chat/completions" : "/v1/completions",
                                NULL, b.p);
-        CHECKF(r.status == 200 || r.status == 400, "status %d for %s: %s", r.status, b.p, r.body.p);
+        CHECKF(r.status == 200 || r.status == 400 ||
+                   (r.status == 404 && strstr(r.body.p ? r.body.p : "", "model_not_found")),
+               "status %d for %s: %s", r.status, b.p, r.body.p);
         if (r.status == 200) {
             ok++;
             if (!strstr(r.headers, "event-stream")) {

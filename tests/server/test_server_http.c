@@ -12,6 +12,7 @@
 #include <pthread.h>
 
 #include "model/model.h"
+#include "server/chat_page.h"
 #include "server_test_util.h"
 
 /* The prefix cache (issue 13): the second of two identical long prompts must report
@@ -57,6 +58,218 @@ static char *engine_run(kiln_engine *e, const kiln_request *rq, kiln_finish_reas
     }
     kiln_stream_destroy(s);
     return b.p;
+}
+
+static void expect_error(tsrv *t, const char *method, const char *path, const char *headers,
+                         const char *body, int status, const char *code, const char *param);
+
+/* The engine's text for the prompt "Once upon a time" (BOS added) sampled at temperature 0.9
+ * with this seed, max_tokens 8, through the C API. */
+static char *seeded_text(kiln_engine *e, uint64_t seed, kiln_usage *u) {
+    kiln_request rq = kiln_request_defaults();
+    rq.prompt = "Once upon a time";
+    rq.max_tokens = 8;
+    rq.temperature = 0.9f;
+    rq.seed = seed;
+    kiln_finish_reason fin;
+    return engine_run(e, &rq, &fin, u);
+}
+
+/* Several choices (n), several prompts, echo, logprobs 0, the request's model (issue 20). */
+static void test_choices(tsrv *t) {
+    /* n = 3 through an alias of the served id: choice i is the single request with seed 42+i */
+    tu_resp r = tu_request(t->port, "POST", "/v1/completions", KEY_HDR,
+                           "{\"model\":\"tiny-alias\",\"prompt\":\"Once upon a time\",\"n\":3,"
+                           "\"max_tokens\":8,\"temperature\":0.9,\"seed\":42,\"logprobs\":0}");
+    CHECKF(r.status == 200, "n=3: %d %s", r.status, r.body.p);
+    json_t *j = tu_json(&r);
+    json_t *chs = json_object_get(j, "choices");
+    CHECK(json_array_size(chs) == 3);
+    CHECK(!strcmp(json_string_value(json_object_get(j, "model")) ?: "", "stories"));
+    long long completion = 0;
+    kiln_usage u1 = {0};
+    for (size_t i = 0; i < json_array_size(chs); i++) {
+        json_t *c = json_array_get(chs, i);
+        CHECK(json_integer_value(json_object_get(c, "index")) == (json_int_t)i);
+        char *want = seeded_text(t->e, 42 + i, &u1);
+        const char *got = json_string_value(json_object_get(c, "text")) ?: "";
+        CHECKF(!strcmp(got, want), "choice %zu: '%s', single request with seed %zu: '%s'", i,
+               got, 42 + i, want);
+        free(want);
+        completion += u1.completion_tokens;
+        /* logprobs 0: no alternatives (null, as OpenAI), text_offset from the prompt's end */
+        json_t *lp = json_object_get(c, "logprobs");
+        CHECK(json_is_null(json_object_get(lp, "top_logprobs")));
+        CHECKF(json_integer_value(json_array_get(json_object_get(lp, "text_offset"), 0)) == 16,
+               "text_offset starts at %lld, want 16 (the prompt's length)",
+               (long long)json_integer_value(
+                   json_array_get(json_object_get(lp, "text_offset"), 0)));
+    }
+    json_t *u = json_object_get(j, "usage");
+    CHECK(json_integer_value(json_object_get(u, "prompt_tokens")) == u1.prompt_tokens);
+    CHECKF(json_integer_value(json_object_get(u, "completion_tokens")) == completion,
+           "usage.completion_tokens %lld, the choices' sum %lld",
+           (long long)json_integer_value(json_object_get(u, "completion_tokens")), completion);
+    json_decref(j);
+    tu_free(&r);
+
+    /* the model field: unknown -> 404 model_not_found; a wrong type -> 400 */
+    expect_error(t, "POST", "/v1/completions", KEY_HDR, "{\"model\":\"gpt-4\",\"prompt\":\"a\"}",
+                 404, "model_not_found", "model");
+    expect_error(t, "POST", "/v1/chat/completions", KEY_HDR,
+                 "{\"model\":\"gpt-4\",\"messages\":[{\"role\":\"user\",\"content\":\"a\"}]}", 404,
+                 "model_not_found", "model");
+    expect_error(t, "POST", "/v1/completions", KEY_HDR, "{\"model\":7,\"prompt\":\"a\"}", 400,
+                 NULL, "model");
+
+    /* a streamed chat with n = 2, greedy: every chunk names its choice, both texts equal */
+    r = tu_request(t->port, "POST", "/v1/chat/completions", KEY_HDR,
+                   "{\"model\":\"stories\",\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}],"
+                   "\"n\":2,\"max_tokens\":12,\"temperature\":0,\"stream\":true,"
+                   "\"stream_options\":{\"include_usage\":true}}");
+    CHECKF(r.status == 200, "chat stream n=2: %d", r.status);
+    srv_buf txt[2] = {{0}, {0}};
+    int finishes[2] = {0, 0}, roles[2] = {0, 0};
+    long long usage_completion = -1;
+    for (char *p = r.body.p; p && *p;) {
+        REQUIRE(!strncmp(p, "data: ", 6));
+        char *end = strstr(p, "\n\n");
+        REQUIRE(end);
+        *end = '\0';
+        if (strcmp(p + 6, "[DONE]")) {
+            json_t *ev = json_loads(p + 6, 0, NULL);
+            REQUIRE(ev);
+            json_t *c = json_array_get(json_object_get(ev, "choices"), 0);
+            if (c) {
+                json_int_t ix = json_integer_value(json_object_get(c, "index"));
+                REQUIRE(ix == 0 || ix == 1);
+                json_t *d = json_object_get(c, "delta");
+                if (json_object_get(d, "role")) roles[ix]++;
+                srv_buf_adds(&txt[ix], json_string_value(json_object_get(d, "content")) ?: "");
+                if (json_is_string(json_object_get(c, "finish_reason"))) finishes[ix]++;
+            } else {
+                usage_completion = json_integer_value(
+                    json_object_get(json_object_get(ev, "usage"), "completion_tokens"));
+            }
+            json_decref(ev);
+        }
+        p = end + 2;
+    }
+    CHECK(roles[0] == 1 && roles[1] == 1 && finishes[0] == 1 && finishes[1] == 1);
+    CHECKF(txt[0].len > 0 && txt[0].len == txt[1].len && !memcmp(txt[0].p, txt[1].p, txt[0].len),
+           "greedy choices differ: '%s' / '%s'", txt[0].p ? txt[0].p : "",
+           txt[1].p ? txt[1].p : "");
+    CHECK(usage_completion == 24);
+    for (int k = 0; k < 2; k++) srv_buf_free(&txt[k]);
+    tu_free(&r);
+
+    /* a batch of two prompts (a string, token ids) with n = 2: four choices, prompt-major */
+    r = tu_request(t->port, "POST", "/v1/completions", KEY_HDR,
+                   "{\"prompt\":[\"Once upon a time\",[1,403,407]],\"n\":2,\"max_tokens\":4,"
+                   "\"temperature\":0}");
+    CHECKF(r.status == 200, "batch: %d %s", r.status, r.body.p);
+    j = tu_json(&r);
+    chs = json_object_get(j, "choices");
+    CHECK(json_array_size(chs) == 4);
+    for (size_t i = 0; i < json_array_size(chs); i++)
+        CHECK(json_integer_value(json_object_get(json_array_get(chs, i), "index")) ==
+              (json_int_t)i);
+    const char *a0 = json_string_value(json_object_get(json_array_get(chs, 0), "text")) ?: "?";
+    const char *a1 = json_string_value(json_object_get(json_array_get(chs, 1), "text")) ?: "!";
+    CHECK(!strcmp(a0, a1));
+    CHECK(json_integer_value(json_object_get(json_object_get(j, "usage"), "prompt_tokens")) ==
+          u1.prompt_tokens + 3);
+    json_decref(j);
+    tu_free(&r);
+
+    /* echo: the text begins with the prompt */
+    r = tu_request(t->port, "POST", "/v1/completions", KEY_HDR,
+                   "{\"prompt\":\"Once upon a time\",\"echo\":true,\"max_tokens\":4,"
+                   "\"temperature\":0}");
+    j = tu_json(&r);
+    const char *et = json_string_value(
+                         json_object_get(json_array_get(json_object_get(j, "choices"), 0), "text"))
+                         ?: "";
+    CHECKF(r.status == 200 && !strncmp(et, "Once upon a time", 16) && strlen(et) > 16,
+           "echo: %d '%s'", r.status, et);
+    json_decref(j);
+    tu_free(&r);
+}
+
+/* A model without a tokenizer (stories260K.bin: its tok512.bin is not the default name):
+ * token prompts only, and the choices carry token_ids, whole and streamed, equal to the
+ * engine's ids (issue 20: no "text": "" without ids). */
+static void test_no_tokenizer(void) {
+    kiln_model *m = NULL;
+    kiln_error err = {0};
+    /* the checkpoint alone in a directory of its own: no tokenizer beside it */
+    char dir[64], path[96], cmd[512];
+    snprintf(dir, sizeof dir, "/tmp/kiln-test-notok-%d", (int)getpid());
+    snprintf(path, sizeof path, "%s/model.bin", dir);
+    snprintf(cmd, sizeof cmd, "mkdir -p %s && cp %s %s", dir,
+             kiln_test_shared("models/stories260K/stories260K.bin"), path);
+    REQUIRE(system(cmd) == 0);
+    kiln_status lst = kiln_model_load(path, NULL, &m, &err);
+    remove(path);
+    rmdir(dir);
+    if (lst != KILN_OK || kiln_model_has_tokenizer(m)) {
+        kiln_model_free(m);
+        printf("test_no_tokenizer: skipped (%s)\n", err.message);
+        return;
+    }
+    kiln_server_params sp = {.model_name = "bare"};
+    kiln_engine_params ep = kiln_engine_default_params();
+    ep.n_threads = 1;
+    tsrv t;
+    tsrv_start(&t, m, &sp, &ep);
+    int32_t prompt[3] = {1, 403, 407};
+    kiln_request rq = kiln_request_defaults();
+    rq.prompt_ids = prompt;
+    rq.n_prompt_ids = 3;
+    rq.max_tokens = 5;
+    rq.temperature = 0;
+    rq.ignore_eos = true;
+    kiln_stream *st = NULL;
+    REQUIRE(kiln_engine_submit(t.e, &rq, &st, &err) == KILN_OK);
+    int32_t want[5], nw = 0;
+    for (;;) {
+        kiln_event ev;
+        REQUIRE(kiln_stream_next(st, 10000, &ev, &err) == KILN_OK && ev.type != KILN_EVENT_NONE);
+        if (ev.type == KILN_EVENT_TOKEN && nw < 5) want[nw++] = ev.token;
+        if (ev.type == KILN_EVENT_FINISH) break;
+    }
+    kiln_stream_destroy(st);
+    REQUIRE(nw == 5);
+    const char *body = "{\"prompt\":[1,403,407],\"max_tokens\":5,\"temperature\":0,"
+                       "\"ignore_eos\":true}";
+    tu_resp r = tu_request(t.port, "POST", "/v1/completions", NULL, body);
+    CHECKF(r.status == 200, "no tokenizer: %d %s", r.status, r.body.p);
+    json_t *j = tu_json(&r);
+    json_t *ids = json_object_get(json_array_get(json_object_get(j, "choices"), 0), "token_ids");
+    CHECKF(json_array_size(ids) == 5, "token_ids: %s", r.body.p);
+    for (int i = 0; i < 5; i++)
+        CHECK(json_integer_value(json_array_get(ids, (size_t)i)) == want[i]);
+    json_decref(j);
+    tu_free(&r);
+    /* streamed: one chunk per token, the same ids */
+    r = tu_request(t.port, "POST", "/v1/completions", NULL,
+                   "{\"prompt\":[1,403,407],\"max_tokens\":5,\"temperature\":0,"
+                   "\"ignore_eos\":true,\"stream\":true}");
+    CHECK(r.status == 200);
+    int got = 0;
+    for (char *p = r.body.p; p && (p = strstr(p, "\"token_ids\":[")); p++) {
+        long v = strtol(p + strlen("\"token_ids\":["), NULL, 10);
+        CHECK(got < 5 && v == want[got]);
+        got++;
+    }
+    CHECKF(got == 5, "%d streamed token_ids", got);
+    tu_free(&r);
+    /* a text prompt needs a tokenizer: a 400, never an empty text */
+    r = tu_request(t.port, "POST", "/v1/completions", NULL, "{\"prompt\":\"Once\"}");
+    CHECKF(r.status == 400, "text prompt without a tokenizer: %d", r.status);
+    tu_free(&r);
+    tsrv_stop(&t);
+    kiln_model_free(m);
 }
 
 /* A stop string through HTTP (matched on the connection's thread, which reads the stream):
@@ -260,7 +473,7 @@ static void test_routes(tsrv *t) {
     tu_free(&r);
 
     srv_buf_reset(&b);
-    srv_buf_adds(&b, "{\"model\":\"whatever\",\"prompt\":");
+    srv_buf_adds(&b, "{\"model\":\"stories\",\"prompt\":");
     ids_json(&b, g.prompt, g.n_prompt);
     srv_buf_addf(&b, ",\"max_tokens\":%d,\"temperature\":0,\"unknown_field\":[1]}", n_gen);
     r = tu_request(t->port, "POST", "/v1/completions", KEY_HDR, b.p);
@@ -618,7 +831,7 @@ static void test_errors(tsrv *t) {
                  400, NULL, "max_tokens");
     expect_error(t, "POST", "/v1/completions", KEY_HDR, "{\"prompt\":\"a\",\"top_p\":7}", 400, NULL,
                  "top_p");
-    expect_error(t, "POST", "/v1/completions", KEY_HDR, "{\"prompt\":\"a\",\"n\":2}", 400, NULL,
+    expect_error(t, "POST", "/v1/completions", KEY_HDR, "{\"prompt\":\"a\",\"n\":17}", 400, NULL,
                  "n");
     expect_error(t, "POST", "/v1/chat/completions", KEY_HDR, "{\"messages\":[]}", 400, NULL,
                  "messages");
@@ -835,6 +1048,37 @@ static void test_shutdown(void) {
     tsrv_stop(&t);
 }
 
+/* GET / is the chat page (chat_page.h): no key needed, HTML with its CSP, the embedded bytes
+ * whole, nothing linked from elsewhere. Its hashes and behaviour are checked in a browser by
+ * tests/server/e2e/page.test.mjs. */
+static void test_chat_page(tsrv *t) {
+    size_t len = 0;
+    const char *page = srv_chat_page(&len);
+    CHECK(len > 1000 && strlen(page) == len);
+    tu_resp r = tu_request(t->port, "GET", "/", "", NULL);
+    CHECKF(r.status == 200, "GET /: %d", r.status);
+    CHECKF(strcasestr(r.headers, "Content-Type: text/html; charset=utf-8\r\n") != NULL, "%s",
+           r.headers);
+    char csp[600];
+    snprintf(csp, sizeof csp, "Content-Security-Policy: %s\r\n", srv_chat_page_csp());
+    CHECKF(strstr(r.headers, csp) != NULL, "%s", r.headers);
+    CHECK(strstr(srv_chat_page_csp(), "default-src 'none'; script-src 'sha256-") ==
+          srv_chat_page_csp());
+    CHECK(strstr(srv_chat_page_csp(), "style-src 'sha256-") != NULL);
+    CHECK(strcasestr(r.headers, "X-Content-Type-Options: nosniff\r\n") != NULL);
+    CHECKF(r.body.len == len && r.body.p && !memcmp(r.body.p, page, len),
+           "body %zu of %zu bytes", r.body.len, len);
+    CHECK(!strncmp(page, "<!DOCTYPE html>", 15));
+    CHECK(!strstr(page, "http://") && !strstr(page, "https://") && !strstr(page, " src="));
+    tu_free(&r);
+    r = tu_request(t->port, "POST", "/", KEY_HDR, "{}");
+    CHECKF(r.status == 405, "POST /: %d", r.status);
+    tu_free(&r);
+    r = tu_request(t->port, "GET", "/index.html", "", NULL);
+    CHECKF(r.status == 404, "GET /index.html: %d", r.status);
+    tu_free(&r);
+}
+
 int main(void) {
     const char *path = kiln_test_shared("models/stories260K/stories260K-f32.gguf");
     kiln_test_require_file(path);
@@ -845,19 +1089,23 @@ int main(void) {
     test_loading_then_ready();
 
     kiln_server_params sp = {
-        .api_key = "sk-test", .model_name = "stories", .max_body = 4096, .timeout_s = 1};
+        .api_key = "sk-test", .model_name = "stories, tiny-alias", .max_body = 4096,
+        .timeout_s = 1};
     kiln_engine_params ep = kiln_engine_default_params();
     ep.n_threads = 1;
     tsrv t;
     tsrv_start(&t, g_model, &sp, &ep);
     test_routes(&t);
+    test_chat_page(&t);
     test_stop_usage(&t);
+    test_choices(&t);
     test_errors(&t);
     test_disconnects(&t);
     test_half_request(&t);
     CHECK(tu_wait_idle(t.e, 3000));
     tsrv_stop(&t);
 
+    test_no_tokenizer();
     test_prefix_cache(false);
     test_prefix_cache(true);
     test_queue_full();

@@ -166,7 +166,12 @@ static void test_errors(void) {
     expect_400(C, "{\"prompt\":[1,512]}", "prompt");
     expect_400(C, "{\"prompt\":[1,-1]}", "prompt");
     expect_400(C, "{\"prompt\":[1,\"a\"]}", "prompt");
-    expect_400(C, "{\"prompt\":[\"a\",\"b\"]}", "prompt");
+    expect_400(C, "{\"prompt\":[\"a\",7]}", "prompt");
+    expect_400(C, "{\"prompt\":[\"a\",[1,\"x\"]]}", "prompt[1]");
+    expect_400(C,
+               "{\"prompt\":[\"1\",\"2\",\"3\",\"4\",\"5\",\"6\",\"7\",\"8\",\"9\",\"10\","
+               "\"11\",\"12\",\"13\",\"14\",\"15\",\"16\",\"17\"]}",
+               "prompt");
     expect_400(C, "{\"prompt\":\"a\",\"max_tokens\":\"ten\"}", "max_tokens");
     expect_400(C, "{\"prompt\":\"a\",\"max_tokens\":0}", "max_tokens");
     expect_400(C, "{\"prompt\":\"a\",\"max_tokens\":1.5}", "max_tokens");
@@ -194,11 +199,11 @@ static void test_errors(void) {
     expect_400(C, "{\"prompt\":\"a\",\"logit_bias\":{\"5\":\"1\"}}", "logit_bias");
     expect_400(C, "{\"prompt\":\"a\",\"logprobs\":21}", "logprobs");
     expect_400(C, "{\"prompt\":\"a\",\"logprobs\":true}", "logprobs");
-    expect_400(C, "{\"prompt\":\"a\",\"n\":2}", "n");
+    expect_400(C, "{\"prompt\":\"a\",\"n\":17}", "n");
     expect_400(C, "{\"prompt\":\"a\",\"n\":0}", "n");
     expect_400(C, "{\"prompt\":\"a\",\"stream\":\"yes\"}", "stream");
     expect_400(C, "{\"prompt\":\"a\",\"stream\":true,\"stream_options\":3}", "stream_options");
-    expect_400(C, "{\"prompt\":\"a\",\"echo\":true}", "echo");
+    expect_400(C, "{\"prompt\":\"a\",\"echo\":true,\"logprobs\":1}", "echo");
     expect_400(C, "{\"prompt\":\"a\",\"best_of\":3}", "best_of");
     expect_400(C, "{\"prompt\":\"a\",\"stop_token_ids\":[600]}", "stop_token_ids");
     expect_400(H, "{\"messages\":[]}", "messages");
@@ -225,7 +230,7 @@ static void test_errors(void) {
     expect_400(H, "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"logprobs\":1}",
                "logprobs");
     expect_400(H, "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"tools\":{}}", "tools");
-    expect_400(H, "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"n\":3}", "n");
+    expect_400(H, "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"n\":17}", "n");
 }
 
 static json_t *load(const char *s) {

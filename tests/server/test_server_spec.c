@@ -498,10 +498,10 @@ static void test_engine_errors(tsrv *t) {
         srv_buf_free(&b);
     }
     srv_buf_free(&big);
-    /* n > 1 is refused before anything else (one choice per request). */
+    /* n out of range is refused before anything else. */
     int st;
     json_t *j = post(t->port, "/v1/completions",
-                     "{\"prompt\":\"a\",\"n\":2,\"fill\":{\"content\":\"b\"}}", &st);
+                     "{\"prompt\":\"a\",\"n\":17,\"fill\":{\"content\":\"b\"}}", &st);
     CHECK(st == 400 && !strcmp(tu_err_field(j, "param"), "n"));
     json_decref(j);
     CHECK(tu_healthy(t->port));

@@ -265,29 +265,45 @@ static void kv_scores(wbuf *o, size_t n) {
     }
 }
 
-enum { M_NONE, M_T5, M_SCORES_SHORT, M_BAD_BOS, M_NO_TOKENS, M_OK };
+/* tokenizer.ggml.token_type: every token normal (1) but `byte_id`, type byte (6) */
+static void kv_types(wbuf *o, size_t n, size_t byte_id) {
+    wstr(o, "tokenizer.ggml.token_type");
+    w32(o, KILN_GGUF_ARRAY);
+    w32(o, KILN_GGUF_INT32);
+    w64(o, n);
+    for (size_t i = 0; i < n; i++) w32(o, i == byte_id ? 6u : 1u);
+}
+
+enum { M_NONE, M_T5, M_SCORES_SHORT, M_BAD_BOS, M_NO_TOKENS, M_OK, M_BYTE };
+
+/* The text of the byte-typed token 5 in mode M_BYTE. */
+static const char *g_byte_text = "<0x41>";
 
 static kiln_status build_and_load(int mode, kiln_tokenizer **t, kiln_error *err) {
-    static const char *const toks[] = {"<unk>",
-                                       "<s>",
-                                       "</s>",
-                                       "\xE2\x96\x81",
-                                       "a",
-                                       "b",
-                                       "\xE2\x96\x81"
-                                       "a",
-                                       "ab"};
+    const char *const toks[] = {"<unk>",
+                                "<s>",
+                                "</s>",
+                                "\xE2\x96\x81",
+                                "a",
+                                mode == M_BYTE ? g_byte_text : "b",
+                                "\xE2\x96\x81"
+                                "a",
+                                "ab"};
     const size_t nt = sizeof toks / sizeof toks[0];
     wbuf o = {0};
     w(&o, "GGUF", 4);
     w32(&o, 3);
     w64(&o, 0); /* tensors */
-    uint64_t n_kv = mode == M_NONE ? 1 : mode == M_NO_TOKENS ? 1 : mode == M_BAD_BOS ? 4 : 3;
+    uint64_t n_kv = mode == M_NONE       ? 1
+                    : mode == M_NO_TOKENS ? 1
+                    : mode == M_BAD_BOS || mode == M_BYTE ? 4
+                                                           : 3;
     w64(&o, n_kv);
     if (mode != M_NONE) kv_str(&o, "tokenizer.ggml.model", mode == M_T5 ? "t5" : "llama");
     if (mode != M_NO_TOKENS) kv_tokens(&o, toks, nt);
     if (mode != M_NONE && mode != M_NO_TOKENS) kv_scores(&o, mode == M_SCORES_SHORT ? nt - 1 : nt);
     if (mode == M_BAD_BOS) kv_u32(&o, "tokenizer.ggml.bos_token_id", 99);
+    if (mode == M_BYTE) kv_types(&o, nt, 5);
     kiln_gguf *g = NULL;
     kiln_status st = kiln_gguf_open_memory(o.b, o.n, "<test>", &g, err);
     CHECKF(st == KILN_OK, "test gguf mode %d: %s", mode, err->message);
@@ -307,6 +323,19 @@ static void malformed_metadata(void) {
     CHECK(build_and_load(M_SCORES_SHORT, &t, &err) == KILN_ERR_FORMAT && t == NULL);
     CHECK(build_and_load(M_BAD_BOS, &t, &err) == KILN_ERR_FORMAT && t == NULL);
     CHECK(strstr(err.message, "bos_token_id") != NULL);
+    /* a byte token's text must be "<0xNN>" (issue 20): "<0x-1>", "<0xZZ>" are refused */
+    static const char *const bad_bytes[] = {"<0x-1>", "<0xZZ>", "<0x100>", "<0x4>", "b"};
+    for (size_t i = 0; i < sizeof bad_bytes / sizeof bad_bytes[0]; i++) {
+        g_byte_text = bad_bytes[i];
+        CHECKF(build_and_load(M_BYTE, &t, &err) == KILN_ERR_FORMAT && t == NULL,
+               "byte token '%s' was accepted", bad_bytes[i]);
+        CHECKF(strstr(err.message, "token 5 has type byte") != NULL, "'%s': %s", bad_bytes[i],
+               err.message);
+    }
+    g_byte_text = "<0x4a>";
+    REQUIRE(build_and_load(M_BYTE, &t, &err) == KILN_OK);
+    kiln_tokenizer_destroy(t);
+    t = NULL;
     REQUIRE(build_and_load(M_OK, &t, &err) == KILN_OK);
     /* "ab" scores below "▁a"? scores are -id: ▁a (-6) beats ab (-7) */
     kiln_ivec ids = {0};

@@ -18,9 +18,11 @@ void kiln_cpu_kv_write(kiln_backend *be, kiln_kv_pool *pool, int32_t layer, cons
     const int64_t kv_dim = kiln_kv_pool_kv_dim(pool);
     const int32_t hd = kiln_kv_pool_head_dim(pool);
     const kiln_kv_geom g = {kv_dim, (int32_t)(kv_dim / hd), hd};
+    const bool sliding = kiln_kv_pool_window(pool) > 0;
     for (int32_t i = 0; i < st->n_tokens; i++) {
         const int32_t pos = st->tok_pos[i];
-        const int32_t block = st->b->seqs[st->tok_seq[i]].block_table[pos / bs];
+        const int32_t block =
+            kiln_batch_seq_blocks(&st->b->seqs[st->tok_seq[i]], sliding)[pos / bs];
         const kiln_kv_format_traits *fk =
             kiln_kv_format_of(kiln_kv_pool_block_format_k(pool, block));
         const kiln_kv_format_traits *fv =
@@ -130,7 +132,10 @@ static void attn_worker(void *ctx, int ith, int nth) {
     }
 }
 
-/* Only the blocks each sequence's keys need get pointers. A sequence whose blocks are all of one
+/* Only the blocks each sequence's keys need get pointers: with a window W, from the block of
+ * the first key of the step's first token (n_past - W + 1) on; the entries before it stay NULL
+ * (in a sliding group's table they may be holes, blocks given back to the pool), and no kernel
+ * reads a key outside [begin, end) of its token. A sequence whose blocks are all of one
  * plain format (f32, f16 or bf16 on both sides) is read as plain rows of that operand, exactly
  * as before quantized formats existed; any other sequence (q8_0 / q4_0 on a side, K and V
  * differing, or blocks of several formats after the delayed transition) gets its per-block
@@ -142,10 +147,18 @@ void kiln_cpu_attention(kiln_backend *be, kiln_kv_pool *pool, const kiln_attn_pa
     for (int32_t s = 0; s < st->b->n_seqs; s++) {
         const kiln_batch_seq *sq = &st->b->seqs[s];
         const int32_t nb = kiln_kv_blocks_for_tokens(sq->n_past + sq->n_new, bs);
-        const kiln_dtype f0 = kiln_kv_pool_block_format_k(pool, sq->block_table[0]);
+        const int32_t *table = kiln_batch_seq_blocks(sq, kiln_kv_pool_window(pool) > 0);
+        const int32_t lo =
+            (p->window > 0 && sq->n_past - p->window + 1 > 0 ? sq->n_past - p->window + 1 : 0) / bs;
+        const kiln_dtype f0 = kiln_kv_pool_block_format_k(pool, table[lo]);
         bool plain = f0 == KILN_DTYPE_F32 || f0 == KILN_DTYPE_F16 || f0 == KILN_DTYPE_BF16;
-        for (int32_t i = 0; i < nb; i++) {
-            const int32_t blk = sq->block_table[i];
+        for (int32_t i = 0; i < lo; i++) {
+            const int64_t o = c->ptr_off[s] + i;
+            c->kb[o] = c->vb[o] = NULL;
+            c->kfmt[o] = c->vfmt[o] = (uint8_t)f0;
+        }
+        for (int32_t i = lo; i < nb; i++) {
+            const int32_t blk = table[i];
             const int64_t o = c->ptr_off[s] + i;
             c->kb[o] = kiln_kv_pool_k(pool, p->layer, blk);
             c->vb[o] = kiln_kv_pool_v(pool, p->layer, blk);

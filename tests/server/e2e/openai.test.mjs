@@ -155,7 +155,8 @@ describe('completions', () => {
       assert.ok(Math.abs(top[lp.tokens[i]] - lp.token_logprobs[i]) < 1e-6);
       if (i > 0) assert.equal(lp.text_offset[i], lp.text_offset[i - 1] + [...lp.tokens[i - 1]].length);
     }
-    assert.equal(lp.text_offset[0], 0);
+    // OpenAI counts offsets from the start of prompt + completion
+    assert.equal(lp.text_offset[0], 'Once upon a time'.length);
     // Streamed: the same tokens and logprobs, spread over the chunks.
     const s = await collect(
       await client.completions.create({ model: MODEL, prompt: 'Once upon a time', max_tokens: 12, temperature: 0, logprobs: 3, stream: true }),
@@ -278,6 +279,51 @@ describe('chat', () => {
     assert.equal(fin.choices[0].finish_reason, 'length');
     for (const c of chunks.slice(0, -2)) assert.equal(c.choices[0].finish_reason, null);
     for (const c of chunks.slice(0, -1)) assert.equal(c.usage, null);
+  });
+});
+
+describe('n choices, echo', () => {
+  const messages = [{ role: 'user', content: 'Tell me a story.' }];
+
+  test('chat n=2: choice i is the request with seed + i; usage sums the choices', async () => {
+    const r = await client.chat.completions.create({ model: MODEL, messages, n: 2, max_tokens: 12, temperature: 0.9, seed: 5 });
+    assert.equal(r.choices.length, 2);
+    let completion = 0;
+    for (const [i, ch] of r.choices.entries()) {
+      assert.equal(ch.index, i);
+      const one = await client.chat.completions.create({ model: MODEL, messages, max_tokens: 12, temperature: 0.9, seed: 5 + i });
+      assert.equal(ch.message.content, one.choices[0].message.content, `choice ${i}`);
+      completion += one.usage.completion_tokens;
+      if (i === 0) assert.equal(r.usage.prompt_tokens, one.usage.prompt_tokens);
+    }
+    assert.equal(r.usage.completion_tokens, completion);
+  });
+
+  test('chat n=2 streamed: chunks carry their index and reassemble into the whole response', async () => {
+    const whole = await client.chat.completions.create({ model: MODEL, messages, n: 2, max_tokens: 12, temperature: 0.9, seed: 9 });
+    const stream = await client.chat.completions.create({ model: MODEL, messages, n: 2, max_tokens: 12, temperature: 0.9, seed: 9, stream: true, stream_options: { include_usage: true } });
+    const text = ['', ''];
+    const finish = [null, null];
+    let usage = null;
+    for await (const chunk of stream) {
+      if (chunk.choices.length === 0) {
+        usage = chunk.usage;
+        continue;
+      }
+      const ch = chunk.choices[0];
+      assert.ok(ch.index === 0 || ch.index === 1);
+      text[ch.index] += ch.delta.content ?? '';
+      if (ch.finish_reason !== null) finish[ch.index] = ch.finish_reason;
+    }
+    assert.deepEqual(text, whole.choices.map((c) => c.message.content));
+    assert.deepEqual(finish, whole.choices.map((c) => c.finish_reason));
+    assert.equal(usage.completion_tokens, whole.usage.completion_tokens);
+  });
+
+  test('completions echo: the text begins with the prompt', async () => {
+    const r = await client.completions.create({ model: MODEL, prompt: 'Once upon a time', echo: true, max_tokens: 6, temperature: 0 });
+    const plain = await client.completions.create({ model: MODEL, prompt: 'Once upon a time', max_tokens: 6, temperature: 0 });
+    assert.equal(r.choices[0].text, 'Once upon a time' + plain.choices[0].text);
   });
 });
 
@@ -422,11 +468,16 @@ describe('errors', () => {
     await assert.rejects(client.chat.completions.create({ model: MODEL, messages: [{ role: 'user', content: 'x' }], stop: ['a', 'b', 'c', 'd', 'e'] }), isErr(400, { param: 'stop' }));
   });
 
-  test('400: empty messages, unknown role, n != 1', async () => {
+  test('400: empty messages, unknown role, n outside [1, 16]', async () => {
     await assert.rejects(client.chat.completions.create({ model: MODEL, messages: [] }), isErr(400, { param: 'messages' }));
     await assert.rejects(client.chat.completions.create({ model: MODEL, messages: [{ role: 'wizard', content: 'hi' }] }), isErr(400, { param: 'messages[0].role' }));
-    await assert.rejects(client.chat.completions.create({ model: MODEL, messages: [{ role: 'user', content: 'hi' }], n: 2 }), isErr(400, { param: 'n' }));
-    await assert.rejects(client.completions.create({ model: MODEL, prompt: 'hi', n: 3 }), isErr(400, { param: 'n' }));
+    await assert.rejects(client.chat.completions.create({ model: MODEL, messages: [{ role: 'user', content: 'hi' }], n: 17 }), isErr(400, { param: 'n' }));
+    await assert.rejects(client.completions.create({ model: MODEL, prompt: 'hi', n: 0 }), isErr(400, { param: 'n' }));
+  });
+
+  test('404 model_not_found: a model the server does not serve', async () => {
+    await assert.rejects(client.chat.completions.create({ model: 'gpt-4', messages: [{ role: 'user', content: 'hi' }] }), isErr(404, { code: 'model_not_found', param: 'model' }));
+    await assert.rejects(client.completions.create({ model: 'gpt-4', prompt: 'hi' }), isErr(404, { code: 'model_not_found', param: 'model' }));
   });
 
   test('400 context_over_budget: a request that can never fit', async () => {
@@ -465,7 +516,7 @@ describe('errors', () => {
   });
 
   test('503: the queue is full', async () => {
-    const busy = await startServer(['--max-seqs', '1', '--max-queue', '1', '-t', '1']);
+    const busy = await startServer(['--model-name', MODEL, '--max-seqs', '1', '--max-queue', '1', '-t', '1']);
     try {
       const c = new OpenAI({ apiKey: 'none', baseURL: `${busy.url}/v1`, maxRetries: 0, timeout: 60000 * SLOW });
       const results = await Promise.allSettled(
@@ -530,7 +581,7 @@ describe('cancellation', () => {
 
 describe('shutdown', () => {
   async function streamThenSignal(extraArgs, maxTokens = 1500) {
-    const s = await startServer(['-t', '1', '--ctx', String(maxTokens + 548), ...extraArgs]);
+    const s = await startServer(['--model-name', MODEL, '-t', '1', '--ctx', String(maxTokens + 548), ...extraArgs]);
     const c = new OpenAI({ apiKey: 'none', baseURL: `${s.url}/v1`, maxRetries: 0, timeout: 60000 * SLOW });
     const stream = await c.completions.create({
       model: MODEL, prompt: 'Once upon a time', max_tokens: maxTokens, ignore_eos: true, stream: true, stream_options: { include_usage: true },
