@@ -107,6 +107,12 @@ KILN_API kiln_device_kind kiln_model_device(const kiln_model *model, int32_t *in
  *  driver reports, 0 when there is no driver or GPU or kiln was built without CUDA. */
 KILN_API int32_t kiln_device_count(kiln_device_kind kind);
 
+/** Free and total memory in bytes of GPU `index` of kind KILN_DEVICE_CUDA (cudaMemGetInfo: free
+ *  counts what this process and others have not allocated). Errors: KILN_ERR_INVALID_ARGUMENT
+ *  (not a CUDA device of this build and machine), KILN_ERR_INTERNAL (the driver's reason). */
+KILN_API kiln_status kiln_device_memory(kiln_device_kind kind, int32_t index, int64_t *free_bytes,
+                                        int64_t *total_bytes, kiln_error *err);
+
 /**
  * Load a model from a GGUF file, a llama2.c checkpoint or a Hugging Face directory.
  * params may be NULL (defaults: tokenizer found beside the model, not required, device
@@ -584,6 +590,14 @@ typedef struct kiln_engine_params {
      * kv_tokens; KILN_ERR_INVALID_ARGUMENT when what is left holds no block (the message
      * gives the three figures). The draft model's own KV pool is not counted. 0: unused. */
     int64_t memory_budget;
+    /* GPU memory for the whole engine (`--gpu-memory BYTES|FRACTION`), for a model whose
+     * weights are on a GPU (kiln_model_device): in (0, 1] a fraction of the device's total
+     * memory (cudaMemGetInfo), > 1 bytes. It becomes memory_budget (weights + KV pool + step
+     * scratch, the pool getting what is left, as above) after a check that the part beyond
+     * the weights, which are placed already, fits the device's free memory; otherwise
+     * KILN_ERR_OUT_OF_MEMORY with the figures. Excludes memory_budget, kv_memory and
+     * kv_tokens; KILN_ERR_INVALID_ARGUMENT for a model on the CPU. 0: unused. */
+    double gpu_memory;
 } kiln_engine_params;
 
 /** All zero: every field takes its default. */

@@ -293,7 +293,7 @@ int bench_prefix_run(const char *model_path, const kiln_model_params *lp,
     int64_t per_req = (int64_t)o->prefix_tokens + o->suffix_tokens + o->gen_tokens;
     if ((rc = bench_fit_ctx(m, &ep, per_req)) != 0) goto done;
     int32_t bs = ep.block_size > 0 ? ep.block_size : 16;
-    if (ep.kv_memory == 0 && ep.kv_tokens == 0) {
+    if (ep.kv_memory == 0 && ep.kv_tokens == 0 && ep.memory_budget == 0 && ep.gpu_memory == 0) {
         int64_t want = ((int64_t)o->clients + 1) * (per_req + bs);
         ep.kv_tokens = want > INT32_MAX ? INT32_MAX : (int32_t)want;
     }

@@ -637,7 +637,7 @@ int bench_spec_run(const char *model_path, const kiln_model_params *lp,
         per_req = VS_PROMPT + gen;                       /* verify column */
     if (o->verify_scaling && per_req < 34) per_req = 34; /* its 33-token prompts */
     if ((rc = bench_fit_ctx(m, &ep, per_req + KILN_MAX_SPEC_K + 1)) != 0) goto done;
-    if (ep.kv_memory == 0 && ep.kv_tokens == 0) {
+    if (ep.kv_memory == 0 && ep.kv_tokens == 0 && ep.memory_budget == 0 && ep.gpu_memory == 0) {
         int64_t want = (int64_t)max_c * (per_req + KILN_MAX_SPEC_K + 1 + 16);
         ep.kv_tokens = want > INT32_MAX ? INT32_MAX : (int32_t)want;
     }

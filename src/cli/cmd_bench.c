@@ -62,6 +62,10 @@ static void bench_usage(FILE *f) {
         "      --kv-memory SIZE    KV pool size: bytes, or with K/M/G/T or KB/MB/GB/TB\n"
         "                          (default: enough for the largest level)\n"
         "      --kv-tokens N       KV pool size in positions\n"
+        "      --gpu-memory M      GPU memory for weights + KV pool + scratch: a fraction\n"
+        "                          of the GPU's total (0.9) or a size (60G); the pool gets\n"
+        "                          the rest (the model on a GPU; excludes --kv-memory,\n"
+        "                          --kv-tokens, --memory-budget)\n"
         "      --step-tokens N     tokens per engine step (default 512)\n"
         "      --prefill-chunk N   prompt tokens per sequence per step (default: --step-tokens)\n"
         "      --ctx N             positions per sequence (default: the model's, stretched to\n"
@@ -428,7 +432,7 @@ int kiln_cmd_bench(int argc, char **argv) {
      * context is stretched to fit them (RoPE extrapolates; the numbers stay meaningful for
      * speed, not for text quality). */
     if ((rc = bench_fit_ctx(m, &ep, per_req)) != 0) goto done;
-    if (ep.kv_memory == 0 && ep.kv_tokens == 0) {
+    if (ep.kv_memory == 0 && ep.kv_tokens == 0 && ep.memory_budget == 0 && ep.gpu_memory == 0) {
         int64_t want = (int64_t)max_c * (per_req + 16); /* + a partial block each */
         ep.kv_tokens = want > INT32_MAX ? INT32_MAX : (int32_t)want;
     }

@@ -51,6 +51,10 @@ static void run_usage(FILE *f) {
             "      --kv-memory SIZE    KV pool size in bytes, or with K/M/G/T (1024s) or\n"
             "                          KB/MB/GB/TB (1000s) (default: prompt + max tokens)\n"
             "      --kv-tokens N       KV pool size in positions\n"
+            "      --gpu-memory M      GPU memory for weights + KV pool + scratch: a fraction\n"
+            "                          of the GPU's total (0.9) or a size (60G); the pool gets\n"
+            "                          the rest (the model on a GPU; excludes --kv-memory,\n"
+            "                          --kv-tokens, --memory-budget)\n"
             "      --step-tokens N     tokens per engine step (default 512)\n"
             "      --prefill-chunk N   prompt tokens per step (default: --step-tokens)\n"
             "      --block-size N, --max-seqs N, --max-queue N\n"
@@ -404,7 +408,7 @@ int kiln_cmd_run(int argc, char **argv) {
     if ((int64_t)ids.n + rq.max_tokens - 1 > n_ctx)
         rq.max_tokens = (int32_t)(n_ctx - (int64_t)ids.n + 1);
     ep.n_ctx = (int32_t)n_ctx;
-    if (ep.kv_memory == 0 && ep.kv_tokens == 0) {
+    if (ep.kv_memory == 0 && ep.kv_tokens == 0 && ep.memory_budget == 0 && ep.gpu_memory == 0) {
         /* one request: exactly its need, plus room for one verify step's drafts */
         int64_t kv = (int64_t)ids.n + rq.max_tokens;
         if (ep.spec > KILN_SPEC_OFF || rq.prediction) kv += KILN_MAX_SPEC_K + 1;

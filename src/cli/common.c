@@ -278,6 +278,24 @@ int cli_engine_option(const char *cmd, int opt, const char *arg, kiln_engine_par
             ep->cache_disk_max = v;
         return 0;
     }
+    if (opt == CLI_OPT_GPU_MEMORY) {
+        /* a plain decimal number (no unit) is a fraction; anything else a size */
+        char *end = NULL;
+        const double f = arg && strchr(arg, '.') ? strtod(arg, &end) : 0.0;
+        const bool plain = end && end != arg && *end == '\0';
+        int64_t v;
+        if (plain && f > 0.0 && f <= 1.0)
+            ep->gpu_memory = f;
+        else if (!plain && cli_parse_size(arg, 2, INT64_MAX, &v))
+            ep->gpu_memory = (double)v;
+        else
+            return cli_usage_error(cmd,
+                                   "--gpu-memory must be a fraction of the GPU's memory in (0, 1] "
+                                   "with a decimal point (e.g. 0.9) or a size of at least 2 bytes "
+                                   "(e.g. 40G, 1.5GiB, 60GB) (got '%s')",
+                                   arg ? arg : "");
+        return 0;
+    }
     if (opt == CLI_OPT_NO_PREFIX_CACHE) {
         ep->no_prefix_cache = true;
         return 0;

@@ -73,6 +73,38 @@ typedef struct kv_layout {
     int32_t n_main, n_hi;
 } kv_layout;
 
+/* gpu_memory (kiln.h): memory_budget from the GPU's total memory, after checking that what
+ * it asks for beyond the weights (placed already) is free */
+static kiln_status gpu_memory_budget(const kiln_model *m, kiln_engine_params *p, kiln_error *err) {
+    int32_t dev = 0;
+    if (kiln_model_device(m, &dev) != KILN_DEVICE_CUDA)
+        return kiln_error_set(err, KILN_ERR_INVALID_ARGUMENT,
+                              "gpu_memory (--gpu-memory) sizes GPU memory, but the model's "
+                              "weights are on the CPU (load it with device cuda)");
+    if (p->memory_budget > 0 || p->kv_memory > 0 || p->kv_tokens > 0)
+        return kiln_error_set(err, KILN_ERR_INVALID_ARGUMENT,
+                              "gpu_memory (--gpu-memory) excludes memory_budget, kv_memory and "
+                              "kv_tokens (it sizes the KV pool itself)");
+    int64_t free_b = 0, total_b = 0;
+    const kiln_status st = kiln_device_memory(KILN_DEVICE_CUDA, dev, &free_b, &total_b, err);
+    if (st != KILN_OK) return st;
+    const double gib = 1024.0 * 1024.0 * 1024.0;
+    const int64_t budget = p->gpu_memory <= 1.0 ? (int64_t)(p->gpu_memory * (double)total_b)
+                                                : (int64_t)p->gpu_memory;
+    const int64_t weights = kiln_model_weights_bytes(m);
+    if (budget - weights > free_b)
+        return kiln_error_set(
+            err, KILN_ERR_OUT_OF_MEMORY,
+            "gpu_memory (--gpu-memory) of %lld bytes (%.2f GiB of device %d's %.2f GiB) minus "
+            "the weights already on it (%lld bytes, %.2f GiB) asks %.2f GiB for the KV pool and "
+            "scratch, but only %lld bytes (%.2f GiB) are free: lower it by %.2f GiB",
+            (long long)budget, (double)budget / gib, dev, (double)total_b / gib,
+            (long long)weights, (double)weights / gib, (double)(budget - weights) / gib,
+            (long long)free_b, (double)free_b / gib, (double)(budget - weights - free_b) / gib);
+    p->memory_budget = budget;
+    return KILN_OK;
+}
+
 static kiln_status resolve_params(const kiln_model *m, const kiln_engine_params *in,
                                   kiln_engine_params *p, kv_layout *lay, kiln_error *err) {
     int32_t *n_blocks = &lay->n_main;
@@ -98,6 +130,10 @@ static kiln_status resolve_params(const kiln_model *m, const kiln_engine_params 
     CHECK_RANGE(draft_kv_tokens, 0, INT32_MAX)
     CHECK_RANGE(memory_budget, 0, INT64_MAX)
 #undef CHECK_RANGE
+    if (!(p->gpu_memory >= 0.0 && p->gpu_memory <= 9.2e18)) /* NaN too */
+        return kiln_error_set(err, KILN_ERR_INVALID_ARGUMENT,
+                              "gpu_memory must be a fraction in (0, 1], bytes above 1, or 0 "
+                              "(got %g)", p->gpu_memory);
     if (p->spec < KILN_SPEC_DEFAULT || p->spec > KILN_SPEC_RANDOM)
         return kiln_error_set(err, KILN_ERR_INVALID_ARGUMENT,
                               "spec must be a kiln_spec_source (0..%d, got %d)", KILN_SPEC_RANDOM,
@@ -173,6 +209,10 @@ static kiln_status resolve_params(const kiln_model *m, const kiln_engine_params 
         return kiln_error_set(err, KILN_ERR_INVALID_ARGUMENT,
                               "cannot size a KV block (n_layer %d, kv_dim %lld, block_size %d)",
                               m->cfg.n_layer, (long long)kv_dim, p->block_size);
+    if (p->gpu_memory > 0) {
+        const kiln_status gs = gpu_memory_budget(m, p, err);
+        if (gs != KILN_OK) return gs;
+    }
     if (p->memory_budget > 0) {
         if (p->kv_memory > 0 || p->kv_tokens > 0)
             return kiln_error_set(err, KILN_ERR_INVALID_ARGUMENT,
@@ -184,9 +224,10 @@ static kiln_status resolve_params(const kiln_model *m, const kiln_engine_params 
         int64_t left = p->memory_budget - weights - scratch;
         if (left < block_bytes)
             return kiln_error_set(err, KILN_ERR_INVALID_ARGUMENT,
-                                  "memory_budget of %lld bytes leaves %lld for the KV pool after "
+                                  "%s of %lld bytes leaves %lld for the KV pool after "
                                   "%lld bytes of weights and %lld of scratch: less than one KV "
                                   "block (%lld bytes)",
+                                  p->gpu_memory > 0 ? "gpu_memory (--gpu-memory)" : "memory_budget",
                                   (long long)p->memory_budget, (long long)left, (long long)weights,
                                   (long long)scratch, (long long)block_bytes);
         p->kv_memory = left;

@@ -17,8 +17,9 @@
  *   - an engine created with memory_budget = weights + scratch + 10 blocks + a little holds
  *     exactly 10 blocks (kiln_engine_get_params), the arithmetic fit's pool_now uses; a
  *     budget below that is refused naming memory_budget, and with kv_memory too;
- *   - bad --memory / --ctx / --kv-type, and serve --memory-budget, are usage errors that name
- *     the option.
+ *   - gpu_memory out of range, or for a model on the CPU, is refused naming it;
+ *   - bad --memory / --ctx / --kv-type, serve --memory-budget and run --gpu-memory are usage
+ *     errors that name the option.
  */
 #include <jansson.h>
 #include <math.h>
@@ -224,6 +225,18 @@ static void test_engine_budget(void) {
     p.kv_memory = (int64_t)1 << 20;
     CHECK(kiln_engine_create(m, &p, &eng, &e) == KILN_ERR_INVALID_ARGUMENT &&
           strstr(e.message, "memory_budget"));
+    /* gpu_memory (--gpu-memory, issue 16): out of range, or for a model on the CPU, refused
+     * naming it (tests/cuda/test_cuda_gpu_memory sizes a pool with it on a GPU) */
+    p.memory_budget = 0;
+    p.kv_memory = 0;
+    p.gpu_memory = -0.5;
+    CHECK(kiln_engine_create(m, &p, &eng, &e) == KILN_ERR_INVALID_ARGUMENT &&
+          strstr(e.message, "gpu_memory"));
+    if (kiln_model_device(m, NULL) == KILN_DEVICE_CPU) {
+        p.gpu_memory = 0.5;
+        CHECK(kiln_engine_create(m, &p, &eng, &e) == KILN_ERR_INVALID_ARGUMENT &&
+              strstr(e.message, "gpu_memory") && strstr(e.message, "CPU"));
+    }
     kiln_model_free(m);
 }
 
@@ -298,6 +311,14 @@ static void test_bad_options(void) {
     int rc = run_kiln(sv, errbuf, sizeof errbuf);
     CHECKF(rc == 2 && strstr(errbuf, "--memory-budget"), "serve --memory-budget 12Q: %d %s", rc,
            errbuf);
+    /* --gpu-memory: a fraction in (0, 1] with a decimal point, or a size of at least 2 bytes */
+    static const char *bad_gpu[] = {"1.5", "0.0", "-0.1", "1", "lots"};
+    for (size_t i = 0; i < sizeof bad_gpu / sizeof bad_gpu[0]; i++) {
+        const char *rv[] = {"run", "-m", model, "--gpu-memory", bad_gpu[i], "-p", "x", NULL};
+        rc = run_kiln(rv, errbuf, sizeof errbuf);
+        CHECKF(rc == 2 && strstr(errbuf, "--gpu-memory"), "run --gpu-memory %s: %d %s",
+               bad_gpu[i], rc, errbuf);
+    }
 }
 
 int main(void) {
