@@ -13,7 +13,7 @@
 #include "server/srv_util.h"
 
 #define SRV_HIST_BUCKETS 16
-#define SRV_MAX_STATUS   24
+#define SRV_MAX_STATUS   128
 
 typedef struct srv_hist {
     const double *bounds; /* upper bounds in seconds, ascending; n_bounds of them */

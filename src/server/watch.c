@@ -13,7 +13,10 @@
 typedef struct watch_slot {
     bool used;
     bool hungup;
-    int fd; /* -1: not in epoll */
+    int fd;   /* -1: not in epoll */
+    int conn; /* the connection's socket, -1 for none: a request with n > 1 choices or a
+                 prompt batch has a slot per choice on one socket, of which one is in epoll
+                 (epoll takes a socket once); a hang-up cancels every slot of the socket */
     uint32_t gen;
     kiln_stream *stream;
 } watch_slot;
@@ -58,8 +61,14 @@ static void *watch_main(void *arg) {
              * the generation, so a reused slot is never cancelled by mistake. */
             watch_slot *s = slot_of(w, (int64_t)evs[i].data.u64);
             if (s && (evs[i].events & (EPOLLRDHUP | EPOLLHUP | EPOLLERR))) {
-                s->hungup = true;
-                kiln_stream_cancel(s->stream);
+                const int conn = s->conn;
+                for (int32_t k = 0; k < w->cap; k++) {
+                    watch_slot *o = &w->slots[k];
+                    if (o->used && (o == s || (conn >= 0 && o->conn == conn))) {
+                        o->hungup = true;
+                        kiln_stream_cancel(o->stream);
+                    }
+                }
             }
             pthread_mutex_unlock(&w->mu);
         }
@@ -80,7 +89,7 @@ kiln_status srv_watch_create(int32_t capacity, srv_watch **out, kiln_error *err)
         srv_watch_destroy(w);
         return kiln_error_set(err, KILN_ERR_OUT_OF_MEMORY, "out of memory (watcher slots)");
     }
-    for (int32_t i = 0; i < w->cap; i++) w->slots[i].fd = -1;
+    for (int32_t i = 0; i < w->cap; i++) w->slots[i].fd = w->slots[i].conn = -1;
     w->epfd = epoll_create1(EPOLL_CLOEXEC);
     if (w->epfd < 0 || pipe(w->wake) != 0) {
         srv_watch_destroy(w);
@@ -128,12 +137,17 @@ int64_t srv_watch_add(srv_watch *w, int fd, kiln_stream *s) {
     }
     watch_slot *sl = &w->slots[idx];
     uint32_t gen = sl->gen + 1 ? sl->gen + 1 : 1;
-    *sl = (watch_slot){.used = true, .fd = -1, .gen = gen, .stream = s};
+    *sl = (watch_slot){.used = true, .fd = -1, .conn = fd, .gen = gen, .stream = s};
     int64_t h = make_handle(idx, gen);
     if (fd >= 0) {
+        bool sibling = false; /* another slot of this socket is in epoll already */
+        for (int32_t i = 0; i < w->cap && !sibling; i++)
+            sibling = i != idx && w->slots[i].used && w->slots[i].conn == fd &&
+                      w->slots[i].fd >= 0;
         /* Level-triggered would report a hang-up forever; one shot is enough. */
         struct epoll_event ev = {.events = EPOLLRDHUP | EPOLLONESHOT, .data.u64 = (uint64_t)h};
-        if (epoll_ctl(w->epfd, EPOLL_CTL_ADD, fd, &ev) == 0) sl->fd = fd;
+        if (!sibling && epoll_ctl(w->epfd, EPOLL_CTL_ADD, fd, &ev) == 0) sl->fd = fd;
+        if (!sibling && sl->fd < 0) sl->conn = -1; /* epoll refused the socket: unwatched */
     }
     w->count++;
     pthread_mutex_unlock(&w->mu);
@@ -146,11 +160,21 @@ bool srv_watch_remove(srv_watch *w, int64_t h) {
     bool hung = false;
     if (s) {
         hung = s->hungup;
-        if (s->fd >= 0) epoll_ctl(w->epfd, EPOLL_CTL_DEL, s->fd, NULL);
+        const int fd = s->fd;
+        if (fd >= 0) epoll_ctl(w->epfd, EPOLL_CTL_DEL, fd, NULL);
         s->used = false;
         s->stream = NULL;
-        s->fd = -1;
+        s->fd = s->conn = -1;
         w->count--;
+        /* the socket's other choices keep running: hand the epoll entry to one of them */
+        for (int32_t i = 0; fd >= 0 && i < w->cap; i++) {
+            watch_slot *o = &w->slots[i];
+            if (!o->used || o->conn != fd || o->hungup) continue;
+            struct epoll_event ev = {.events = EPOLLRDHUP | EPOLLONESHOT,
+                                     .data.u64 = (uint64_t)make_handle(i, o->gen)};
+            if (epoll_ctl(w->epfd, EPOLL_CTL_ADD, fd, &ev) == 0) o->fd = fd;
+            break;
+        }
     }
     pthread_mutex_unlock(&w->mu);
     return hung;

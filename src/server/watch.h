@@ -28,9 +28,11 @@ kiln_status srv_watch_create(int32_t capacity, srv_watch **out, kiln_error *err)
 /** Stop the thread and free the registry (every entry must have been removed). */
 void srv_watch_destroy(srv_watch *w);
 
-/** Register (fd, stream); returns a handle >= 0, or -1 when the registry is full or epoll
- *  refuses the fd (the request then runs without disconnect detection). fd may be -1
- *  (tracked for shutdown only). */
+/** Register (fd, stream); returns a handle >= 0, or -1 when the registry is full (the
+ *  request then runs without disconnect detection; so does one whose fd epoll refuses). fd
+ *  may be -1 (tracked for shutdown only). Several streams may share one fd (the choices of a
+ *  request with n > 1 or a prompt batch): a hang-up of the socket cancels all of them, and
+ *  removing one keeps the others watched. */
 int64_t srv_watch_add(srv_watch *w, int fd, kiln_stream *s);
 
 /** Unregister; returns true when the peer was seen hanging up. Idempotent for -1. After
