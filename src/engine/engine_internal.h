@@ -192,6 +192,10 @@ kiln_status kiln_seq_sample_row(kiln_engine *e, kiln_seq *s, const float *row, i
  */
 kiln_status kiln_seq_prompt_logprobs(kiln_engine *e, kiln_seq *s, const float *logits,
                                      int32_t n_logits, kiln_error *err);
+/** Prompt logprobs: the most prompt positions one step feeds for such a sequence, so its
+ *  logits rows stay bounded (256 rows of a 128k vocabulary: 128 MiB); the values do not
+ *  depend on the chunking (batch invariance). */
+#define KILN_PROMPT_ROWS_MAX 256
 /** Whether this step's plan must compute a row for every planned prompt position (those
  *  from s->n_computed up to n_prompt - 2), for kiln_seq_prompt_logprobs. */
 bool kiln_seq_wants_prompt_rows(const kiln_seq *s);

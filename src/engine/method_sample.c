@@ -20,12 +20,25 @@ static int32_t sample_plan(kiln_engine *e, kiln_seq *s, int32_t budget, int32_t 
     if (remaining <= 0 || budget <= 0) return 0;
     int32_t n = remaining;
     if (s->n_computed < s->n_prompt && n > e->p.prefill_chunk) n = e->p.prefill_chunk;
+    if (kiln_seq_wants_prompt_rows(s) && n > KILN_PROMPT_ROWS_MAX) n = KILN_PROMPT_ROWS_MAX;
     if (n > budget) n = budget;
     /* Logits only for the last known token: the prompt's last, or the pending decode token
      * (and, for prompt logprobs, every prompt position of the chunk). */
     if (s->n_computed + n == (int32_t)s->tokens.n) *n_logits = 1;
     if (kiln_seq_wants_prompt_rows(s)) *n_logits = n;
     return n;
+}
+
+/* NaN logits mean broken numerics (e.g. a corrupt weight): an error naming where. */
+static kiln_status check_nan(const float *row, int32_t n_vocab, const char *where, int32_t at,
+                             kiln_error *err) {
+    for (int32_t i = 0; i < n_vocab; i++)
+        if (isnan(row[i]))
+            return kiln_error_set(err, KILN_ERR_INTERNAL,
+                                  "the model produced NaN logits (token %d of the vocabulary) at "
+                                  "%s %d",
+                                  i, where, at);
+    return KILN_OK;
 }
 
 bool kiln_seq_wants_prompt_rows(const kiln_seq *s) {
@@ -46,18 +59,13 @@ kiln_status kiln_seq_prompt_logprobs(kiln_engine *e, kiln_seq *s, const float *l
         const int32_t pos = row0 + j, next = pos + 1;
         if (pos != s->n_prompt_lp || next >= s->n_prompt) continue;
         const float *row = logits + (size_t)j * (size_t)e->n_vocab;
-        for (int32_t i = 0; i < e->n_vocab; i++)
-            if (isnan(row[i]))
-                return kiln_error_set(err, KILN_ERR_INTERNAL,
-                                      "the model produced NaN logits (token %d of the "
-                                      "vocabulary) at prompt position %d",
-                                      i, pos);
+        kiln_status st = check_nan(row, e->n_vocab, "prompt position", pos, err);
+        if (st) return st;
         kiln_logprobs lp;
         if (!kiln_sampler_logprobs_of(&raw, row, e->n_vocab, NULL, 0, s->tokens.data[next],
                                       r->top_prompt_logprobs, &lp, e->scratch))
             return kiln_error_set(err, KILN_ERR_INTERNAL, "prompt logprobs: sampler misuse");
-        kiln_status st = kiln_stream_push_prompt_logprob(s->stream, next, &lp, err);
-        if (st) return st;
+        if ((st = kiln_stream_push_prompt_logprob(s->stream, next, &lp, err))) return st;
         s->n_prompt_lp = next;
     }
     return KILN_OK;
@@ -85,12 +93,7 @@ kiln_status kiln_seq_sample_row(kiln_engine *e, kiln_seq *s, const float *logits
                               r->debug.fail_at_token);
     /* NaN logits mean broken numerics (e.g. a corrupt weight): finish with an error rather
      * than sample an arbitrary token from them. */
-    for (int32_t i = 0; i < e->n_vocab; i++)
-        if (isnan(logits[i]))
-            return kiln_error_set(err, KILN_ERR_INTERNAL,
-                                  "the model produced NaN logits (token %d of the vocabulary) at "
-                                  "generated token %d",
-                                  i, index);
+    if ((st = check_nan(logits, e->n_vocab, "generated token", index, err))) return st;
     /* structured output: the grammar's mask comes before every other processor */
     if (s->gm && (st = kiln_seq_grammar_mask(e, s, logits, &logits, err))) return st;
     int32_t tok;

@@ -35,6 +35,7 @@ static int32_t spec_plan(kiln_engine *e, kiln_seq *s, int32_t budget, int32_t *n
     if (known <= 0 || budget <= 0) return 0;
     int32_t n = known;
     if (s->n_computed < s->n_prompt && n > e->p.prefill_chunk) n = e->p.prefill_chunk;
+    if (kiln_seq_wants_prompt_rows(s) && n > KILN_PROMPT_ROWS_MAX) n = KILN_PROMPT_ROWS_MAX;
     if (n > budget) n = budget;
     bool decision = n == known;
     int32_t k = 0;

@@ -18,7 +18,7 @@
 #include "backend/runner.h"
 #include "engine_test_util.h"
 
-#define P    40
+#define P    300 /* more than KILN_PROMPT_ROWS_MAX: two steps even unchunked */
 #define TOPN 5
 
 typedef struct plp {
@@ -37,8 +37,8 @@ static int32_t g_ids[P];
 
 static kiln_engine *make_engine(int32_t chunk, bool cache) {
     kiln_engine_params p = kiln_engine_default_params();
-    p.n_ctx = 128;
-    p.kv_tokens = 64 * 128;
+    p.n_ctx = 512;
+    p.kv_tokens = 8 * 512;
     p.n_threads = 2;
     p.prefill_chunk = chunk;
     p.no_prefix_cache = !cache;
