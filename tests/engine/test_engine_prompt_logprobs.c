@@ -5,8 +5,9 @@
  *     against a log-softmax computed here (in double) from one full forward of the whole
  *     prompt (kiln_model_forward with every row, as `kiln logits` runs it); its top entries
  *     are that row's best, most likely first;
- *   - bitwise the same values for a prefill in chunks of 1, 7, 16 and all at once, and among
- *     other requests (batch invariance);
+ *   - bitwise the same values for a prefill in chunks of 1, 7, 16 and all at once (at most
+ *     256 positions a step), with speculation (the spec method's plan), and among other
+ *     requests (batch invariance);
  *   - a second identical request takes no prefix-cache hit (cached_tokens 0) and gets the
  *     same values; n = 2 choices each get them (no fork);
  *   - the generated tokens are those of the same request without prompt logprobs.
@@ -164,13 +165,20 @@ int main(int argc, char **argv) {
     CHECK(plain.n_gen == base.n_gen && !memcmp(plain.gen, base.gen, sizeof plain.gen));
     kiln_engine_destroy(e);
 
-    /* chunked: bitwise */
-    const int32_t chunks[] = {1, 7, 16};
-    for (int c = 0; c < 3; c++) {
+    /* chunked: bitwise; and through the speculation method (random drafts, greedy: the
+     * output is unchanged) */
+    const int32_t chunks[] = {1, 7, 16, 7};
+    for (int c = 0; c < 4; c++) {
         e = make_engine(chunks[c], false);
         plp got;
-        run_one(e, &req, &got);
-        printf("prefill_chunk %d: %s\n", chunks[c], same(&got, &base) ? "bitwise" : "DIFFERS");
+        kiln_request rq = req;
+        if (c == 3) {
+            rq.spec = KILN_SPEC_RANDOM;
+            rq.spec_k = 3;
+        }
+        run_one(e, &rq, &got);
+        printf("prefill_chunk %d%s: %s\n", chunks[c], c == 3 ? " (speculation)" : "",
+               same(&got, &base) ? "bitwise" : "DIFFERS");
         CHECK(got.order_ok);
         CHECK(same(&got, &base));
         kiln_engine_destroy(e);
