@@ -1,7 +1,12 @@
 /*
- * cpu_peaks - this machine's roofline, measured: the AVX-512 f32 FMA rate, the VNNI int8
- * multiply-accumulate rate (vpdpbusd) and the streaming read bandwidth from DRAM, on the
- * threads kiln uses. The CPU benchmarks' figures (bench/cpu_vs_llamacpp) are read against
+ * cpu_peaks - this machine's roofline, measured: the f32 FMA rate, the int8
+ * multiply-accumulate rate with the instruction kiln's q8 kernels use and the streaming read
+ * bandwidth from DRAM, on the threads kiln uses, for kiln's active SIMD path
+ * (kiln_simd_active: AVX-512, or AVX2 on CPUs without it and under KILN_SIMD=avx2):
+ *   AVX-512: zmm FMA; int8 vpdpbusd zmm (AVX-512 VNNI); 512-bit loads.
+ *   AVX2:    ymm FMA; int8 vpdpbusd ymm where AVX-VNNI is used (kiln_cpu_use_avxvnni), else
+ *            the vpmaddubsw + vpmaddwd + vpaddd sequence of the Q8_0 kernel (32 MACs per
+ *            sequence); 256-bit loads. The CPU benchmarks' figures (bench/cpu_vs_llamacpp) are read against
  * these: F16 prefill against the FMA rate, Q4_0/Q8_0 batched decode against the int8 rate,
  * one-sequence decode against the bandwidth.
  *
@@ -12,9 +17,8 @@
  * 12 independent register chains per thread (more than latency x issue width, so only the
  * issue rate limits them); bandwidth sums a huge-page buffer (MADV_HUGEPAGE, as kiln's
  * weights) that each thread first touches and then reads, one contiguous range per thread,
- * with 512-bit loads (or whatever the compiler makes of a plain 64-bit loop without
- * AVX-512). The compute lines need AVX-512 (the int8 line VNNI, KILN_VNNI not 0); without
- * them it says so. Use a buffer well above the last-level cache (the default), or the
+ * with the path's vector loads (a plain 64-bit loop on the scalar path). The int8 line on
+ * AVX-512 needs VNNI (KILN_VNNI not 0); without it, and on the scalar path, it says so. Use a buffer well above the last-level cache (the default), or the
  * bandwidth line measures the cache.
  */
 #include <immintrin.h>
@@ -33,6 +37,7 @@
 
 #define AVX512 __attribute__((target("avx512f,avx512bw,fma")))
 #define VNNI   __attribute__((target("avx512f,avx512bw,avx512vnni")))
+#define AVX2   __attribute__((target("avx2,fma")))
 
 enum { CHAINS = 12, REPS = 7, MAX_THREADS = 512 };
 #define MAX_MIB (1L << 20) /* 1 TiB */
@@ -90,6 +95,65 @@ VNNI static void vnni_worker(void *ctx, int ith, int nth) {
     j->sink[ith] = sum_u64(s);
 }
 
+AVX2 static void fma_worker_avx2(void *ctx, int ith, int nth) {
+    job *j = ctx;
+    (void)nth;
+    __m256 a[CHAINS], m = _mm256_set1_ps(0.999f), c = _mm256_set1_ps(1e-3f);
+    for (int i = 0; i < CHAINS; i++) a[i] = _mm256_set1_ps((float)i);
+    for (long t = 0; t < j->iters; t++) {
+        _Pragma("GCC unroll 12") for (int i = 0; i < CHAINS; i++) a[i] =
+            _mm256_fmadd_ps(a[i], m, c);
+        __asm__("" : "+x"(m), "+x"(c));
+    }
+    __m256 s = a[0];
+    for (int i = 1; i < CHAINS; i++) s = _mm256_add_ps(s, a[i]);
+    float v[8];
+    _mm256_storeu_ps(v, s);
+    j->sink[ith] = (uint64_t)(v[0] > 0);
+}
+
+/* the wrapping sum of the 8 int32 lanes (a sink) */
+AVX2 static uint64_t sum_i32x8(__m256i v) {
+    uint32_t l[8];
+    uint64_t t = 0;
+    _mm256_storeu_si256((__m256i *)l, v);
+    for (int i = 0; i < 8; i++) t += l[i];
+    return t;
+}
+
+/* AVX-VNNI (VEX vpdpbusd ymm) by inline asm, as the kernel (q8_avx2.c) */
+AVX2 static void avxvnni_worker(void *ctx, int ith, int nth) {
+    job *j = ctx;
+    (void)nth;
+    __m256i a[CHAINS], w = _mm256_set1_epi8(3), x = _mm256_set1_epi8(5);
+    for (int i = 0; i < CHAINS; i++) a[i] = _mm256_set1_epi32(i);
+    for (long t = 0; t < j->iters; t++) {
+        _Pragma("GCC unroll 12") for (int i = 0; i < CHAINS; i++)
+            __asm__("%{vex%} vpdpbusd %2, %1, %0" : "+x"(a[i]) : "x"(w), "x"(x));
+        __asm__("" : "+x"(w), "+x"(x));
+    }
+    __m256i s = a[0];
+    for (int i = 1; i < CHAINS; i++) s = _mm256_add_epi32(s, a[i]);
+    j->sink[ith] = sum_i32x8(s);
+}
+
+/* vpmaddubsw + vpmaddwd + vpaddd: 32 u8 x s8 products into 8 int32 lanes */
+AVX2 static void maddubs_worker(void *ctx, int ith, int nth) {
+    job *j = ctx;
+    (void)nth;
+    __m256i a[CHAINS], w = _mm256_set1_epi8(3), x = _mm256_set1_epi8(5);
+    const __m256i ones = _mm256_set1_epi16(1);
+    for (int i = 0; i < CHAINS; i++) a[i] = _mm256_set1_epi32(i);
+    for (long t = 0; t < j->iters; t++) {
+        _Pragma("GCC unroll 12") for (int i = 0; i < CHAINS; i++) a[i] =
+            _mm256_add_epi32(a[i], _mm256_madd_epi16(_mm256_maddubs_epi16(w, x), ones));
+        __asm__("" : "+x"(w), "+x"(x));
+    }
+    __m256i s = a[0];
+    for (int i = 1; i < CHAINS; i++) s = _mm256_add_epi32(s, a[i]);
+    j->sink[ith] = sum_i32x8(s);
+}
+
 /* thread ith's share: a contiguous range of whole 4 KiB pages (as kiln's matmul splits rows) */
 static void share(const job *j, int ith, int nth, size_t *o0, size_t *o1) {
     const size_t pages = j->n / 4096;
@@ -119,6 +183,23 @@ AVX512 static void read_worker(void *ctx, int ith, int nth) {
         }
     }
     j->sink[ith] = sum_u64(_mm512_add_epi64(_mm512_add_epi64(s0, s1), _mm512_add_epi64(s2, s3)));
+}
+
+AVX2 static void read_worker_avx2(void *ctx, int ith, int nth) {
+    job *j = ctx;
+    __m256i s0 = _mm256_setzero_si256(), s1 = s0, s2 = s0, s3 = s0;
+    size_t o0, o1;
+    share(j, ith, nth, &o0, &o1);
+    for (size_t o = o0; o < o1; o += 4096) {
+        const __m256i *p = (const __m256i *)(j->buf + o);
+        for (int k = 0; k < 128; k += 4) {
+            s0 = _mm256_add_epi64(s0, _mm256_load_si256(p + k));
+            s1 = _mm256_add_epi64(s1, _mm256_load_si256(p + k + 1));
+            s2 = _mm256_add_epi64(s2, _mm256_load_si256(p + k + 2));
+            s3 = _mm256_add_epi64(s3, _mm256_load_si256(p + k + 3));
+        }
+    }
+    j->sink[ith] = sum_i32x8(_mm256_add_epi64(_mm256_add_epi64(s0, s1), _mm256_add_epi64(s2, s3)));
 }
 
 /* the same without AVX-512: 64-bit loads in 4 chains (the compiler may vectorize them) */
@@ -180,9 +261,11 @@ int main(int argc, char **argv) {
     }
     static job j;
     printf("threads %ld\n", threads);
+    const kiln_simd path = kiln_simd_active();
+    printf("path %s\n", kiln_simd_name(path));
     if (!compute) {
         /* bandwidth only */
-    } else if (kiln_simd_supported(KILN_SIMD_AVX512)) {
+    } else if (path == KILN_SIMD_AVX512) {
         j.iters = 20000000;
         report("f32 FMA (AVX-512)", "GFLOP/s", tp, fma_worker, &j,
                2.0 * 16 * CHAINS * (double)j.iters * threads * 1e-9);
@@ -191,8 +274,18 @@ int main(int argc, char **argv) {
                    64.0 * CHAINS * (double)j.iters * threads * 1e-9);
         else
             printf("int8 MAC (vpdpbusd)          not measured: no AVX-512 VNNI, or KILN_VNNI=0\n");
+    } else if (path == KILN_SIMD_AVX2) {
+        j.iters = 20000000;
+        report("f32 FMA (AVX2 ymm)", "GFLOP/s", tp, fma_worker_avx2, &j,
+               2.0 * 8 * CHAINS * (double)j.iters * threads * 1e-9);
+        if (kiln_cpu_use_avxvnni())
+            report("int8 MAC (vpdpbusd ymm)", "GMAC/s", tp, avxvnni_worker, &j,
+                   32.0 * CHAINS * (double)j.iters * threads * 1e-9);
+        else
+            report("int8 MAC (vpmaddubsw+vpmaddwd)", "GMAC/s", tp, maddubs_worker, &j,
+                   32.0 * CHAINS * (double)j.iters * threads * 1e-9);
     } else {
-        printf("compute peaks                no AVX-512 on this CPU\n");
+        printf("compute peaks                no AVX2 or AVX-512 on this path\n");
     }
     j.n = (size_t)mib << 20;
     void *buf = NULL;
@@ -205,7 +298,10 @@ int main(int argc, char **argv) {
     j.buf = buf;
     kiln_threadpool_run(tp, touch_worker, &j);
     report("read bandwidth", "GB/s", tp,
-           kiln_simd_supported(KILN_SIMD_AVX512) ? read_worker : read_worker_plain, &j,
+           path == KILN_SIMD_AVX512 ? read_worker
+           : path == KILN_SIMD_AVX2 ? read_worker_avx2
+                                    : read_worker_plain,
+           &j,
            (double)j.n * 1e-9);
     free(buf);
     kiln_threadpool_destroy(tp);

@@ -114,7 +114,7 @@ static double run_batched(const kiln_model *m, kiln_backend *tp, kiln_dtype kvt,
     /* prefill each sequence alone (untimed) */
     for (int32_t s = 0; s < B; s++) {
         for (int32_t i = 0; i < P; i++) tok[i] = rand_token(m->cfg.n_vocab);
-        kiln_batch_seq one = {bt[s].blocks, 0, P, 0, bt[s].n_blocks, NULL};
+        kiln_batch_seq one = {bt[s].blocks, 0, P, 0, bt[s].n_blocks, NULL, NULL, 0};
         int32_t last = P - 1;
         kiln_batch b = {P, tok, 1, &one, 1, &last};
         if (kiln_model_forward_batch(m, pool, tp, &b, logits, &err)) die("prefill", &err);
@@ -122,7 +122,7 @@ static double run_batched(const kiln_model *m, kiln_backend *tp, kiln_dtype kvt,
     double t0 = now();
     for (int32_t g = 0; g < G; g++) {
         for (int32_t s = 0; s < B; s++) {
-            sq[s] = (kiln_batch_seq){bt[s].blocks, P + g, 1, s, bt[s].n_blocks, NULL};
+            sq[s] = (kiln_batch_seq){bt[s].blocks, P + g, 1, s, bt[s].n_blocks, NULL, NULL, 0};
             tok[s] = rand_token(m->cfg.n_vocab);
             out[s] = s;
         }

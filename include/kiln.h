@@ -107,6 +107,12 @@ KILN_API kiln_device_kind kiln_model_device(const kiln_model *model, int32_t *in
  *  driver reports, 0 when there is no driver or GPU or kiln was built without CUDA. */
 KILN_API int32_t kiln_device_count(kiln_device_kind kind);
 
+/** Free and total memory in bytes of GPU `index` of kind KILN_DEVICE_CUDA (cudaMemGetInfo: free
+ *  counts what this process and others have not allocated). Errors: KILN_ERR_INVALID_ARGUMENT
+ *  (not a CUDA device of this build and machine), KILN_ERR_INTERNAL (the driver's reason). */
+KILN_API kiln_status kiln_device_memory(kiln_device_kind kind, int32_t index, int64_t *free_bytes,
+                                        int64_t *total_bytes, kiln_error *err);
+
 /**
  * Load a model from a GGUF file, a llama2.c checkpoint or a Hugging Face directory.
  * params may be NULL (defaults: tokenizer found beside the model, not required, device
@@ -492,6 +498,10 @@ typedef enum kiln_kv_type {
                          on f16-rounded q and probabilities with each value int8 * scale,
                          f32 sums. Needs n_head_kv * head_dim % 32 == 0. CPU backend only. */
     KILN_KV_Q4_0 = 4, /* ggml's q4_0 blocks (18 bytes per 32 values: 0.28x f16); as q8_0 */
+    KILN_KV_TURBO = 5, /* TurboQuant (arXiv 2504.19874) turbo:k8v3: K at 8 bits, V at 3 bits per
+                          element plus an f32 norm per head row (6.0 bits per element at head
+                          size 64); other configs by name (kv_type_name). Needs a head size that
+                          is a power of two in 8..1024. CPU backend only. */
 } kiln_kv_type;
 
 typedef struct kiln_engine_params {
@@ -501,14 +511,23 @@ typedef struct kiln_engine_params {
     int64_t kv_memory;
     int32_t kv_tokens;
     kiln_kv_type kv_type;  /* K and V storage; default KILN_KV_F32 */
-    /* K's and V's storage by name ("f32", "f16", "bf16", "q8_0", "q4_0"), overriding kv_type
+    /* K's and V's storage by name ("f32", "f16", "bf16", "q8_0", "q4_0", "turbo8", ...), overriding kv_type
      * for that side; NULL or "" = kv_type. An unknown name is KILN_ERR_INVALID_ARGUMENT naming
      * the field. Borrowed for kiln_engine_create only; kiln_engine_get_params returns the
      * formats in use here (static strings). */
     const char *kv_type_k, *kv_type_v;
+    /* K and V storage by name, overriding kv_type (kv_type_k / kv_type_v still override it per
+     * side): any name kv_type_k takes, or a TurboQuant config "turbo:kBvB" (B bits 1..8 for K
+     * and for V; a "q" after B spends one of them on the QJL residual; "turbo" = turbo:k8v3).
+     * kv_type_k / kv_type_v also take a config, keeping their own side of it ("turbo:k4v3" as
+     * kv_type_k is K at 4 bits), or a side's name: "turbo4", "turbo3q". NULL or "" = kv_type.
+     * A bad name or config is KILN_ERR_INVALID_ARGUMENT naming the field and the bad part.
+     * Borrowed for kiln_engine_create only; kiln_engine_get_params returns NULL here and the
+     * per-side names in kv_type_k / kv_type_v. */
+    const char *kv_type_name;
     /* Delayed KV quantization (DESIGN.md "Delayed quantization"): 0 = K and V are stored in
-     * their formats from the first token. N > 0 with a quantized K or V format (q8_0, q4_0):
-     * a sequence's blocks are written in f16 and stay f16 until the sequence is longer than N
+     * their formats from the first token. N > 0 with a quantized K or V format (q8_0, q4_0,
+     * TurboQuant): a sequence's blocks are written in f16 and stay f16 until the sequence is longer than N
      * tokens (its logits until then are bitwise those of kv_type f16); from then on, at each
      * step's commit, its committed full f16 blocks are converted to the K / V formats and the
      * f16 block goes back to the pool (new blocks, the partial last block and the speculative
@@ -571,6 +590,14 @@ typedef struct kiln_engine_params {
      * kv_tokens; KILN_ERR_INVALID_ARGUMENT when what is left holds no block (the message
      * gives the three figures). The draft model's own KV pool is not counted. 0: unused. */
     int64_t memory_budget;
+    /* GPU memory for the whole engine (`--gpu-memory BYTES|FRACTION`), for a model whose
+     * weights are on a GPU (kiln_model_device): in (0, 1] a fraction of the device's total
+     * memory (cudaMemGetInfo), > 1 bytes. It becomes memory_budget (weights + KV pool + step
+     * scratch, the pool getting what is left, as above) after a check that the part beyond
+     * the weights, which are placed already, fits the device's free memory; otherwise
+     * KILN_ERR_OUT_OF_MEMORY with the figures. Excludes memory_budget, kv_memory and
+     * kv_tokens; KILN_ERR_INVALID_ARGUMENT for a model on the CPU. 0: unused. */
+    double gpu_memory;
 } kiln_engine_params;
 
 /** All zero: every field takes its default. */

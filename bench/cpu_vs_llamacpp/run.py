@@ -4,11 +4,18 @@
 Protocol: README.md in this directory. Python 3 standard library only.
 
   python3 bench/cpu_vs_llamacpp/run.py --kiln-build build [--llama-cpp-dir DIR]
-      [--threads N] [--rounds 3] [--reps 3] [--types f16,q8_0,q4_0] [--cache DIR]
+      [--isa native|avx2|avx2-vnni] [--threads N] [--rounds 3] [--reps 3] [--types f16,q8_0,q4_0] [--cache DIR]
       [--batched 1,4,8,16] [--batch-gen 32] [--engine] [--json OUT.json]
 
 LLAMA_CPP_DIR (or --llama-cpp-dir) names a llama.cpp build: its bin/llama-bench (or
 llama-bench directly inside it) is used. Without it kiln runs alone.
+
+--isa avx2 runs kiln (kiln_pp_tg, cpu_peaks, kiln bench) with KILN_SIMD=avx2 KILN_VNNI=0 (the
+AVX2 path with vpmaddubsw, as on Zen 2/3) and takes llama.cpp from LLAMA_CPP_AVX2_DIR (an
+AVX2-only build: GGML_NATIVE=OFF GGML_AVX2=ON GGML_AVX512=OFF GGML_AVX_VNNI=OFF) unless
+--llama-cpp-dir names one; --isa avx2-vnni likewise with AVX-VNNI allowed (KILN_SIMD=avx2
+only; pair it with a llama.cpp built with GGML_AVX_VNNI=ON). --isa native (the default) sets
+nothing.
 """
 import argparse
 import json
@@ -81,6 +88,11 @@ def roofline(peaks, threads, what="all"):
 def bandwidth(peaks, threads):
     """Median read bandwidth (GB/s) measured by bench/cpu_peaks just now, or None."""
     return roofline(peaks, threads, "bandwidth").get("bw_gbs")
+
+
+# environment of every child per --isa (only kiln reads it; llama.cpp's ISA is its build's)
+ISA_ENV = {"native": {}, "avx2": {"KILN_SIMD": "avx2", "KILN_VNNI": "0"},
+           "avx2-vnni": {"KILN_SIMD": "avx2"}}
 
 
 def run(cmd, timeout=3600):
@@ -162,8 +174,12 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--kiln-build", default="build", help="kiln build directory")
-    ap.add_argument("--llama-cpp-dir", default=os.environ.get("LLAMA_CPP_DIR"),
-                    help="llama.cpp build directory (default: $LLAMA_CPP_DIR; none: kiln alone)")
+    ap.add_argument("--llama-cpp-dir", default=None,
+                    help="llama.cpp build directory (default: $LLAMA_CPP_DIR, with --isa avx2* "
+                         "$LLAMA_CPP_AVX2_DIR; none: kiln alone)")
+    ap.add_argument("--isa", choices=sorted(ISA_ENV), default="native",
+                    help="kiln's SIMD path: native, avx2 (KILN_SIMD=avx2 KILN_VNNI=0) or "
+                         "avx2-vnni (KILN_SIMD=avx2)")
     ap.add_argument("--threads", type=int, default=0, help="threads (default: physical cores)")
     ap.add_argument("--rounds", type=int, default=3, help="alternations of llama.cpp / kiln")
     ap.add_argument("--reps", type=int, default=3, help="repetitions per run (llama-bench -r)")
@@ -181,6 +197,12 @@ def main():
                     help="also run `kiln bench` (the engine, continuous batching)")
     ap.add_argument("--json", help="write every sample and the command lines here")
     a = ap.parse_args()
+    if a.llama_cpp_dir is None:
+        a.llama_cpp_dir = os.environ.get("LLAMA_CPP_DIR" if a.isa == "native"
+                                         else "LLAMA_CPP_AVX2_DIR")
+    for k in ("KILN_SIMD", "KILN_VNNI"):  # the chosen ISA alone decides
+        os.environ.pop(k, None)
+    os.environ.update(ISA_ENV[a.isa])
 
     kiln = find_exe(a.kiln_build, ["kiln"])
     pptg = find_exe(a.kiln_build, ["kiln_pp_tg"])
@@ -198,7 +220,7 @@ def main():
     models = gen_models(kiln, a.cache, types, a.seed)
     pp, tg = "pp%d" % a.n_prompt, "tg%d" % a.n_gen
 
-    report = {"threads": threads, "rounds": a.rounds, "reps": a.reps, "rows": [],
+    report = {"isa": a.isa, "kiln_env": ISA_ENV[a.isa], "threads": threads, "rounds": a.rounds, "reps": a.reps, "rows": [],
               "batched": [], "engine": [], "load": [], "roofline": []}
     if lb:
         try:
@@ -207,8 +229,9 @@ def main():
             report["llama_cpp_commit"] = info[0].get("build_commit")
         except SystemExit:
             report["llama_cpp_commit"] = None
-    print("threads %d, %d rounds x %d reps, load average %.2f at start" %
-          (threads, a.rounds, a.reps, loadavg()), flush=True)
+    print("isa %s (kiln env %s), threads %d, %d rounds x %d reps, load average %.2f at start" %
+          (a.isa, " ".join("%s=%s" % kv for kv in ISA_ENV[a.isa].items()) or "-", threads,
+           a.rounds, a.reps, loadavg()), flush=True)
     report["roofline"].append(roofline(peaks, threads))
 
     for t in types:
@@ -284,8 +307,8 @@ def main():
     print()
     if lb:
         print("llama.cpp: %s (commit %s)" % (lb, report.get("llama_cpp_commit")))
-    print("threads: %d; medians over %d rounds x %d reps; spread = (max - min) / median" %
-          (threads, a.rounds, a.reps))
+    print("isa: %s; threads: %d; medians over %d rounds x %d reps; spread = (max - min) / median"
+          % (a.isa, threads, a.rounds, a.reps))
     print()
     for when, r in zip(("start", "end"), report["roofline"]):
         if r:

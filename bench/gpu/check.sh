@@ -14,7 +14,7 @@ git log -1 --format='commit %H' 2>/dev/null || true
 t0=$(date +%s)
 cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DKILN_CUDA=ON -DKILN_SHARED_DIR="$shared" \
   >"$out/configure.txt" 2>&1 || { tail -30 "$out/configure.txt"; exit 1; }
-cmake --build build-gpu -j"$(nproc)" --target kiln test_cuda_ops test_cuda_logits \
+cmake --build build-gpu -j"$(nproc)" --target kiln test_cuda_ops test_cuda_logits test_cuda_gpu_memory \
   test_engine_invariance_stories260K test_engine_prefix_cache_stories260K-f32 test_llama2c_greedy >"$out/build.txt" 2>&1 ||
   { grep -E "error|Error" "$out/build.txt" | head -40; exit 1; }
 echo "build: $(( $(date +%s) - t0 )) s"

@@ -9,7 +9,9 @@
  *   decode    the sum over one layer's matmuls at M = 1, x 32 layers, + the output head: the
  *             matmul time of one batch-1 decode step, and the tok/s it allows
  * Inputs are random (never zeros: METHOD.md); every launch's error is checked.
- * Usage: gpu_matmul_bench [M ...] (default 1 2 4 8 16 64 256 2048). Prints a table.
+ * Usage: gpu_matmul_bench [M ...] (default 1 2 4 8 16 64 256 2048). Prints a table. Env
+ * KILN_BENCH_WTYPE=bf16 (default), q8_0 or q4_0: the weights' type (the quantized ones are
+ * random bytes whose block scales are finite f16; GB/s counts their bytes).
  */
 #include <math.h>
 #include <stdint.h>
@@ -68,6 +70,14 @@ static void *dev_random(size_t n_bf16, uint64_t seed) {
 static void *g_xh;
 static size_t g_xh_bytes;
 
+/* the weights' type (KILN_BENCH_WTYPE) and the bytes of a row of n elements */
+static cu_elem g_elem = CU_BF16;
+static size_t row_bytes(int64_t n) {
+    if (g_elem == CU_Q8_0) return (size_t)n / 32 * 34;
+    if (g_elem == CU_Q4_0) return (size_t)n / 32 * 18;
+    return (size_t)n * 2;
+}
+
 typedef struct shape {
     const char *name;
     int64_t n_out, n_in; /* per weight */
@@ -86,15 +96,15 @@ static float time_shape(const shape *sh, void *const *w, int32_t M, const float 
         const int c = r % COPIES;
         CK(cudaEventRecord(a, 0));
         if (sh->glu) {
-            const size_t wb = (size_t)sh->n_out * sh->n_in * 2;
-            CK(kiln_cu_matmul_glu(0, y, w[c], (char *)w[c] + wb, CU_BF16, sh->n_out, sh->n_in, x,
+            const size_t wb = (size_t)sh->n_out * row_bytes(sh->n_in);
+            CK(kiln_cu_matmul_glu(0, y, w[c], (char *)w[c] + wb, g_elem, sh->n_out, sh->n_in, x,
                                   M, CU_ACT_SILU, g_xh, g_xh_bytes));
         } else {
             cu_mm_out o[3];
             size_t off = 0, yoff = 0;
             for (int i = 0; i < sh->n_w; i++) {
-                o[i] = (cu_mm_out){y + yoff, (char *)w[c] + off, CU_BF16, sh->outs[i]};
-                off += (size_t)sh->outs[i] * sh->n_in * 2;
+                o[i] = (cu_mm_out){y + yoff, (char *)w[c] + off, g_elem, sh->outs[i]};
+                off += (size_t)sh->outs[i] * row_bytes(sh->n_in);
                 yoff += (size_t)M * sh->outs[i];
             }
             CK(kiln_cu_matmul_multi(0, o, sh->n_w, sh->n_in, x, M, g_xh, g_xh_bytes));
@@ -121,10 +131,19 @@ int main(int argc, char **argv) {
     }
     int32_t maxM = 1;
     for (int i = 0; i < nM; i++) maxM = Ms[i] > maxM ? Ms[i] : maxM;
+    const char *wt = getenv("KILN_BENCH_WTYPE");
+    if (wt && !strcmp(wt, "q8_0"))
+        g_elem = CU_Q8_0;
+    else if (wt && !strcmp(wt, "q4_0"))
+        g_elem = CU_Q4_0;
+    else if (wt && strcmp(wt, "bf16")) {
+        fprintf(stderr, "KILN_BENCH_WTYPE='%s': expected bf16, q8_0 or q4_0\n", wt);
+        return 2;
+    }
     struct cudaDeviceProp prop;
     CK(cudaGetDeviceProperties(&prop, 0));
-    printf("device: %s, %d SMs, L2 %d MB\n", prop.name, prop.multiProcessorCount,
-           prop.l2CacheSize >> 20);
+    printf("device: %s, %d SMs, L2 %d MB; weights %s\n", prop.name, prop.multiProcessorCount,
+           prop.l2CacheSize >> 20, wt ? wt : "bf16");
 
     /* the roofline: a 2 GiB device-to-device copy */
     {
@@ -188,15 +207,20 @@ int main(int argc, char **argv) {
     double decode_ms = 0.0;
     for (int si = 0; si < n_sh; si++) {
         const shape *sh = &shapes[si];
-        size_t wn = 0;
-        for (int j = 0; j < sh->n_w; j++) wn += (size_t)sh->outs[j] * sh->n_in;
+        size_t wn = 0, wb = 0; /* elements, bytes */
+        for (int j = 0; j < sh->n_w; j++) {
+            wn += (size_t)sh->outs[j] * sh->n_in;
+            wb += (size_t)sh->outs[j] * row_bytes(sh->n_in);
+        }
         void *w[COPIES];
-        const int copies = wn * 2 > ((size_t)1 << 29) ? 2 : COPIES;
-        for (int c = 0; c < COPIES; c++) w[c] = c < copies ? dev_random(wn, 100 + c) : w[c % copies];
+        const int copies = wb > ((size_t)1 << 29) ? 2 : COPIES;
+        /* bf16 words in [-0.05, 0.05): read as Q8_0 / Q4_0 blocks, every f16 scale is finite */
+        for (int c = 0; c < COPIES; c++)
+            w[c] = c < copies ? dev_random((wb + 1) / 2, 100 + c) : w[c % copies];
         for (int mi = 0; mi < nM; mi++) {
             const int32_t M = Ms[mi];
             const float ms = time_shape(sh, w, M, x, y);
-            const double gbs = (double)wn * 2 / (ms * 1e-3) / 1e9,
+            const double gbs = (double)wb / (ms * 1e-3) / 1e9,
                          tf = 2.0 * M * (double)wn / (ms * 1e-3) / 1e12;
             printf("%-28s %6d %10.2f %9.0f %9.2f\n", sh->name, M, ms * 1e3, gbs, tf);
             if (M == 1) decode_ms += ms * (si == n_sh - 1 ? 1.0 : 32.0);

@@ -10,8 +10,11 @@
 #     --no-escape (llama-perplexity otherwise rewrites backslash escapes such as "\n" inside
 #     the Python source before tokenizing), -b 512 (one chunk per batch) and
 #     --ppl-output-type 1 (its mean NLL to 6 decimals; ppl = exp of it);
-#   - TurboQuant configurations (kiln only) when the build knows `--kv-type turbo:...`
-#     (TURBO="turbo:k8v3 ..." to choose).
+#   - TurboQuant configurations (kiln only) when the build knows `--kv-type turbo:...`:
+#     turbo:k8v3 (the default config), k4v4, k4v3 and k3v3 (3.5 bits per channel with the
+#     per-head f32 norms, the paper's "quality neutral" point); TURBO="turbo:k8v3 ..." to choose;
+#   - each format's KV bytes per token and bits per element, norms and scales included, from
+#     `kiln fit --json` (the pool's arithmetic).
 # Prints a table of ppl and relative change from f16 per engine and format, and checks that
 # kiln's relative change from f16 is no worse (no larger an increase) than llama.cpp's for
 # q8_0 and q4_0; exit 1 otherwise.
@@ -61,10 +64,17 @@ for f in "${formats[@]}"; do
     echo "kiln $f: ${KP[$f]}" >&2
 done
 turbo=${TURBO:-}
-if [ -z "$turbo" ] && "$kiln" perplexity --help 2>&1 | grep -q turbo; then turbo="turbo:k8v3"; fi
+if [ -z "$turbo" ] && "$kiln" perplexity --help 2>&1 | grep -q turbo; then
+    turbo="turbo:k8v3 turbo:k4v4 turbo:k4v3 turbo:k3v3"
+fi
 for t in $turbo; do
     KP[$t]=$(kiln_run "$t") || KP[$t]=""
     echo "kiln $t: ${KP[$t]}" >&2
+done
+declare -A KB
+for f in "${!KP[@]}"; do # KV bytes per token of each format (kiln fit: the pool's arithmetic)
+    KB[$f]=$("$kiln" fit -m "$gguf" --ctx "$ctx" --kv-type "$f" --memory 1G --bandwidth 10 --json |
+             python3 -c 'import json,sys; print(json.load(sys.stdin)["kv_bytes_per_token"])') || KB[$f]=""
 done
 if [ -n "${LLAMA_CPP_DIR:-}" ]; then
     git -C "$LLAMA_CPP_DIR" log -1 --format='llama.cpp %H %cd' >&2 || true
@@ -80,10 +90,12 @@ python3 - "$ctx" "$text" <<EOF
 import sys
 kp = {$(for k in "${!KP[@]}"; do printf '"%s": "%s", ' "$k" "${KP[$k]}"; done)}
 lp = {$(for k in "${!LP[@]}"; do printf '"%s": "%s", ' "$k" "${LP[$k]}"; done)}
+kb = {$(for k in "${!KB[@]}"; do printf '"%s": "%s", ' "$k" "${KB[$k]}"; done)}
 fl = lambda d, k: float(d[k]) if d.get(k) else None
 order = ["f32", "f16", "q8_0", "q4_0"] + sorted(k for k in kp if k.startswith("turbo"))
-print("| KV | kiln ppl | kiln vs f16 | llama.cpp ppl | llama.cpp vs f16 |")
-print("|---|---|---|---|---|")
+print("| KV | bits/element | KV bytes/token | kiln ppl | kiln vs f16 | llama.cpp ppl | llama.cpp vs f16 |")
+print("|---|---|---|---|---|---|---|")
+f32b = fl(kb, "f32")
 ok = True
 for k in order:
     a, b = fl(kp, k), fl(lp, k)
@@ -91,7 +103,9 @@ for k in order:
     rb = (b / fl(lp, "f16") - 1) if b and fl(lp, "f16") else None
     cell = lambda v, r: ("%.4f" % v if v else "-", "%+.3f%%" % (100 * r) if r is not None else "-")
     ca, cb = cell(a, ra), cell(b, rb)
-    print("| %s | %s | %s | %s | %s |" % (k, ca[0], ca[1], cb[0], cb[1]))
+    b = fl(kb, k)
+    bits = "%.3f" % (32 * b / f32b) if b and f32b else "-"
+    print("| %s | %s | %s | %s | %s | %s | %s |" % (k, bits, "%d" % b if b else "-", ca[0], ca[1], cb[0], cb[1]))
     if k in ("q8_0", "q4_0") and ra is not None and rb is not None and ra > rb + 1e-12:
         ok = False
         print("  kiln's %s change %+.4f%% is worse than llama.cpp's %+.4f%%" % (k, 100 * ra, 100 * rb))

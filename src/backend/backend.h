@@ -335,6 +335,11 @@ const kiln_backend_ops *kiln_backend_ops_of(kiln_backend_kind kind);
  *  driver reports (0 without a driver or a GPU, or in a build without CUDA). */
 int32_t kiln_backend_device_count(kiln_backend_kind kind);
 
+/** Free and total bytes of device `device` of `kind` (CUDA: cudaMemGetInfo). Errors:
+ *  KILN_ERR_INVALID_ARGUMENT (the CPU, or no such device), KILN_ERR_INTERNAL. */
+kiln_status kiln_backend_device_memory(kiln_backend_kind kind, int32_t device, int64_t *free_b,
+                                       int64_t *total_b, kiln_error *err);
+
 /** Destroy a context and everything it owns. NULL is a no-op. */
 void kiln_backend_destroy(kiln_backend *be);
 

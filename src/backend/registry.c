@@ -54,6 +54,20 @@ int32_t kiln_backend_device_count(kiln_backend_kind kind) {
     return 0;
 }
 
+kiln_status kiln_backend_device_memory(kiln_backend_kind kind, int32_t device, int64_t *free_b,
+                                       int64_t *total_b, kiln_error *err) {
+    *free_b = *total_b = 0;
+    if (kind != KILN_BACKEND_CUDA)
+        return kiln_error_set(err, KILN_ERR_INVALID_ARGUMENT,
+                              "device memory: only CUDA devices report it");
+#if defined(KILN_HAVE_CUDA)
+    return kiln_cuda_device_memory(device, free_b, total_b, err);
+#else
+    return kiln_error_set(err, KILN_ERR_INVALID_ARGUMENT,
+                          "device memory: cuda:%d: this build has no CUDA backend", device);
+#endif
+}
+
 void kiln_backend_destroy(kiln_backend *be) {
     if (be) be->ops->destroy(be);
 }

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kv/kv_format.h"
 #include "util/error.h"
 
 struct kiln_runner {
@@ -40,9 +41,16 @@ static kiln_status reserve(kiln_runner *r, int32_t max_tokens, int32_t max_keys,
     return KILN_OK;
 }
 
+/* a KV page format's name for messages ("q8_0", "turbo3"; kiln_dtype_name for others) */
+static const char *kv_format_name(kiln_dtype t) {
+    const kiln_kv_format_traits *f = kiln_kv_format_of(t);
+    return f ? f->name : kiln_dtype_name((int32_t)t);
+}
+
 /* A device backend computes only over weights placed on its own device and a pool in its
  * memory; a host backend over weights and a pool in host memory. Operations the model needs
  * and the backend lacks (NULL entries: experts, the delta net) are refused here. */
+
 static kiln_status check_placement(const kiln_model *m, const kiln_backend *be,
                                    const kiln_kv_pool *pool, kiln_error *err) {
     const kiln_backend_ops *op = be->ops;
@@ -86,7 +94,7 @@ static kiln_status check_placement(const kiln_model *m, const kiln_backend *be,
                     err, KILN_ERR_UNSUPPORTED,
                     "forward: the %s backend does not read %s/%s KV pages%s yet; use --kv-type "
                     "f16, bf16 or f32 (the same for K and V, no --kv-quant-start) or the CPU",
-                    op->name, kiln_dtype_name(fk), kiln_dtype_name(fv),
+                    op->name, kv_format_name(fk), kv_format_name(fv),
                     cls == KILN_KV_CLASS_HI ? " (the delayed transition)" : "");
         }
     }

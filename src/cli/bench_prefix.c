@@ -293,7 +293,7 @@ int bench_prefix_run(const char *model_path, const kiln_model_params *lp,
     int64_t per_req = (int64_t)o->prefix_tokens + o->suffix_tokens + o->gen_tokens;
     if ((rc = bench_fit_ctx(m, &ep, per_req)) != 0) goto done;
     int32_t bs = ep.block_size > 0 ? ep.block_size : 16;
-    if (ep.kv_memory == 0 && ep.kv_tokens == 0) {
+    if (ep.kv_memory == 0 && ep.kv_tokens == 0 && ep.memory_budget == 0 && ep.gpu_memory == 0) {
         int64_t want = ((int64_t)o->clients + 1) * (per_req + bs);
         ep.kv_tokens = want > INT32_MAX ? INT32_MAX : (int32_t)want;
     }
@@ -321,14 +321,14 @@ int bench_prefix_run(const char *model_path, const kiln_model_params *lp,
                       model_path, "mode", "shared_prefix", "prefix_tokens", o->prefix_tokens,
                       "suffix_tokens", o->suffix_tokens, "gen_tokens", o->gen_tokens, "clients",
                       o->clients, "requests", o->requests, "threads", used.n_threads, "kv_type",
-                      cli_kv_type_name(ep.kv_type), "block_size",
+                      cli_kv_type_label(&ep), "block_size",
                       used.block_size > 0 ? used.block_size : bs, "cache_dir", dir, "phases", arr);
         if (cli_print_json(j)) rc = KILN_EXIT_ERROR;
     } else {
         printf("kiln bench --shared-prefix: %s | prefix %d + suffix %d tokens, gen %d | %d "
                "clients, %d requests per phase | %d threads | KV %s, blocks of %d\n",
                model_path, o->prefix_tokens, o->suffix_tokens, o->gen_tokens, o->clients,
-               o->requests, used.n_threads, cli_kv_type_name(ep.kv_type),
+               o->requests, used.n_threads, cli_kv_type_label(&ep),
                used.block_size > 0 ? used.block_size : bs);
         printf("%-8s %8s %12s %12s %15s %10s %11s %9s %11s %10s %10s\n", "phase", "requests",
                "TTFT p50 ms", "TTFT p99 ms", "prompt+gen t/s", "gen t/s", "cached/req", "hit reqs",

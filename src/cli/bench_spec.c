@@ -637,7 +637,7 @@ int bench_spec_run(const char *model_path, const kiln_model_params *lp,
         per_req = VS_PROMPT + gen;                       /* verify column */
     if (o->verify_scaling && per_req < 34) per_req = 34; /* its 33-token prompts */
     if ((rc = bench_fit_ctx(m, &ep, per_req + KILN_MAX_SPEC_K + 1)) != 0) goto done;
-    if (ep.kv_memory == 0 && ep.kv_tokens == 0) {
+    if (ep.kv_memory == 0 && ep.kv_tokens == 0 && ep.memory_budget == 0 && ep.gpu_memory == 0) {
         int64_t want = (int64_t)max_c * (per_req + KILN_MAX_SPEC_K + 1 + 16);
         ep.kv_tokens = want > INT32_MAX ? INT32_MAX : (int32_t)want;
     }
@@ -678,7 +678,7 @@ int bench_spec_run(const char *model_path, const kiln_model_params *lp,
         json_object_set_new(j, "spec", spec ? json_string(o->mode_arg) : json_null());
         json_object_set_new(j, "spec_k", json_integer(spec_k));
         json_object_set_new(j, "threads", json_integer(used.n_threads));
-        json_object_set_new(j, "kv_type", json_string(cli_kv_type_name(ep.kv_type)));
+        json_object_set_new(j, "kv_type", json_string(cli_kv_type_label(&ep)));
         json_object_set_new(j, "prompt_tokens", json_integer(spec ? ps.len : 0));
         json_object_set_new(j, "prompt_file",
                             o->prompt_file ? json_string(o->prompt_file) : json_null());
@@ -723,7 +723,7 @@ int bench_spec_run(const char *model_path, const kiln_model_params *lp,
             printf("kiln bench --spec %s: %s | prompt %d%s, gen %d tokens | %d threads | spec-k %d "
                    "| KV %s | greedy, prefix cache off\n",
                    o->mode_arg, model_path, ps.len, ps.file ? " (from --prompt-file)" : "", gen,
-                   used.n_threads, spec_k, cli_kv_type_name(ep.kv_type));
+                   used.n_threads, spec_k, cli_kv_type_label(&ep));
             printf("%11s %-6s %5s %8s %10s %8s %8s %8s %8s %8s %7s %8s %9s %9s\n", "concurrency",
                    "phase", "reqs", "wall s", "decode t/s", "min", "max", "drafted", "accepted",
                    "accept", "verify", "tok/step", "pred acc", "pred rej");

@@ -63,6 +63,8 @@ int cli_threadpool(int n, kiln_threadpool **tp);
 int cli_backend(int n, kiln_backend **be);
 /** "f32", "f16", "bf16". */
 const char *cli_kv_type_name(kiln_kv_type t);
+/** The --kv-type the params ask for: kv_type_name when set ("turbo:k4v3"), else kv_type's name. */
+const char *cli_kv_type_label(const kiln_engine_params *ep);
 
 double cli_now_ms(void);
 
@@ -107,6 +109,7 @@ enum {
     CLI_OPT_KV_TYPE_K,
     CLI_OPT_KV_TYPE_V,
     CLI_OPT_KV_QUANT_START,
+    CLI_OPT_GPU_MEMORY, /* --gpu-memory BYTES|FRACTION (kiln_engine_params.gpu_memory) */
     CLI_OPT_KV_KEEP_WINDOW, /* --kv-keep-window: kiln_engine_params.kv_keep_window */
 };
 
@@ -128,13 +131,15 @@ enum {
         {"max-queue", required_argument, 0, CLI_OPT_MAX_QUEUE},                                    \
         {"no-prefix-cache", no_argument, 0, CLI_OPT_NO_PREFIX_CACHE},                              \
         {"cache-dir", required_argument, 0, CLI_OPT_CACHE_DIR},                                    \
-        {"memory-budget", required_argument, 0, CLI_OPT_MEMORY_BUDGET}, {                          \
+        {"memory-budget", required_argument, 0, CLI_OPT_MEMORY_BUDGET},                            \
+        {"gpu-memory", required_argument, 0, CLI_OPT_GPU_MEMORY}, {                                \
         "cache-disk-max", required_argument, 0, CLI_OPT_CACHE_DISK_MAX                             \
     }
 
 /** Apply engine option `opt` (a CLI_OPT_* code) with value `arg` to *ep, checking its range
  * (the limits kiln_engine_create enforces). --kv-memory, --memory-budget and --cache-disk-max take sizes
- * (cli_parse_size: "512M", "16GiB", plain bytes); --no-prefix-cache sets no_prefix_cache
+ * (cli_parse_size: "512M", "16GiB", plain bytes); --gpu-memory a fraction in (0, 1] written
+ * with a decimal point ("0.9", "1.0") or a size as those; --no-prefix-cache sets no_prefix_cache
  * (arg unused); --cache-dir DIR sets cache_dir to arg (borrowed: argv outlives the engine's
  * creation), which must not be empty. Returns -1 when opt is not an engine option, 0 when
  * applied, KILN_EXIT_USAGE (after printing "kiln CMD: --NAME must be ...") for a bad value. */
@@ -210,8 +215,9 @@ const char *cli_kv_format_names(void);
 /** The traits table's name of format t, "?" when t is not a format. */
 const char *cli_kv_format_name(kiln_dtype t);
 /** One of --kv-type / --kv-type-k / --kv-type-v (opt, as typed) with its value arg: sets *k
- *  and *v (--kv-type), or the one side named. Returns 0, or cli_usage_error(cmd, ...)'s exit
- *  code naming opt and the accepted formats when arg is not a format. (common.c) */
+ *  and *v (--kv-type), or the one side named, as kiln_kv_format_parse (kv/kv_format.h: a
+ *  format name or a TurboQuant config turbo:kBvB, of which -k / -v keep their side). Returns 0,
+ *  or cli_usage_error(cmd, ...)'s exit code naming opt and the bad part. (common.c) */
 int cli_kv_side_option(const char *cmd, const char *opt, const char *arg, kiln_dtype *k,
                        kiln_dtype *v);
 

@@ -49,14 +49,23 @@ static void bench_usage(FILE *f) {
         "      --gen-tokens N      tokens generated per request (default 128)\n"
         "  -t, --threads N         compute threads (default: physical cores; 1 below ~4M weights)\n"
         "      --kv-type T         KV cache storage, K and V: f32 (default), f16, bf16,\n"
-        "                          q8_0 or q4_0 (ggml blocks of 32; kv_dim %% 32 == 0)\n"
-        "      --kv-type-k T       K's storage (overrides --kv-type for K)\n"
-        "      --kv-type-v T       V's storage (overrides --kv-type for V)\n"
+        "                          q8_0, q4_0 (ggml blocks of 32; kv_dim %% 32 == 0), or\n"
+            "                          turbo:kBvB (TurboQuant: K at B bits, V at B bits,\n"
+            "                          B in 1..8, Bq adds the QJL bit; turbo = turbo:k8v3;\n"
+            "                          head size a power of two)\n"
+        "      --kv-type-k T       K's storage (overrides --kv-type for K; of a\n"
+            "                          turbo:kBvB config it takes the K side)\n"
+        "      --kv-type-v T       V's storage (overrides --kv-type for V; of a\n"
+            "                          turbo:kBvB config it takes the V side)\n"
         "      --kv-quant-start N  keep blocks in f16 until a sequence passes N tokens,\n"
         "                          then convert its full blocks (default 0: from the start)\n"
         "      --kv-memory SIZE    KV pool size: bytes, or with K/M/G/T or KB/MB/GB/TB\n"
         "                          (default: enough for the largest level)\n"
         "      --kv-tokens N       KV pool size in positions\n"
+        "      --gpu-memory M      GPU memory for weights + KV pool + scratch: a fraction\n"
+        "                          of the GPU's total (0.9) or a size (60G); the pool gets\n"
+        "                          the rest (the model on a GPU; excludes --kv-memory,\n"
+        "                          --kv-tokens, --memory-budget)\n"
         "      --step-tokens N     tokens per engine step (default 512)\n"
         "      --prefill-chunk N   prompt tokens per sequence per step (default: --step-tokens)\n"
         "      --ctx N             positions per sequence (default: the model's, stretched to\n"
@@ -423,7 +432,7 @@ int kiln_cmd_bench(int argc, char **argv) {
      * context is stretched to fit them (RoPE extrapolates; the numbers stay meaningful for
      * speed, not for text quality). */
     if ((rc = bench_fit_ctx(m, &ep, per_req)) != 0) goto done;
-    if (ep.kv_memory == 0 && ep.kv_tokens == 0) {
+    if (ep.kv_memory == 0 && ep.kv_tokens == 0 && ep.memory_budget == 0 && ep.gpu_memory == 0) {
         int64_t want = (int64_t)max_c * (per_req + 16); /* + a partial block each */
         ep.kv_tokens = want > INT32_MAX ? INT32_MAX : (int32_t)want;
     }
@@ -486,7 +495,7 @@ int kiln_cmd_bench(int argc, char **argv) {
         json_t *o = json_pack("{s:s, s:I, s:I, s:i, s:s, s:i, s:i, s:o}", "model", model_path,
                               "prompt_tokens", (json_int_t)prompt_tokens, "gen_tokens",
                               (json_int_t)gen_tokens, "threads", n_threads, "kv_type",
-                              cli_kv_type_name(ep.kv_type), "kv_blocks_total", st.kv_blocks_total,
+                              cli_kv_type_label(&ep), "kv_blocks_total", st.kv_blocks_total,
                               "block_size", st.block_size, "levels", arr);
         /* the formats in use and the pool's bytes (both block classes) */
         json_object_set_new(o, "kv_type_k", json_string(used.kv_type_k));

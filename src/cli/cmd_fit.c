@@ -236,7 +236,8 @@ int kiln_cmd_fit(int argc, char **argv) {
     /* today's pool: every layer, every block */
     const int64_t kv_dim = (int64_t)cfg->n_head_kv * cfg->head_dim;
     const int64_t pool_block =
-        kiln_kv_fit_pool_block_bytes(cfg->n_layer, kv_dim, (int32_t)block_size, kv_k, kv_v);
+        kiln_kv_fit_pool_block_bytes(cfg->n_layer, kv_dim, cfg->head_dim, (int32_t)block_size,
+                                     kv_k, kv_v);
     const int64_t pool_blocks_seq = (n_ctx + block_size - 1) / block_size;
     const int64_t pool_kv = pool_block * pool_blocks_seq;
     const int64_t pool_blocks = pool_block > 0 && budget > 0 ? budget / pool_block : 0;

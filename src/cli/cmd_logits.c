@@ -16,7 +16,8 @@ static void logits_usage(FILE *f) {
                "\n"
                "Runs one forward over the tokens and writes input_ids [T] (I32) and\n"
                "logits [T, n_vocab] (F32) for every position. KV storage T: f32 (default),\n"
-               "f16, bf16, q8_0 or q4_0 (--kv-type for K and V; -k / -v override one side).\n");
+               "f16, bf16, q8_0, q4_0 or a TurboQuant config turbo:kBvB (--kv-type for K and V;\n"
+               "-k / -v override one side, taking their side of a turbo config).\n");
 }
 
 static int parse_ids(const char *s, kiln_ivec *ids) {
@@ -52,7 +53,8 @@ int kiln_cmd_logits(int argc, char **argv) {
     const char *model_path = NULL, *ids_arg = NULL, *prompt = NULL, *out_path = NULL;
     kiln_model_load_params lp = {0};
     int64_t threads = 0;
-    kiln_dtype kv_type = KILN_DTYPE_F32, kv_k = KILN_DTYPE_COUNT, kv_v = KILN_DTYPE_COUNT;
+    kiln_dtype kv_type = KILN_DTYPE_F32, kv_type_v = KILN_DTYPE_F32, kv_k = KILN_DTYPE_COUNT,
+               kv_v = KILN_DTYPE_COUNT;
     optind = 1;
     opterr = 0;
     int c;
@@ -79,19 +81,16 @@ int kiln_cmd_logits(int argc, char **argv) {
                                        optarg);
             break;
         case 'K':
-            if (!cli_parse_kv_format(optarg, &kv_type))
-                return cli_usage_error("logits",
-                                       "--kv-type must be f32, f16, bf16, q8_0 or q4_0 (got '%s')",
-                                       optarg);
-            break;
         case 'k':
-        case 'v':
-            if (!cli_parse_kv_format(optarg, c == 'k' ? &kv_k : &kv_v))
-                return cli_usage_error("logits",
-                                       "--kv-type-%c must be f32, f16, bf16, q8_0 or q4_0 (got "
-                                       "'%s')",
-                                       c, optarg);
+        case 'v': {
+            /* --kv-type sets the pair (kv_type, and for a turbo config its V side apart);
+             * --kv-type-k / -v override their side whatever the order */
+            const char *opt = c == 'K' ? "--kv-type" : c == 'k' ? "--kv-type-k" : "--kv-type-v";
+            kiln_dtype *pk = c == 'K' ? &kv_type : &kv_k, *pv = c == 'K' ? &kv_type_v : &kv_v;
+            const int rc = cli_kv_side_option("logits", opt, optarg, pk, pv);
+            if (rc) return rc;
             break;
+        }
         case 'h':
             logits_usage(stdout);
             return 0;
@@ -137,7 +136,7 @@ int kiln_cmd_logits(int argc, char **argv) {
         goto done;
     }
     if (kv_k == KILN_DTYPE_COUNT) kv_k = kv_type;
-    if (kv_v == KILN_DTYPE_COUNT) kv_v = kv_type;
+    if (kv_v == KILN_DTYPE_COUNT) kv_v = kv_type_v;
     if (kiln_kv_seq_create_kv(m, NULL, (int32_t)T, kv_k, kv_v, &kv, &err) != KILN_OK ||
         kiln_model_forward(m, kv, be, ids.data, (int32_t)T, 0, true, logits, &err) != KILN_OK) {
         rc = cli_fail(&err);

@@ -38,14 +38,23 @@ static void run_usage(FILE *f) {
             "  -t, --threads N         threads (default: physical cores; 1 below ~4M weights)\n"
             "      --ctx N             context length (default: the model's)\n"
             "      --kv-type T         KV cache storage, K and V: f32 (default), f16, bf16,\n"
-            "                          q8_0 or q4_0 (ggml blocks of 32; kv_dim %% 32 == 0)\n"
-            "      --kv-type-k T       K's storage (overrides --kv-type for K)\n"
-            "      --kv-type-v T       V's storage (overrides --kv-type for V)\n"
+            "                          q8_0, q4_0 (ggml blocks of 32; kv_dim %% 32 == 0), or\n"
+            "                          turbo:kBvB (TurboQuant: K at B bits, V at B bits,\n"
+            "                          B in 1..8, Bq adds the QJL bit; turbo = turbo:k8v3;\n"
+            "                          head size a power of two)\n"
+            "      --kv-type-k T       K's storage (overrides --kv-type for K; of a\n"
+            "                          turbo:kBvB config it takes the K side)\n"
+            "      --kv-type-v T       V's storage (overrides --kv-type for V; of a\n"
+            "                          turbo:kBvB config it takes the V side)\n"
             "      --kv-quant-start N  keep blocks in f16 until a sequence passes N tokens,\n"
             "                          then convert its full blocks (default 0: from the start)\n"
             "      --kv-memory SIZE    KV pool size in bytes, or with K/M/G/T (1024s) or\n"
             "                          KB/MB/GB/TB (1000s) (default: prompt + max tokens)\n"
             "      --kv-tokens N       KV pool size in positions\n"
+            "      --gpu-memory M      GPU memory for weights + KV pool + scratch: a fraction\n"
+            "                          of the GPU's total (0.9) or a size (60G); the pool gets\n"
+            "                          the rest (the model on a GPU; excludes --kv-memory,\n"
+            "                          --kv-tokens, --memory-budget)\n"
             "      --step-tokens N     tokens per engine step (default 512)\n"
             "      --prefill-chunk N   prompt tokens per step (default: --step-tokens)\n"
             "      --block-size N, --max-seqs N, --max-queue N\n"
@@ -399,16 +408,21 @@ int kiln_cmd_run(int argc, char **argv) {
     if ((int64_t)ids.n + rq.max_tokens - 1 > n_ctx)
         rq.max_tokens = (int32_t)(n_ctx - (int64_t)ids.n + 1);
     ep.n_ctx = (int32_t)n_ctx;
-    if (ep.kv_memory == 0 && ep.kv_tokens == 0) {
+    if (ep.kv_memory == 0 && ep.kv_tokens == 0 && ep.memory_budget == 0 && ep.gpu_memory == 0) {
         /* one request: exactly its need, plus room for one verify step's drafts */
         int64_t kv = (int64_t)ids.n + rq.max_tokens;
         if (ep.spec > KILN_SPEC_OFF || rq.prediction) kv += KILN_MAX_SPEC_K + 1;
         if (ep.kv_quant_start > 0) {
             /* the delayed transition's f16 reserve (engine.c: N positions plus 4 blocks, at
              * most half the pool) counted in quantized blocks: an f16 block costs up to 3.6
-             * q4_0 blocks, so 8 reserves' positions more cover it in any format */
+             * q4_0 blocks, so 8 reserves' positions more cover it, and up to 10.7 TurboQuant
+             * blocks (turbo:k1v1, 1.5 bits at head size 64), so 16 with a turbo side */
             const int64_t bs = ep.block_size > 0 ? ep.block_size : 16;
-            kv += 8 * (((int64_t)ep.kv_quant_start + bs - 1) / bs + 4) * bs;
+            const bool turbo = ep.kv_type == KILN_KV_TURBO ||
+                               (ep.kv_type_name && !strncmp(ep.kv_type_name, "turbo", 5)) ||
+                               (ep.kv_type_k && !strncmp(ep.kv_type_k, "turbo", 5)) ||
+                               (ep.kv_type_v && !strncmp(ep.kv_type_v, "turbo", 5));
+            kv += (turbo ? 16 : 8) * (((int64_t)ep.kv_quant_start + bs - 1) / bs + 4) * bs;
         }
         ep.kv_tokens = kv > INT32_MAX ? INT32_MAX : (int32_t)kv;
     }

@@ -164,9 +164,16 @@ const char *cli_kv_type_name(kiln_kv_type t) {
         return "q8_0";
     case KILN_KV_Q4_0:
         return "q4_0";
+    case KILN_KV_TURBO:
+        return "turbo:k8v3";
     default:
         return "f32";
     }
+}
+
+const char *cli_kv_type_label(const kiln_engine_params *ep) {
+    return ep->kv_type_name && ep->kv_type_name[0] ? ep->kv_type_name
+                                                    : cli_kv_type_name(ep->kv_type);
 }
 
 int cli_backend(int n, kiln_backend **be) {
@@ -271,6 +278,24 @@ int cli_engine_option(const char *cmd, int opt, const char *arg, kiln_engine_par
             ep->cache_disk_max = v;
         return 0;
     }
+    if (opt == CLI_OPT_GPU_MEMORY) {
+        /* a plain decimal number (no unit) is a fraction; anything else a size */
+        char *end = NULL;
+        const double f = arg && strchr(arg, '.') ? strtod(arg, &end) : 0.0;
+        const bool plain = end && end != arg && *end == '\0';
+        int64_t v;
+        if (plain && f > 0.0 && f <= 1.0)
+            ep->gpu_memory = f;
+        else if (!plain && cli_parse_size(arg, 2, INT64_MAX, &v))
+            ep->gpu_memory = (double)v;
+        else
+            return cli_usage_error(cmd,
+                                   "--gpu-memory must be a fraction of the GPU's memory in (0, 1] "
+                                   "with a decimal point (e.g. 0.9) or a size of at least 2 bytes "
+                                   "(e.g. 40G, 1.5GiB, 60GB) (got '%s')",
+                                   arg ? arg : "");
+        return 0;
+    }
     if (opt == CLI_OPT_NO_PREFIX_CACHE) {
         ep->no_prefix_cache = true;
         return 0;
@@ -284,25 +309,29 @@ int cli_engine_option(const char *cmd, int opt, const char *arg, kiln_engine_par
         ep->cache_dir = arg;
         return 0;
     }
-    if (opt == CLI_OPT_KV_TYPE) {
-        kiln_dtype t;
-        if (!cli_parse_kv_format(arg, &t))
-            return cli_usage_error(cmd, "--kv-type must be %s (got '%s')", kiln_kv_format_names(),
-                                   arg);
-        ep->kv_type = t == KILN_DTYPE_F16    ? KILN_KV_F16
-                      : t == KILN_DTYPE_BF16 ? KILN_KV_BF16
-                      : t == KILN_DTYPE_Q8_0 ? KILN_KV_Q8_0
-                      : t == KILN_DTYPE_Q4_0 ? KILN_KV_Q4_0
-                                             : KILN_KV_F32;
-        return 0;
-    }
-    if (opt == CLI_OPT_KV_TYPE_K || opt == CLI_OPT_KV_TYPE_V) {
-        const char *name = opt == CLI_OPT_KV_TYPE_K ? "--kv-type-k" : "--kv-type-v";
-        kiln_dtype t;
-        if (!arg || !cli_parse_kv_format(arg, &t))
-            return cli_usage_error(cmd, "%s must be %s (got '%s')", name, kiln_kv_format_names(),
-                                   arg ? arg : "");
-        *(opt == CLI_OPT_KV_TYPE_K ? &ep->kv_type_k : &ep->kv_type_v) = arg;
+    if (opt == CLI_OPT_KV_TYPE || opt == CLI_OPT_KV_TYPE_K || opt == CLI_OPT_KV_TYPE_V) {
+        /* validated here (the message names the option); the engine parses the name again */
+        const char *name = opt == CLI_OPT_KV_TYPE     ? "--kv-type"
+                           : opt == CLI_OPT_KV_TYPE_K ? "--kv-type-k"
+                                                      : "--kv-type-v";
+        const kiln_kv_side side = opt == CLI_OPT_KV_TYPE     ? KILN_KV_SIDE_BOTH
+                                  : opt == CLI_OPT_KV_TYPE_K ? KILN_KV_SIDE_K
+                                                             : KILN_KV_SIDE_V;
+        kiln_dtype k = KILN_DTYPE_F32, v = KILN_DTYPE_F32;
+        kiln_error e = {0};
+        if (kiln_kv_format_parse(name, arg, side, &k, &v, &e))
+            return cli_usage_error(cmd, "%s", e.message);
+        if (opt == CLI_OPT_KV_TYPE) {
+            ep->kv_type = k != v                ? KILN_KV_F32
+                          : k == KILN_DTYPE_F16  ? KILN_KV_F16
+                          : k == KILN_DTYPE_BF16 ? KILN_KV_BF16
+                          : k == KILN_DTYPE_Q8_0 ? KILN_KV_Q8_0
+                          : k == KILN_DTYPE_Q4_0 ? KILN_KV_Q4_0
+                                                 : KILN_KV_F32;
+            ep->kv_type_name = arg;
+        } else {
+            *(opt == CLI_OPT_KV_TYPE_K ? &ep->kv_type_k : &ep->kv_type_v) = arg;
+        }
         return 0;
     }
     if (opt == CLI_OPT_KV_QUANT_START) {
@@ -475,12 +504,10 @@ int cli_print_json(json_t *o) {
 
 int cli_kv_side_option(const char *cmd, const char *opt, const char *arg, kiln_dtype *k,
                        kiln_dtype *v) {
-    kiln_dtype t;
-    if (!arg || !cli_parse_kv_format(arg, &t))
-        return cli_usage_error(cmd, "%s must be one of %s (got '%s')", opt, cli_kv_format_names(),
-                               arg ? arg : "");
-    const bool only_k = !strcmp(opt, "--kv-type-k"), only_v = !strcmp(opt, "--kv-type-v");
-    if (!only_v) *k = t;
-    if (!only_k) *v = t;
+    const kiln_kv_side side = !strcmp(opt, "--kv-type-k")   ? KILN_KV_SIDE_K
+                              : !strcmp(opt, "--kv-type-v") ? KILN_KV_SIDE_V
+                                                            : KILN_KV_SIDE_BOTH;
+    kiln_error e = {0};
+    if (kiln_kv_format_parse(opt, arg, side, k, v, &e)) return cli_usage_error(cmd, "%s", e.message);
     return 0;
 }

@@ -69,6 +69,19 @@ int32_t kiln_device_count(kiln_device_kind kind) {
     return 0;
 }
 
+kiln_status kiln_device_memory(kiln_device_kind kind, int32_t index, int64_t *free_bytes,
+                               int64_t *total_bytes, kiln_error *err) {
+    int64_t f = 0, t = 0;
+    const kiln_status st =
+        kind == KILN_DEVICE_CUDA
+            ? kiln_backend_device_memory(KILN_BACKEND_CUDA, index, &f, &t, err)
+            : kiln_error_set(err, KILN_ERR_INVALID_ARGUMENT,
+                             "kiln_device_memory: only KILN_DEVICE_CUDA devices report memory");
+    if (free_bytes) *free_bytes = f;
+    if (total_bytes) *total_bytes = t;
+    return st;
+}
+
 void kiln_model_free(kiln_model *model) {
     kiln_model_close(model);
 }

@@ -17,6 +17,7 @@
 #include "engine/grammar_seq.h"
 #include "engine/spec.h"
 #include "kv/kv_format.h"
+#include "kv/turboquant.h"
 #include "util/threadpool.h"
 #include "util/error.h"
 
@@ -33,19 +34,30 @@ kiln_engine_params kiln_engine_default_params(void) {
     return p;
 }
 
-/* The KV page format (kv/kv_format.h) of a public kv_type (validated by resolve_params). */
-static kiln_dtype kv_page_format(kiln_kv_type t) {
+/* The KV page formats (kv/kv_format.h) of a public kv_type (validated by resolve_params). */
+static void kv_page_formats(kiln_kv_type t, kiln_dtype *k, kiln_dtype *v) {
+    *k = *v = KILN_DTYPE_F32;
     switch (t) {
     case KILN_KV_F16:
-        return KILN_DTYPE_F16;
+        *k = *v = KILN_DTYPE_F16;
+        break;
     case KILN_KV_BF16:
-        return KILN_DTYPE_BF16;
+        *k = *v = KILN_DTYPE_BF16;
+        break;
     case KILN_KV_Q8_0:
-        return KILN_DTYPE_Q8_0;
+        *k = *v = KILN_DTYPE_Q8_0;
+        break;
     case KILN_KV_Q4_0:
-        return KILN_DTYPE_Q4_0;
+        *k = *v = KILN_DTYPE_Q4_0;
+        break;
+    case KILN_KV_TURBO: {
+        const kiln_turbo_config c = kiln_turbo_config_default();
+        *k = (kiln_dtype)kiln_turbo_dtype_of(c.k);
+        *v = (kiln_dtype)kiln_turbo_dtype_of(c.v);
+        break;
+    }
     default:
-        return KILN_DTYPE_F32;
+        break;
     }
 }
 
@@ -60,6 +72,38 @@ typedef struct kv_layout {
     kiln_dtype fk, fv;
     int32_t n_main, n_hi;
 } kv_layout;
+
+/* gpu_memory (kiln.h): memory_budget from the GPU's total memory, after checking that what
+ * it asks for beyond the weights (placed already) is free */
+static kiln_status gpu_memory_budget(const kiln_model *m, kiln_engine_params *p, kiln_error *err) {
+    int32_t dev = 0;
+    if (kiln_model_device(m, &dev) != KILN_DEVICE_CUDA)
+        return kiln_error_set(err, KILN_ERR_INVALID_ARGUMENT,
+                              "gpu_memory (--gpu-memory) sizes GPU memory, but the model's "
+                              "weights are on the CPU (load it with device cuda)");
+    if (p->memory_budget > 0 || p->kv_memory > 0 || p->kv_tokens > 0)
+        return kiln_error_set(err, KILN_ERR_INVALID_ARGUMENT,
+                              "gpu_memory (--gpu-memory) excludes memory_budget, kv_memory and "
+                              "kv_tokens (it sizes the KV pool itself)");
+    int64_t free_b = 0, total_b = 0;
+    const kiln_status st = kiln_device_memory(KILN_DEVICE_CUDA, dev, &free_b, &total_b, err);
+    if (st != KILN_OK) return st;
+    const double gib = 1024.0 * 1024.0 * 1024.0;
+    const int64_t budget = p->gpu_memory <= 1.0 ? (int64_t)(p->gpu_memory * (double)total_b)
+                                                : (int64_t)p->gpu_memory;
+    const int64_t weights = kiln_model_weights_bytes(m);
+    if (budget - weights > free_b)
+        return kiln_error_set(
+            err, KILN_ERR_OUT_OF_MEMORY,
+            "gpu_memory (--gpu-memory) of %lld bytes (%.2f GiB of device %d's %.2f GiB) minus "
+            "the weights already on it (%lld bytes, %.2f GiB) asks %.2f GiB for the KV pool and "
+            "scratch, but only %lld bytes (%.2f GiB) are free: lower it by %.2f GiB",
+            (long long)budget, (double)budget / gib, dev, (double)total_b / gib,
+            (long long)weights, (double)weights / gib, (double)(budget - weights) / gib,
+            (long long)free_b, (double)free_b / gib, (double)(budget - weights - free_b) / gib);
+    p->memory_budget = budget;
+    return KILN_OK;
+}
 
 static kiln_status resolve_params(const kiln_model *m, const kiln_engine_params *in,
                                   kiln_engine_params *p, kv_layout *lay, kiln_error *err) {
@@ -86,6 +130,10 @@ static kiln_status resolve_params(const kiln_model *m, const kiln_engine_params 
     CHECK_RANGE(draft_kv_tokens, 0, INT32_MAX)
     CHECK_RANGE(memory_budget, 0, INT64_MAX)
 #undef CHECK_RANGE
+    if (!(p->gpu_memory >= 0.0 && p->gpu_memory <= 9.2e18)) /* NaN too */
+        return kiln_error_set(err, KILN_ERR_INVALID_ARGUMENT,
+                              "gpu_memory must be a fraction in (0, 1], bytes above 1, or 0 "
+                              "(got %g)", p->gpu_memory);
     if (p->spec < KILN_SPEC_DEFAULT || p->spec > KILN_SPEC_RANDOM)
         return kiln_error_set(err, KILN_ERR_INVALID_ARGUMENT,
                               "spec must be a kiln_spec_source (0..%d, got %d)", KILN_SPEC_RANDOM,
@@ -99,35 +147,40 @@ static kiln_status resolve_params(const kiln_model *m, const kiln_engine_params 
     if (p->spec == KILN_SPEC_DRAFT && !p->draft_model)
         return kiln_error_set(err, KILN_ERR_INVALID_ARGUMENT,
                               "spec is KILN_SPEC_DRAFT but no draft_model is given");
-    if (p->kv_type < KILN_KV_F32 || p->kv_type > KILN_KV_Q4_0)
+    if (p->kv_type < KILN_KV_F32 || p->kv_type > KILN_KV_TURBO)
         return kiln_error_set(err, KILN_ERR_INVALID_ARGUMENT,
                               "kv_type must be KILN_KV_F32, KILN_KV_F16, KILN_KV_BF16, "
-                              "KILN_KV_Q8_0 or KILN_KV_Q4_0 (got %d)",
+                              "KILN_KV_Q8_0, KILN_KV_Q4_0 or KILN_KV_TURBO (got %d)",
                               (int)p->kv_type);
     if (p->kv_quant_start < 0)
         return kiln_error_set(err, KILN_ERR_INVALID_ARGUMENT,
                               "kv_quant_start must be >= 0 (got %d)", p->kv_quant_start);
-    lay->fk = lay->fv = kv_page_format(p->kv_type);
-    for (int side = 0; side < 2; side++) {
-        const char *name = side ? p->kv_type_v : p->kv_type_k;
-        if (!name || !name[0]) continue;
-        const kiln_kv_format_traits *f = kiln_kv_format_by_name(name);
-        if (!f)
-            return kiln_error_set(err, KILN_ERR_INVALID_ARGUMENT,
-                                  "%s must be one of %s (got '%s')",
-                                  side ? "kv_type_v" : "kv_type_k", kiln_kv_format_names(), name);
-        *(side ? &lay->fv : &lay->fk) = f->dtype;
-    }
+    kv_page_formats(p->kv_type, &lay->fk, &lay->fv);
     {
+        /* kv_type_name for both sides, then kv_type_k / kv_type_v for their own */
+        const char *names[3] = {p->kv_type_name, p->kv_type_k, p->kv_type_v};
+        const char *opts[3] = {"kv_type_name (--kv-type)", "kv_type_k (--kv-type-k)",
+                               "kv_type_v (--kv-type-v)"};
+        const kiln_kv_side sides[3] = {KILN_KV_SIDE_BOTH, KILN_KV_SIDE_K, KILN_KV_SIDE_V};
+        const char *from_k = "kv_type (--kv-type)", *from_v = from_k; /* who set each side */
+        for (int i = 0; i < 3; i++) {
+            if (!names[i] || !names[i][0]) continue;
+            kiln_status fs =
+                kiln_kv_format_parse(opts[i], names[i], sides[i], &lay->fk, &lay->fv, err);
+            if (fs) return fs;
+            if (sides[i] != KILN_KV_SIDE_V) from_k = opts[i];
+            if (sides[i] != KILN_KV_SIDE_K) from_v = opts[i];
+        }
         const kiln_kv_geom g = {(int64_t)m->cfg.n_head_kv * m->cfg.head_dim, m->cfg.n_head_kv,
                                 m->cfg.head_dim};
-        kiln_status fs = kiln_kv_format_check(lay->fk, &g, "kv_type_k (--kv-type-k)", err);
-        if (!fs) fs = kiln_kv_format_check(lay->fv, &g, "kv_type_v (--kv-type-v)", err);
+        kiln_status fs = kiln_kv_format_check(lay->fk, &g, from_k, err);
+        if (!fs) fs = kiln_kv_format_check(lay->fv, &g, from_v, err);
         if (fs) return fs;
     }
     if (!is_quantized(lay->fk) && !is_quantized(lay->fv)) p->kv_quant_start = 0;
     p->kv_type_k = kiln_kv_format_of(lay->fk)->name;
     p->kv_type_v = kiln_kv_format_of(lay->fv)->name;
+    p->kv_type_name = NULL;
     if (!p->block_size) p->block_size = KILN_KV_DEFAULT_BLOCK_SIZE;
     if (!p->step_tokens) p->step_tokens = DEFAULT_STEP_TOKENS;
     if (!p->prefill_chunk || p->prefill_chunk > p->step_tokens) p->prefill_chunk = p->step_tokens;
@@ -150,12 +203,16 @@ static kiln_status resolve_params(const kiln_model *m, const kiln_engine_params 
                               p->n_ctx, m->cfg.n_ctx_train);
 
     int64_t kv_dim = (int64_t)m->cfg.n_head_kv * m->cfg.head_dim;
-    int64_t block_bytes =
-        kiln_kv_block_bytes_kv(m->cfg.n_layer, kv_dim, p->block_size, lay->fk, lay->fv);
+    int64_t block_bytes = kiln_kv_block_bytes_geom(m->cfg.n_layer, kv_dim, m->cfg.head_dim,
+                                                   p->block_size, lay->fk, lay->fv);
     if (block_bytes <= 0)
         return kiln_error_set(err, KILN_ERR_INVALID_ARGUMENT,
                               "cannot size a KV block (n_layer %d, kv_dim %lld, block_size %d)",
                               m->cfg.n_layer, (long long)kv_dim, p->block_size);
+    if (p->gpu_memory > 0) {
+        const kiln_status gs = gpu_memory_budget(m, p, err);
+        if (gs != KILN_OK) return gs;
+    }
     if (p->memory_budget > 0) {
         if (p->kv_memory > 0 || p->kv_tokens > 0)
             return kiln_error_set(err, KILN_ERR_INVALID_ARGUMENT,
@@ -167,9 +224,10 @@ static kiln_status resolve_params(const kiln_model *m, const kiln_engine_params 
         int64_t left = p->memory_budget - weights - scratch;
         if (left < block_bytes)
             return kiln_error_set(err, KILN_ERR_INVALID_ARGUMENT,
-                                  "memory_budget of %lld bytes leaves %lld for the KV pool after "
+                                  "%s of %lld bytes leaves %lld for the KV pool after "
                                   "%lld bytes of weights and %lld of scratch: less than one KV "
                                   "block (%lld bytes)",
+                                  p->gpu_memory > 0 ? "gpu_memory (--gpu-memory)" : "memory_budget",
                                   (long long)p->memory_budget, (long long)left, (long long)weights,
                                   (long long)scratch, (long long)block_bytes);
         p->kv_memory = left;

@@ -98,9 +98,11 @@ int32_t kiln_engine_window_main_blocks(const kiln_model *m, const kiln_engine_pa
     for (int32_t l = 0; l < c->n_layer; l++) n_sw += sliding[l];
     const int64_t bb_full =
         n_sw < c->n_layer
-            ? kiln_kv_block_bytes_kv(c->n_layer - n_sw, kv_dim, p->block_size, fk, fv)
+            ? kiln_kv_block_bytes_geom(c->n_layer - n_sw, kv_dim, c->head_dim, p->block_size, fk,
+                                       fv)
             : 0;
-    const int64_t bb_sw = kiln_kv_block_bytes_kv(n_sw, kv_dim, p->block_size, fk, fv);
+    const int64_t bb_sw =
+        kiln_kv_block_bytes_geom(n_sw, kv_dim, c->head_dim, p->block_size, fk, fv);
     const int64_t S = seq_cap(window, p->step_tokens, p->block_size) * p->max_seqs;
     const int64_t budget = p->kv_memory;
     int64_t n;

@@ -92,10 +92,10 @@ kiln_status kiln_engine_prefix_init(kiln_engine *e, kiln_error *err) {
     if (s) return s;
     e->ckpt_bytes_max = e->p.kv_memory / 4 > CKPT_BYTES_MIN ? e->p.kv_memory / 4 : CKPT_BYTES_MIN;
     const kiln_model_config *c = &e->model->cfg;
-    const int64_t kv_dim = (int64_t)c->n_head_kv * c->head_dim;
+    const kiln_kv_geom g = {(int64_t)c->n_head_kv * c->head_dim, c->n_head_kv, c->head_dim};
     e->disk_kv_bytes = (int64_t)c->n_layer * e->p.block_size *
-                       (int64_t)(kiln_kv_format_row_bytes(fmt, kv_dim) +
-                                 kiln_kv_format_row_bytes(fmt_v, kv_dim));
+                       (int64_t)(kiln_kv_format_row_bytes_geom(fmt, &g) +
+                                 kiln_kv_format_row_bytes_geom(fmt_v, &g));
     if (e->rec_state_floats > 0 && !e->be->ops->host_memory)
         kiln_log_warn("prefix cache: this model's recurrent state lives in device memory, which "
                       "is not checkpointed yet; its prompts are computed, never shared");

@@ -23,10 +23,11 @@
 
 /* one layer's K (or V) rows of a block in the write class's formats (the indexed blocks') */
 static size_t rows_bytes(const kiln_engine *e, int v) {
-    const int64_t kv_dim = (int64_t)e->model->cfg.n_head_kv * e->model->cfg.head_dim;
+    const kiln_model_config *c = &e->model->cfg;
+    const kiln_kv_geom g = {(int64_t)c->n_head_kv * c->head_dim, c->n_head_kv, c->head_dim};
     return (size_t)e->p.block_size *
-           kiln_kv_format_row_bytes(v ? kiln_kv_pool_dtype_v(e->pool) : kiln_kv_pool_dtype(e->pool),
-                                    kv_dim);
+           kiln_kv_format_row_bytes_geom(
+               v ? kiln_kv_pool_dtype_v(e->pool) : kiln_kv_pool_dtype(e->pool), &g);
 }
 
 static void gather(kiln_engine *e, int32_t block, uint8_t *out) {

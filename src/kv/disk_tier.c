@@ -31,6 +31,7 @@
 #include <unistd.h>
 #include <xxhash.h>
 
+#include "kv/turboquant.h"
 #include "tensor/dtype.h"
 #include "util/error.h"
 #include "util/log.h"
@@ -995,6 +996,12 @@ static void tier_free(kiln_disk_tier *dt) {
     free(dt);
 }
 
+/* a page format id of the header: a kiln_dtype, or a TurboQuant page id (kv/turboquant.h) */
+static bool page_format_id_ok(int32_t id) {
+    return (id >= 0 && id < KILN_DTYPE_COUNT) ||
+           (id >= KILN_KV_TURBO_DTYPE_BASE && id < KILN_KV_TURBO_DTYPE_END);
+}
+
 kiln_status kiln_disk_tier_open(const kiln_disk_tier_params *p, kiln_disk_tier **out,
                                 kiln_error *err) {
     if (!p || !out)
@@ -1013,9 +1020,9 @@ kiln_status kiln_disk_tier_open(const kiln_disk_tier_params *p, kiln_disk_tier *
     FIELD_CHECK(p->state_bytes >= 0, "state_bytes must be >= 0");
     FIELD_CHECK(p->n_layer >= 1, "n_layer must be >= 1");
     FIELD_CHECK(p->kv_dim >= 1, "kv_dim must be >= 1");
-    FIELD_CHECK(p->page_format >= 0 && (p->page_format & 0xFF) < KILN_DTYPE_COUNT &&
-                    (p->page_format >> 8) < KILN_DTYPE_COUNT,
-                "page_format is not a kiln_dtype (or K | V << 8)");
+    FIELD_CHECK(p->page_format >= 0 && page_format_id_ok(p->page_format & 0xFF) &&
+                    page_format_id_ok(p->page_format >> 8),
+                "page_format is not a kiln_dtype or TurboQuant page id (or K | V << 8)");
     FIELD_CHECK(p->max_bytes >= 0, "max_bytes must be >= 0");
     FIELD_CHECK(p->queue_max_bytes >= 0, "queue_max_bytes must be >= 0");
     FIELD_CHECK(p->retry_ms >= 0, "retry_ms must be >= 0");

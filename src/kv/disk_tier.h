@@ -152,7 +152,8 @@ typedef struct kiln_disk_tier_params {
     uint64_t fingerprint;    /* the model's (kiln_model_fingerprint) */
     uint64_t ns;             /* the prefix cache namespace (covers fingerprint, page format, block
                                 size, numerics) */
-    int32_t page_format;     /* kiln_dtype of the pages, in [0, KILN_DTYPE_COUNT); K | V << 8 when
+    int32_t page_format;     /* kiln_dtype of the pages, in [0, KILN_DTYPE_COUNT), or a
+                                TurboQuant page id (64..79, kv/turboquant.h); K | V << 8 when
                                 K and V differ */
     int32_t n_layer;         /* >= 1 */
     int64_t kv_dim;          /* >= 1 */

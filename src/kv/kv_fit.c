@@ -153,9 +153,10 @@ int64_t kiln_kv_fit_max_seqs(const kiln_kv_fit_layout *l, int64_t bytes, int64_t
     return s > 0 ? bytes / s : 0;
 }
 
-int64_t kiln_kv_fit_pool_block_bytes(int32_t n_layer, int64_t kv_dim, int32_t block_size,
-                                     kiln_dtype k_format, kiln_dtype v_format) {
-    return kiln_kv_block_bytes_kv(n_layer, kv_dim, block_size, k_format, v_format);
+int64_t kiln_kv_fit_pool_block_bytes(int32_t n_layer, int64_t kv_dim, int32_t head_dim,
+                                     int32_t block_size, kiln_dtype k_format,
+                                     kiln_dtype v_format) {
+    return kiln_kv_block_bytes_geom(n_layer, kv_dim, head_dim, block_size, k_format, v_format);
 }
 
 double kiln_kv_fit_decode_tok_s(double bandwidth_bytes_per_s, double bytes_per_token) {

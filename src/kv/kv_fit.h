@@ -94,10 +94,12 @@ int64_t kiln_kv_fit_max_seqs(const kiln_kv_fit_layout *l, int64_t bytes, int64_t
 /** A pool keeping every block (kv_pool.h; kv_keep_window, or a model without windows): every
  *  layer of the model (n_layer, recurrent ones included) keeps a block for every block_size
  *  positions, so one block costs
- *  kiln_kv_block_bytes_kv(n_layer, kv_dim, block_size, k_format, v_format).
+ *  kiln_kv_block_bytes_geom(n_layer, kv_dim, head_dim, block_size, k_format, v_format)
+ *  (head_dim: elements per KV head, 0 = kv_dim; TurboQuant keeps a norm per head row).
  *  Returns that block's bytes (0 on invalid input). */
-int64_t kiln_kv_fit_pool_block_bytes(int32_t n_layer, int64_t kv_dim, int32_t block_size,
-                                     kiln_dtype k_format, kiln_dtype v_format);
+int64_t kiln_kv_fit_pool_block_bytes(int32_t n_layer, int64_t kv_dim, int32_t head_dim,
+                                     int32_t block_size, kiln_dtype k_format,
+                                     kiln_dtype v_format);
 
 /** Decode tokens per second bounded by memory bandwidth: bandwidth_bytes_per_s /
  *  bytes_per_token (0 when either is <= 0). The model: every weight byte and every KV byte

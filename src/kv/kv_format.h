@@ -15,7 +15,7 @@
  * A format is identified by its kiln_dtype id, which the block pool stores per block and per
  * side (kiln_kv_pool_block_format_k / _v); K and V may use different formats.
  *
- * Rows (every format reads back exactly the values the attention computes with):
+ * Rows (every format but TurboQuant reads back exactly the values the attention computes with):
  *   f32   4 bytes per element.
  *   f16   IEEE half, round to nearest even on write.
  *   bf16  bfloat16, round to nearest even on write.
@@ -34,6 +34,16 @@
  *   (kiln_kv_format_check names the option).
  *   A value qs * d (|qs| <= 127, d an f16) is exact in f32, so reading a quantized row
  *   back is exact: the "dequantized value" is a number, not a rounding step.
+ *   turboB, turboBq  TurboQuant (kv/turboquant.h; Zandieh et al. 2025, arXiv 2504.19874), one
+ *         row per spec of B bits (1..8; q: B-1 codebook bits and the 1-bit QJL residual), ids
+ *         KILN_KV_TURBO_DTYPE_BASE + 2 (B - 1) + qjl (64..79, outside the GGML id space). A row
+ *         is n_head_kv head rows of kiln_turbo_head_bytes(head_dim) bytes (f32 norm, [f32
+ *         gamma], codes, [signs]); head_dim must be a power of two in 8..1024. A K/V pair is
+ *         named as a config, turbo:kBvB (kiln_kv_format_parse): turbo:k8v3 is K turbo8, V
+ *         turbo3. The attention reads these rows in the rotated domain (backend/cpu/
+ *         attn_turbo.h: q rotated once per (token, head), p . v accumulated rotated and
+ *         rotated back once), which read_row's dequantized values equal up to f32 rounding;
+ *         dot / axpy are the plain-domain reference on read_row's values (operand F32).
  *
  * Operand semantics (kiln_kv_operand), the same on every CPU path (scalar, AVX2, AVX-512):
  *   F32   q . k and p . v in f32 on the unrounded q and p.
@@ -54,8 +64,9 @@
  * pool stores it per block), a name for --kv-type, its bytes (block_elems / block_bytes, or a
  * row_bytes function for per-head side data), write_row / read_row, the scalar dot / axpy the
  * CPU reference attention calls, prep_q / finish_v when the format works in a transformed
- * domain, and simd = false until backend/cpu/ops_avx512.c has a kernel for it (the reference
- * then runs; batch invariance holds either way: each (token, head) is its own fixed order).
+ * domain, and simd = false until backend/cpu/ops_avx512.c and attention_avx2.c have a kernel
+ * for it (the reference then runs; batch invariance holds either way: each (token, head) is its
+ * own fixed order).
  */
 #ifndef KILN_KV_KV_FORMAT_H
 #define KILN_KV_KV_FORMAT_H
@@ -119,8 +130,32 @@ const kiln_kv_format_traits *kiln_kv_format_of(kiln_dtype t);
 /** The format named s ("f32", "f16", "bf16", "q8_0", "q4_0"); NULL for an unknown name. */
 const kiln_kv_format_traits *kiln_kv_format_by_name(const char *s);
 
-/** The accepted names, for messages: "f32, f16, bf16, q8_0 or q4_0". */
+/** The accepted names, for messages: "f32, f16, bf16, q8_0, q4_0 or a TurboQuant config ...". */
 const char *kiln_kv_format_names(void);
+
+/** Which side(s) a --kv-type style option sets. */
+typedef enum kiln_kv_side {
+    KILN_KV_SIDE_BOTH = 0, /* --kv-type */
+    KILN_KV_SIDE_K = 1,    /* --kv-type-k */
+    KILN_KV_SIDE_V = 2,    /* --kv-type-v */
+} kiln_kv_side;
+
+/**
+ * The value text of a KV format option (option: its name for messages, e.g. "--kv-type-k").
+ * text is a format's name (a row of the table: "f16", "q8_0", "turbo8", "turbo3q", ...: both
+ * sides get it) or a TurboQuant config (kiln_turbo_config_parse: "turbo" = "turbo:k8v3",
+ * "turbo:k4v3", "turbo:k4qv3": K gets the config's K spec, V its V spec). side picks what is set:
+ * BOTH sets *k and *v, K sets *k alone (so --kv-type-k turbo:k4v3 = turbo4), V *v alone.
+ * Errors: KILN_ERR_INVALID_ARGUMENT naming option and the text (unknown name; a bad turbo config
+ * such as turbo:k9v3, turbo:x or turbo:k8, with the bad part); *k, *v unchanged then.
+ */
+kiln_status kiln_kv_format_parse(const char *option, const char *text, kiln_kv_side side,
+                                 kiln_dtype *k, kiln_dtype *v, kiln_error *err);
+
+/** The name of a K/V format pair for people: "turbo:k8v3" when both are TurboQuant, the one name
+ *  when k == v ("q8_0"), else "k/v" ("q8_0/f16"). Written into buf (cap bytes, NUL terminated,
+ *  truncated); returns the untruncated length, -1 when k or v is not a format. */
+int kiln_kv_format_pair_name(kiln_dtype k, kiln_dtype v, char *buf, size_t cap);
 
 /**
  * Whether format t can hold rows of geometry g. Errors (KILN_ERR_INVALID_ARGUMENT, the message

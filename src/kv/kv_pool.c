@@ -75,18 +75,23 @@ static size_t region_of(size_t rb, int32_t block_size) {
     return (size_t)n;
 }
 
-int64_t kiln_kv_block_bytes_kv(int32_t n_layer, int64_t kv_dim, int32_t block_size,
-                               kiln_dtype k_dtype, kiln_dtype v_dtype) {
+int64_t kiln_kv_block_bytes_geom(int32_t n_layer, int64_t kv_dim, int32_t head_dim,
+                                 int32_t block_size, kiln_dtype k_dtype, kiln_dtype v_dtype) {
     if (n_layer < 1 || block_size < 0) return 0;
     if (block_size == 0) block_size = KILN_KV_DEFAULT_BLOCK_SIZE;
-    size_t rk = region_of(row_bytes(k_dtype, kv_dim, 0), block_size);
-    size_t rv = region_of(row_bytes(v_dtype, kv_dim, 0), block_size);
+    size_t rk = region_of(row_bytes(k_dtype, kv_dim, head_dim), block_size);
+    size_t rv = region_of(row_bytes(v_dtype, kv_dim, head_dim), block_size);
     if (rk == 0 || rv == 0) return 0;
     uint64_t n;
     if (__builtin_add_overflow((uint64_t)rk, (uint64_t)rv, &n) ||
         __builtin_mul_overflow(n, (uint64_t)n_layer, &n) || n > (uint64_t)INT64_MAX)
         return 0;
     return (int64_t)n;
+}
+
+int64_t kiln_kv_block_bytes_kv(int32_t n_layer, int64_t kv_dim, int32_t block_size,
+                               kiln_dtype k_dtype, kiln_dtype v_dtype) {
+    return kiln_kv_block_bytes_geom(n_layer, kv_dim, 0, block_size, k_dtype, v_dtype);
 }
 
 int64_t kiln_kv_block_bytes(int32_t n_layer, int64_t kv_dim, int32_t block_size, kiln_dtype dtype) {

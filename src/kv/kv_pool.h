@@ -139,6 +139,12 @@ int64_t kiln_kv_block_bytes(int32_t n_layer, int64_t kv_dim, int32_t block_size,
  *  0 as for kiln_kv_block_bytes, and when kv_dim is not a multiple of a format's block. */
 int64_t kiln_kv_block_bytes_kv(int32_t n_layer, int64_t kv_dim, int32_t block_size,
                                kiln_dtype k_dtype, kiln_dtype v_dtype);
+/** kiln_kv_block_bytes_kv for rows of KV heads of head_dim elements (0: one head of kv_dim):
+ *  what a pool with that head_dim lays out; formats with per-head side data (TurboQuant's
+ *  norms) need it. 0 as for kiln_kv_block_bytes_kv, and when the format cannot hold the
+ *  geometry. */
+int64_t kiln_kv_block_bytes_geom(int32_t n_layer, int64_t kv_dim, int32_t head_dim,
+                                 int32_t block_size, kiln_dtype k_dtype, kiln_dtype v_dtype);
 
 /** Blocks needed to hold n_tokens positions: ceil(n_tokens / block_size); 0 for n_tokens <= 0
  *  or block_size <= 0. Never overflows. */

@@ -86,6 +86,14 @@ static void test_flag_errors(void) {
         BAD("--spec-ngram", "1:", "--spec-ngram");
         BAD("--draft-model", "", "--draft-model");
         BAD("--spec", "draft", "--draft-model"); /* draft needs a draft model */
+        /* KV formats and TurboQuant configs (kv/kv_format.h kiln_kv_format_parse) */
+        BAD("--kv-type", "q9", "--kv-type");
+        BAD("--kv-type", "turbo:k9v3", "--kv-type");
+        BAD("--kv-type", "turbo:x", "--kv-type");
+        BAD("--kv-type", "turbo:k8", "--kv-type");
+        BAD("--kv-type-k", "turbo:k0v3", "--kv-type-k");
+        BAD("--kv-type-v", "turbo:k8v3x", "--kv-type-v");
+        BAD("--kv-type-v", "turbo9", "--kv-type-v");
 #undef BAD
     }
     const char *const pol[] = {"run",    "-m",    g_model,         "-p",    "x",
@@ -258,7 +266,7 @@ static void cleanup(const char *dir) {
  * more than half of a pool of exactly prompt + max tokens), and while the sequence is not
  * longer than N its greedy tokens are those of --kv-type f16 (the design's promise: bitwise
  * f16 logits below N). */
-static void test_kv_quant_start_default_pool(void) {
+static void test_kv_quant_start_default_pool(const char *kv) {
     char err[4096];
     const char *const f16[] = {"--kv-type", "f16", NULL};
     json_t *ref = run_json(f16, err, sizeof err);
@@ -266,18 +274,31 @@ static void test_kv_quant_start_default_pool(void) {
     const size_t n_prompt = json_array_size(json_object_get(ref, "prompt_ids"));
     char start[16];
     snprintf(start, sizeof start, "%zu", n_prompt + 10);
-    const char *const q[] = {"--kv-type", "q4_0", "--kv-quant-start", start, NULL};
+    const char *const q[] = {"--kv-type", kv, "--kv-quant-start", start, NULL};
     json_t *got = run_json(q, err, sizeof err);
-    CHECKF(got != NULL, "--kv-type q4_0 --kv-quant-start %s with the default pool: %s", start,
+    CHECKF(got != NULL, "--kv-type %s --kv-quant-start %s with the default pool: %s", kv, start,
            err);
     if (got) {
         json_t *a = json_object_get(ref, "generated_ids"), *b = json_object_get(got, "generated_ids");
         CHECK(json_array_size(b) == json_array_size(a));
         for (size_t i = 0; i < 9 && i < json_array_size(a); i++)
             CHECKF(json_equal(json_array_get(a, i), json_array_get(b, i)),
-                   "token %zu below --kv-quant-start differs from --kv-type f16", i);
+                   "%s: token %zu below --kv-quant-start differs from --kv-type f16", kv, i);
     }
     json_decref(ref);
+    json_decref(got);
+}
+
+/* `kiln run --kv-type turbo:k4v4` and --kv-type-k / -v taking their side of a config run */
+static void test_turbo_run(void) {
+    char err[4096];
+    const char *const a[] = {"--kv-type", "turbo:k4v4", NULL};
+    json_t *got = run_json(a, err, sizeof err);
+    CHECKF(got != NULL, "--kv-type turbo:k4v4: %s", err);
+    json_decref(got);
+    const char *const b[] = {"--kv-type-k", "turbo:k8v3", "--kv-type-v", "turbo:k8v3", NULL};
+    got = run_json(b, err, sizeof err);
+    CHECKF(got != NULL, "--kv-type-k/-v turbo:k8v3: %s", err);
     json_decref(got);
 }
 
@@ -291,7 +312,9 @@ int main(void) {
     test_help();
     test_flag_errors();
     test_run_exact();
-    test_kv_quant_start_default_pool();
+    test_kv_quant_start_default_pool("q4_0");
+    test_kv_quant_start_default_pool("turbo");
+    test_turbo_run();
     cleanup(g_tmpdir);
     return kiln_test_finish("test_cli_spec");
 }

@@ -14,12 +14,15 @@
  *      paths, and a different summation order can move a rounding of p by one f16 ulp);
  *   4. bit-identical outputs on every path whatever the token tiling of the calls, and on
  *      the AVX-512 path whatever the block size (16 or 5) for one-format sequences;
+ *   5. the AVX2 kernel (kiln_attention_group_avx2) bitwise equal to the scalar reference, all
+ *      tokens in one call, in uneven tiles, and (one-format sequences) with block size 5;
+ *      and over plain rows (f32, f16, bf16 without per-block formats, head_dim 8..256 with
+ *      tails of 4 and 2, G 1 / 3 / 8, 1..100 keys) against kiln_attention_paged;
  * over head_dim 8, 16, 24, 64, 80, 128 (4 KV heads: a q8_0 / q4_0 block spans 4 or 2 heads of
  * 8 or 16; heads of 24 and 80 start inside a block and cross one), G 1 and 3, causal and
  * windowed, softcap on and off, for K/V formats q8_0/q8_0, q4_0/q4_0, q8_0/f16, f16/q4_0,
  * and sequences whose blocks mix f16 and q8_0 (the delayed transition's pages).
- * The AVX2 and scalar paths (KILN_SIMD=avx2 / scalar) run the scalar reference; without
- * AVX-512 parts 3 and 4's AVX-512 half are skipped (and said).
+ * Without AVX-512 (or AVX2) the checks of that kernel are skipped (and said).
  */
 #include <math.h>
 #include <stdint.h>
@@ -218,6 +221,10 @@ static float *scratch_for(int n_tok, int G, int hd, int max_keys) {
                     ? kiln_attention_group_scratch_avx512(n_tok, G, hd, max_keys)
                     : 0;
     if (n2 > n) n = n2;
+    n2 = kiln_simd_supported(KILN_SIMD_AVX2)
+             ? kiln_attention_group_scratch_avx2(n_tok, G, hd, max_keys)
+             : 0;
+    if (n2 > n) n = n2;
     n += (size_t)max_keys + (size_t)hd + 64;
     float *p = aligned_alloc(64, ((n * sizeof(float)) + 63) & ~(size_t)63);
     REQUIRE(p);
@@ -237,9 +244,60 @@ static void ref_all(float *out, int64_t q_stride, const float *Q, int G, int nk,
     free(scr);
 }
 
+/* token i of nk attends over keys [begin[i], end[i]): causal, W > 0 a window of W keys */
+static void causal_ranges(int nk, int W, int32_t *begin, int32_t *end) {
+    for (int i = 0; i < nk; i++) {
+        begin[i] = W && i - W + 1 > 0 ? i - W + 1 : 0;
+        end[i] = i + 1;
+    }
+}
+
+/* kv reading store s (blocks of bs positions) instead; per-block formats kept only if kv has
+ * them */
+static kiln_attn_kv kv_on(const kiln_attn_kv *kv, const store *s, int bs) {
+    kiln_attn_kv k = *kv;
+    k.k_blocks = (const void *const *)s->kb;
+    k.v_blocks = (const void *const *)s->vb;
+    if (kv->k_fmt) k.k_fmt = s->kf, k.v_fmt = s->vf;
+    k.block_size = bs;
+    return k;
+}
+
+/* the AVX2 kernel over all tokens, then in uneven tiles (odd tiles on kv_alt when given):
+ * bitwise the reference ref; returns the number of differing (token, head) rows */
+static int avx2_vs_ref(const float *ref, int64_t q_stride, const float *Q, int G, int nk,
+                       const int32_t *begin, const int32_t *end, const kiln_attn_kv *kv,
+                       const kiln_attn_kv *kv_alt, float div, float cap) {
+    const int hd = kv->head_dim;
+    float *got = malloc(sizeof(float) * (size_t)nk * (size_t)q_stride);
+    REQUIRE(got);
+    int bad = 0;
+    for (int pass = 0; pass < 2; pass++) {
+        for (int i0 = 0; i0 < nk;) {
+            int nt = pass ? 1 + (i0 * 7 + 3) % 5 : nk;
+            if (nt > nk - i0) nt = nk - i0;
+            float *scr = scratch_for(nt, G, hd, end[i0 + nt - 1]);
+            kiln_attention_group_avx2(got + i0 * q_stride, q_stride, Q + i0 * q_stride, q_stride,
+                                      G, nt, begin + i0, end + i0,
+                                      pass && (i0 & 1) && kv_alt ? kv_alt : kv, div, cap, scr);
+            free(scr);
+            i0 += nt;
+        }
+        for (int i = 0; i < nk; i++)
+            for (int h = 0; h < G; h++)
+                bad += memcmp(got + i * q_stride + h * hd, ref + i * q_stride + h * hd,
+                              sizeof(float) * (size_t)hd) != 0;
+    }
+    free(got);
+    return bad;
+}
+
 static void test_attention(void) {
     const bool avx512 = kiln_simd_supported(KILN_SIMD_AVX512);
+    const bool avx2 = kiln_simd_supported(KILN_SIMD_AVX2);
     if (!avx512) printf("no AVX-512 on this CPU: the AVX-512 kernel's checks are skipped\n");
+    if (!avx2) printf("no AVX2 on this CPU: the AVX2 kernel's checks are skipped\n");
+    int n_avx2 = 0;
     const int hds[] = {8, 16, 24, 64, 80, 128};
     const int nks[] = {1, 17, 70};
     static const struct {
@@ -279,10 +337,7 @@ static void test_attention(void) {
                         const float cap = sc ? 5.0f : 0.0f;
                         const int W = win ? nk / 3 + 1 : 0;
                         int32_t begin[128], end[128];
-                        for (int i = 0; i < nk; i++) {
-                            begin[i] = W && i - W + 1 > 0 ? i - W + 1 : 0;
-                            end[i] = i + 1;
-                        }
+                        causal_ranges(nk, W, begin, end);
                         for (int g = 0; g < nkv; g += 3) { /* KV heads 0 and 3 */
                             const int64_t ho = (int64_t)g * hd, qo = (int64_t)g * G * hd;
                             kiln_attn_kv kv = {(const void *const *)s16.kb,
@@ -355,12 +410,7 @@ static void test_attention(void) {
                                                    fm[fi].name, hd, nk, G, W, g, i, d, a, b);
                                         }
                                 /* 4. uneven tiles and, for one-format sequences, block size 5 */
-                                kiln_attn_kv kv5 = kv;
-                                kv5.k_blocks = (const void *const *)s5.kb;
-                                kv5.v_blocks = (const void *const *)s5.vb;
-                                kv5.k_fmt = s5.kf;
-                                kv5.v_fmt = s5.vf;
-                                kv5.block_size = 5;
+                                const kiln_attn_kv kv5 = kv_on(&kv, &s5, 5);
                                 for (int i0 = 0; i0 < nk;) {
                                     int nt = 1 + (i0 * 7 + 3) % 5;
                                     if (nt > nk - i0) nt = nk - i0;
@@ -381,6 +431,18 @@ static void test_attention(void) {
                                        "changed the bits",
                                        fm[fi].name, hd, nk, G, W);
                             }
+                            if (avx2) {
+                                /* 5. the AVX2 kernel: bitwise the reference */
+                                const kiln_attn_kv kv5 = kv_on(&kv, &s5, 5);
+                                const int bad =
+                                    avx2_vs_ref(ref, q_stride, Q + qo, G, nk, begin, end, &kv,
+                                                fm[fi].mix ? NULL : &kv5, div, cap);
+                                CHECKF(bad == 0,
+                                       "avx2 %s hd %d nk %d G %d win %d cap %g: %d rows differ "
+                                       "from the reference",
+                                       fm[fi].name, hd, nk, G, W, cap, bad);
+                                n_avx2++;
+                            }
                             n_cases++;
                         }
                     }
@@ -390,10 +452,76 @@ static void test_attention(void) {
     printf("attention: %d cases; worst relative error: reference vs double %.2e, AVX-512 vs "
            "reference %.2e\n",
            n_cases, worst_ref, worst_simd);
+    printf("attention: AVX2 kernel checked bitwise against the reference in %d cases\n", n_avx2);
+}
+
+/* 5. plain rows (kiln_attn_kv.k_fmt NULL: f32, f16, bf16) on the AVX2 kernel against
+ * kiln_attention_paged, bitwise */
+static void test_attention_plain_avx2(void) {
+    if (!kiln_simd_supported(KILN_SIMD_AVX2)) return;
+    const int hds[] = {8, 12, 24, 64, 80, 100, 128, 256};
+    const int nks[] = {1, 7, 8, 9, 33, 100};
+    const int Gs[] = {1, 3, 8};
+    int n_cases = 0;
+    for (size_t hi = 0; hi < sizeof hds / sizeof hds[0]; hi++)
+        for (size_t ki = 0; ki < sizeof nks / sizeof nks[0]; ki++)
+            for (int op = 0; op < 3; op++) {
+                static const kiln_dtype dt[3] = {KILN_DTYPE_F32, KILN_DTYPE_F16, KILN_DTYPE_BF16};
+                const int hd = hds[hi], nk = nks[ki], nkv = 2, G = Gs[(hi + ki + op) % 3];
+                const int64_t kv_dim = (int64_t)nkv * hd, q_stride = (int64_t)nkv * G * hd;
+                float *K = malloc(sizeof(float) * nk * kv_dim), *V = malloc(sizeof(float) * nk * kv_dim);
+                float *Q = malloc(sizeof(float) * nk * q_stride);
+                float *ref = malloc(sizeof(float) * nk * q_stride);
+                for (int64_t i = 0; i < nk * kv_dim; i++) K[i] = ct_uniform() * 2, V[i] = ct_uniform();
+                for (int64_t i = 0; i < nk * q_stride; i++) Q[i] = ct_uniform() * 2;
+                store s16 = make_store(K, V, nk, nkv, hd, 16, dt[op], dt[op], 0);
+                store s5 = make_store(K, V, nk, nkv, hd, 5, dt[op], dt[op], 0);
+                const float div = sqrtf((float)hd);
+                for (int win = 0; win < 2; win++)
+                    for (int sc = 0; sc < 2; sc++) {
+                        const float cap = sc ? 5.0f : 0.0f;
+                        const int W = win ? nk / 3 + 1 : 0;
+                        int32_t begin[128], end[128];
+                        causal_ranges(nk, W, begin, end);
+                        const int g = 1; /* KV head 1: rows start at head_off = hd */
+                        const int64_t qo = (int64_t)g * G * hd;
+                        const kiln_attn_kv kv = {(const void *const *)s16.kb,
+                                                 (const void *const *)s16.vb,
+                                                 16,
+                                                 kv_dim,
+                                                 (int64_t)g * hd,
+                                                 hd,
+                                                 op,
+                                                 NULL,
+                                                 NULL};
+                        const kiln_attn_kv kv5 = kv_on(&kv, &s5, 5);
+                        float *scr = scratch_for(1, 1, hd, nk);
+                        for (int i = 0; i < nk; i++)
+                            for (int h = 0; h < G; h++)
+                                kiln_attention_paged(ref + i * q_stride + h * hd,
+                                                     Q + i * q_stride + qo + h * hd, kv.k_blocks,
+                                                     kv.v_blocks, 16, kv_dim, kv.head_off, begin[i],
+                                                     end[i], hd, div, cap, op, scr, scr + nk + 16);
+                        free(scr);
+                        const int bad =
+                            avx2_vs_ref(ref, q_stride, Q + qo, G, nk, begin, end, &kv, &kv5, div, cap);
+                        CHECKF(bad == 0,
+                               "avx2 plain op %d hd %d nk %d G %d win %d cap %g: %d rows differ "
+                               "from kiln_attention_paged",
+                               op, hd, nk, G, W, cap, bad);
+                        n_cases++;
+                    }
+                free_store(&s16), free_store(&s5);
+                free(K), free(V), free(Q), free(ref);
+            }
+    printf("attention: AVX2 kernel over plain f32 / f16 / bf16 rows checked bitwise against "
+           "kiln_attention_paged in %d cases\n",
+           n_cases);
 }
 
 int main(void) {
     test_rows();
     test_attention();
+    test_attention_plain_avx2();
     return kiln_test_finish("test_attn_kv_formats");
 }

@@ -6,6 +6,10 @@
  *  - against exact f32 attention over the unquantized rows, with a bound per config stated
  *    from its distortion (k8v8 tight, k8v3 / k4qv3 looser) -- a wrong layout, rotation or
  *    codebook gives errors of order 1;
+ *  - mixed pages (the delayed transition's f16 blocks after turbo blocks, QJL on both sides):
+ *    against a double reference over each row's own values (turbo: kiln_turbo_dot /
+ *    kiln_turbo_dequantize; f16: the exact f16 values), within 1e-4 of max |out| (f16 rows go
+ *    through a rotation in f32), and the scalar and AVX-512 paths bitwise equal;
  *  - batch invariance: every (token, head) output is bitwise the same when computed alone
  *    (n_tok = 1, G = 1), inside a tile of tokens with all G heads, with keys split in other
  *    block sizes, and with other heads' pages changed.
@@ -18,6 +22,8 @@
 
 #include "backend/cpu/attn_turbo.h"
 #include "backend/cpu/cpu.h"
+#include "kv/kv_format.h"
+#include "tensor/dtype.h"
 #include "test.h"
 
 static uint64_t rs = 99;
@@ -74,7 +80,7 @@ static void run(const kiln_turbo *tk, const kiln_turbo *tv, const pages *p, int 
                 const int32_t *begin, const int32_t *end, const float *q, int64_t qs, float *out,
                 int64_t os, float softcap) {
     const kiln_attn_turbo_kv kv = {
-        (const void *const *)p->kb, (const void *const *)p->vb, p->bs, NKV, g, tk, tv};
+        (const void *const *)p->kb, (const void *const *)p->vb, p->bs, NKV, g, tk, tv, NULL, NULL};
     float *scr =
         aligned_alloc(64, kiln_attention_turbo_scratch(ntok, gh, D, T) * sizeof(float) + 64);
     if (g_path == 0)
@@ -195,6 +201,98 @@ static void check_config(int kb, bool kq, int vb, bool vq, double exact_tol, flo
     free_pages(&p16);
 }
 
+/* Mixed pages: blocks 0..2 TurboQuant (K spec sk, V spec sv), blocks 3.. f16 rows of NKV heads
+ * (per-block formats in kiln_attn_turbo_kv.k_fmt / v_fmt). */
+static void check_mixed(kiln_turbo_spec sk, kiln_turbo_spec sv) {
+    D = 64;
+    enum { BS = 16, NB = (T + BS - 1) / BS, TURBO_BLOCKS = 3 };
+    const kiln_turbo *tk = kiln_turbo_shared(D, sk), *tv = kiln_turbo_shared(D, sv);
+    REQUIRE(tk && tv);
+    static float k[T * NKV * DMAX], v[T * NKV * DMAX], q[NTOK * G * DMAX];
+    for (size_t i = 0; i < sizeof k / sizeof k[0]; i++) k[i] = nrand() * 1.5f + 0.3f;
+    for (size_t i = 0; i < sizeof v / sizeof v[0]; i++) v[i] = nrand();
+    for (size_t i = 0; i < sizeof q / sizeof q[0]; i++) q[i] = nrand();
+    pages p = make_pages(tk, tv, k, v, BS);
+    uint8_t kf[NB], vf[NB];
+    for (int b = 0; b < NB; b++) {
+        kf[b] = (uint8_t)(b < TURBO_BLOCKS ? kiln_turbo_dtype_of(sk) : KILN_DTYPE_F16);
+        vf[b] = (uint8_t)(b < TURBO_BLOCKS ? kiln_turbo_dtype_of(sv) : KILN_DTYPE_F16);
+        if (b < TURBO_BLOCKS) continue;
+        free(p.kb[b]);
+        free(p.vb[b]);
+        p.kb[b] = calloc((size_t)BS * NKV * D, 2);
+        p.vb[b] = calloc((size_t)BS * NKV * D, 2);
+        for (int r = 0; r < BS && b * BS + r < T; r++)
+            for (int e = 0; e < NKV * D; e++) {
+                const size_t src = (size_t)(b * BS + r) * NKV * D + e;
+                ((uint16_t *)p.kb[b])[(size_t)r * NKV * D + e] = kiln_fp32_to_fp16(k[src]);
+                ((uint16_t *)p.vb[b])[(size_t)r * NKV * D + e] = kiln_fp32_to_fp16(v[src]);
+            }
+    }
+    const int g = 1;
+    const kiln_attn_turbo_kv kv = {(const void *const *)p.kb, (const void *const *)p.vb, BS, NKV,
+                                   g, tk, tv, kf, vf};
+    int32_t begin[NTOK], end[NTOK];
+    for (int i = 0; i < NTOK; i++) {
+        end[i] = T - NTOK + i + 1;
+        begin[i] = i == 0 ? 0 : 20 + i; /* one token whose keys are all f16: begin 52.. */
+    }
+    begin[NTOK - 1] = 3 * BS + 2;
+    static float out[2][NTOK * G * DMAX];
+    const int npath = kiln_simd_supported(KILN_SIMD_AVX512) ? 2 : 1;
+    for (int path = 0; path < npath; path++) {
+        float *scr = aligned_alloc(64, kiln_attention_turbo_scratch(NTOK, G, D, T) * sizeof(float) + 64);
+        REQUIRE(scr);
+        kiln_attention_turbo_path(out[path], G * D, q, G * D, G, NTOK, begin, end, &kv,
+                                  sqrtf((float)D), 0.0f, scr, path == 1);
+        free(scr);
+    }
+    if (npath == 2)
+        CHECKF(memcmp(out[0], out[1], sizeof out[0]) == 0, "mixed pages: the AVX-512 path differs");
+    double worst = 0, mag = 0;
+    const size_t hk = kiln_turbo_head_bytes(D, sk), hv = kiln_turbo_head_bytes(D, sv);
+    for (int i = 0; i < NTOK; i++)
+        for (int h = 0; h < G; h++) {
+            const float *qq = q + ((size_t)i * G + h) * D;
+            float qp[2 * DMAX], xr[DMAX];
+            double s[T], mx = -1e300, z = 0, ref[DMAX] = {0};
+            kiln_turbo_prepare_query(tk, qq, qp);
+            for (int t = begin[i]; t < end[i]; t++) {
+                if (t / BS < TURBO_BLOCKS) {
+                    s[t] = kiln_turbo_dot(tk, qp, p.kb[t / BS] + ((size_t)(t % BS) * NKV + g) * hk);
+                } else {
+                    double e = 0;
+                    for (int j = 0; j < D; j++)
+                        e += (double)qq[j] * kiln_fp16_to_fp32(kiln_fp32_to_fp16(
+                                                 k[((size_t)t * NKV + g) * D + j]));
+                    s[t] = e;
+                }
+                s[t] /= sqrt((double)D);
+                if (s[t] > mx) mx = s[t];
+            }
+            for (int t = begin[i]; t < end[i]; t++) z += exp(s[t] - mx);
+            for (int t = begin[i]; t < end[i]; t++) {
+                const double w = exp(s[t] - mx) / z;
+                if (t / BS < TURBO_BLOCKS)
+                    kiln_turbo_dequantize(tv, p.vb[t / BS] + ((size_t)(t % BS) * NKV + g) * hv, xr);
+                else
+                    for (int j = 0; j < D; j++)
+                        xr[j] = kiln_fp16_to_fp32(kiln_fp32_to_fp16(v[((size_t)t * NKV + g) * D + j]));
+                for (int j = 0; j < D; j++) ref[j] += w * xr[j];
+            }
+            for (int j = 0; j < D; j++) {
+                const double d = fabs(ref[j] - out[0][((size_t)i * G + h) * D + j]);
+                if (d > worst) worst = d;
+                if (fabs(ref[j]) > mag) mag = fabs(ref[j]);
+            }
+        }
+    CHECKF(worst <= 1e-4 * mag, "mixed pages k%d%sv%d%s + f16: vs reference %.3g (max |out| %.3g)",
+           sk.bits, sk.qjl ? "q" : "", sv.bits, sv.qjl ? "q" : "", worst, mag);
+    printf("mixed pages (3 blocks k%d%sv%d%s, then f16): vs reference %.2e (max |out| %.2f)\n",
+           sk.bits, sk.qjl ? "q" : "", sv.bits, sv.qjl ? "q" : "", worst, mag);
+    free_pages(&p);
+}
+
 int main(void) {
     /* head sizes of the HF references (8, 16) with every codebook lookup kind: a register
      * permute (<= 4 bits), a two-register permute (5), a gather (6-8), and QJL signs */
@@ -211,5 +309,7 @@ int main(void) {
     check_config(4, true, 3, false, 0.4, 0);
     check_config(4, true, 4, true, 0.6, 0);
     check_config(8, false, 3, false, 0.25, 30.0f);
+    check_mixed((kiln_turbo_spec){8, false}, (kiln_turbo_spec){3, false});
+    check_mixed((kiln_turbo_spec){4, true}, (kiln_turbo_spec){3, true});
     return kiln_test_finish("test_attn_turbo");
 }

@@ -272,8 +272,11 @@ typedef struct simd_kernel {
 
 static int n_simd_kernels(kiln_dtype t, simd_kernel *out) {
     int c = 0;
-    if (kiln_simd_supported(KILN_SIMD_AVX2))
-        out[c++] = (simd_kernel){"avx2", KILN_SIMD_AVX2, kiln_cpu_q8_kernel_avx2(t)};
+    if (kiln_simd_supported(KILN_SIMD_AVX2)) {
+        out[c++] = (simd_kernel){"avx2", KILN_SIMD_AVX2, kiln_cpu_q8_kernel_avx2(t, false)};
+        if (kiln_cpu_features_get()->avxvnni)
+            out[c++] = (simd_kernel){"avx2vnni", KILN_SIMD_AVX2, kiln_cpu_q8_kernel_avx2(t, true)};
+    }
     if (kiln_simd_supported(KILN_SIMD_AVX512)) {
         out[c++] = (simd_kernel){"avx512bw", KILN_SIMD_AVX512, kiln_cpu_q8_kernel_avx512(t, false)};
         if (kiln_cpu_features_get()->avx512vnni)
@@ -289,7 +292,7 @@ static int n_dots_compared;
 static void check_dots(kiln_dtype t) {
     const int64_t lens[] = {32, 64, 96, 160, 256, 288, 480, 512, 544, 736, 1024, 1056, 4096};
     enum { TOK = 9 };
-    simd_kernel sk[3];
+    simd_kernel sk[4];
     int nsk = n_simd_kernels(t, sk);
     kiln_vec_dot_q8_fn scalar = kiln_cpu_vec_dot_q8(t, KILN_SIMD_SCALAR);
     kiln_vec_dot_fn f32dot = kiln_cpu_vec_dot(t, KILN_SIMD_SCALAR);
@@ -409,6 +412,63 @@ static void check_dots(kiln_dtype t) {
     }
 }
 
+/* The packed panels (pack + ptile) of every SIMD kernel that has them, called directly:
+ * 13 rows (a partial last group on AVX2), every row-tile start and token count, raw rows
+ * (extreme quants, -128) and quantizer rows, against the scalar dot bit for bit */
+static void check_packed(kiln_dtype t) {
+    const int64_t lens[] = {32, 64, 96, 512, 544, 1024, 1056};
+    enum { TOK = 9, ROWS = 13 };
+    simd_kernel sk[4];
+    int nsk = n_simd_kernels(t, sk);
+    kiln_vec_dot_q8_fn scalar = kiln_cpu_vec_dot_q8(t, KILN_SIMD_SCALAR);
+    for (int s = 0; s < nsk; s++) {
+        const kiln_cpu_q8_kernel *k = sk[s].k;
+        if (!k || !k->pack) continue;
+        for (int li = 0; li < (int)(sizeof lens / sizeof lens[0]); li++)
+            for (int raw = 0; raw < 2; raw++) {
+                int64_t n = lens[li];
+                size_t rs = kiln_cpu_q8_row_size(n), wrs = kiln_dtype_row_size(t, n);
+                size_t pb = k->packed_row_bytes(n);
+                if (pb == 0) continue; /* AVX-512: rows without a full 16-block group */
+                int prow = (ROWS + k->pmax_rows - 1) / k->pmax_rows * k->pmax_rows;
+                uint8_t *w = ct_random_rows(t, ROWS, n, raw);
+                float *x = malloc(sizeof(float) * (size_t)n * TOK);
+                uint8_t *xs = aligned_alloc(64, rs * TOK), *xv = aligned_alloc(64, rs * TOK);
+                uint8_t *pk = aligned_alloc(64, (pb * (size_t)prow + 63) / 64 * 64);
+                REQUIRE(w && x && xs && xv && pk);
+                for (int64_t i = 0; i < n * TOK; i++) x[i] = ct_uniform() * (float)(1 + i % 7);
+                kiln_cpu_q8_quantize(KILN_SIMD_SCALAR, n, TOK, x, xs);
+                kiln_cpu_q8_quantize(sk[s].layout_path, n, TOK, x, xv);
+                k->pack(n, w, wrs, ROWS, pk);
+                int bad = 0;
+                for (int nt = 1; nt <= k->pmax_tok; nt++)
+                    for (int r0 = 0; r0 + nt <= TOK; r0 += nt)
+                        for (int o = 0; o < ROWS; o += k->pmax_rows) {
+                            int nr = ROWS - o < k->pmax_rows ? ROWS - o : k->pmax_rows;
+                            float out[128];
+                            REQUIRE(k->pmax_rows * k->pmax_tok <= 128);
+                            k->ptile(n, pk + (size_t)o * pb, pb, w + (size_t)o * wrs, wrs, nr,
+                                     xv + rs * (size_t)r0, rs, nt, out);
+                            for (int q = 0; q < nr; q++)
+                                for (int r = 0; r < nt; r++) {
+                                    float want = scalar(n, w + (size_t)(o + q) * wrs,
+                                                        xs + rs * (size_t)(r0 + r));
+                                    n_dots_compared++;
+                                    if (!same_bits(out[q * nt + r], want) && bad++ < 3)
+                                        fprintf(stderr,
+                                                "%s %s packed n=%lld raw=%d ntok=%d row %d tok "
+                                                "%d: %.9g vs %.9g\n",
+                                                sk[s].name, kiln_dtype_name(t), (long long)n, raw,
+                                                nt, o + q, r0 + r, out[q * nt + r], want);
+                                }
+                        }
+                CHECKF(bad == 0, "%s %s packed n=%lld raw=%d: %d results not bit-identical",
+                       sk[s].name, kiln_dtype_name(t), (long long)n, raw, bad);
+                free(w), free(x), free(xs), free(xv), free(pk);
+            }
+    }
+}
+
 /* Q8_0 weights of -128 (not produced by quantizers, legal in the format) and extreme nibbles */
 static void check_extremes(void) {
     int64_t n = 544;
@@ -434,7 +494,7 @@ static void check_extremes(void) {
         double ex, at;
         kiln_quantize_q8_0_act(x, xb, n);
         CHECK(same_bits(ref, spec_dot(t, n, w, xb, &ex, &at)));
-        simd_kernel sk[3];
+        simd_kernel sk[4];
         int nsk = n_simd_kernels(t, sk);
         for (int s = 0; s < nsk; s++) {
             kiln_cpu_q8_quantize(sk[s].layout_path, n, 1, x, xq);
@@ -458,7 +518,9 @@ int main(int argc, char **argv) {
     if (kiln_simd_supported(KILN_SIMD_AVX512))
         CHECK(kiln_cpu_q8_kernel_get(KILN_DTYPE_Q4_0, KILN_SIMD_AVX512) ==
               kiln_cpu_q8_kernel_avx512(KILN_DTYPE_Q4_0, kiln_cpu_use_vnni()));
-    printf("paths: scalar%s%s%s\n", kiln_simd_supported(KILN_SIMD_AVX2) ? " avx2" : "",
+    printf("paths: scalar%s%s%s%s\n", kiln_simd_supported(KILN_SIMD_AVX2) ? " avx2" : "",
+           kiln_simd_supported(KILN_SIMD_AVX2) && kiln_cpu_features_get()->avxvnni ? " avx2vnni"
+                                                                                   : "",
            kiln_simd_supported(KILN_SIMD_AVX512) ? " avx512bw" : "",
            kiln_simd_supported(KILN_SIMD_AVX512) && kiln_cpu_features_get()->avx512vnni
                ? " avx512vnni"
@@ -466,6 +528,8 @@ int main(int argc, char **argv) {
     check_quantizer();
     check_dots(KILN_DTYPE_Q8_0);
     check_dots(KILN_DTYPE_Q4_0);
+    check_packed(KILN_DTYPE_Q8_0);
+    check_packed(KILN_DTYPE_Q4_0);
     check_extremes();
     /* dispatch */
     CHECK(kiln_cpu_q8_supported(KILN_DTYPE_Q8_0) && kiln_cpu_q8_supported(KILN_DTYPE_Q4_0));

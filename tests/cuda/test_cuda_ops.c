@@ -11,7 +11,8 @@
  *   - norms (a reduction in another order): 1e-5 |cpu| + 1e-6;
  *   - matmul: against a double-precision reference (not the CPU's), |gpu - ref| <=
  *     1e-5 sum_k |w x| + 1e-6, the bound tests/cpu/test_matmul_invariance uses; and the
- *     largest difference to the CPU's is printed;
+ *     largest difference to the CPU's is printed; Q8_0 / Q4_0 weights likewise against the
+ *     double reference over their dequantized values, and their embedding rows bitwise;
  *   - attention: |gpu - cpu| <= c max|v| with c = 1e-5 for f32 pages, 2e-3 for f16 and 1.6e-2
  *     for bf16 pages (a probability that lands on the other side of an f16 / bf16 rounding
  *     boundary moves the output by one ulp of that format).
@@ -553,27 +554,191 @@ static void test_matmul(void) {
            worst_cpu);
 }
 
+/* ---- Q8_0 / Q4_0 weights ------------------------------------------------------------------ */
+
+/* n random weights in [-1, 1) as dtype t (f32, f16, bf16; Q8_0 / Q4_0 by tensor/dtype.c's
+ * reference quantizer, n % 32 == 0) into w */
+static void rand_weights(kiln_dtype t, void *w, int64_t n) {
+    float *f = rand_floats((size_t)n, 1.0f);
+    if (t == KILN_DTYPE_Q8_0 || t == KILN_DTYPE_Q4_0)
+        kiln_dtype_traits_of(t)->from_float(f, w, n);
+    else
+        for (int64_t i = 0; i < n; i++) {
+            if (t == KILN_DTYPE_F32) ((float *)w)[i] = f[i];
+            else if (t == KILN_DTYPE_F16) ((uint16_t *)w)[i] = kiln_fp32_to_fp16(f[i]);
+            else ((uint16_t *)w)[i] = kiln_fp32_to_bf16(f[i]);
+        }
+    free(f);
+}
+
+/* the token embedding from Q8_0 / Q4_0 tables: bitwise the CPU's (dtype.c to_float, then the
+ * scale) */
+static void test_embed_quant(void) {
+    const int32_t shape[2][2] = {{0, 9}, {40, 4}};
+    step_fix f;
+    const int32_t n_vocab = 50;
+    const int64_t d = 96;
+    make_step(&f, 2, shape, n_vocab);
+    const int32_t n = f.st.n_tokens;
+    const kiln_dtype types[] = {KILN_DTYPE_Q8_0, KILN_DTYPE_Q4_0};
+    for (size_t ti = 0; ti < 2; ti++) {
+        const kiln_dtype t = types[ti];
+        const size_t rs = kiln_dtype_row_size(t, d);
+        uint8_t *tab = malloc(rs * n_vocab);
+        REQUIRE(tab);
+        rand_weights(t, tab, (int64_t)n_vocab * d);
+        void *dtab = dput(tab, rs * n_vocab);
+        const kiln_mat hm = {tab, t, n_vocab, d, "tok", 0}, gm = {dtab, t, n_vocab, d, "tok", 0};
+        float *c = malloc(n * d * 4), *cs = malloc(n * d * 4), *dout = dput(NULL, n * d * 4),
+              *dscr = dput(NULL, n * d * 4);
+        REQUIRE(c && cs);
+        for (int v = 0; v < 2; v++) {
+            const float scale = v ? 8.0f : 1.0f;
+            cpu->ops->embed(cpu, c, cs, &hm, NULL, scale, &f.st);
+            gpu->ops->embed(gpu, dout, dscr, &gm, NULL, scale, &f.st);
+            float *g = dget(dout, n * d);
+            char what[64];
+            snprintf(what, sizeof what, "embed %s%s", kiln_dtype_name(t), v ? " scaled" : "");
+            cmp(what, g, c, n * d, 0, 0);
+            free(g);
+        }
+        free(tab);
+        free(c);
+        free(cs);
+        dfree(dtab);
+        dfree(dout);
+        dfree(dscr);
+    }
+    printf("embed: q8_0, q4_0 tables: bitwise the CPU's\n");
+}
+
+/* Q8_0 / Q4_0 weights: against a double reference over the dequantized weights (dtype.c
+ * to_float; exact in f32), |gpu - ref| <= 1e-5 sum|w x| + 1e-6; each row bitwise the same row
+ * computed alone, in batches of 2..130 and at an offset; several weights in one call each
+ * bitwise their own call. n_in % 256 == 0 takes the 16-byte tile loads (one tile, two and a
+ * partial third, 128 blocks), other multiples of 32 the 2-byte loads (the same order). */
+static void test_matmul_quant(void) {
+    const kiln_dtype types[] = {KILN_DTYPE_Q8_0, KILN_DTYPE_Q4_0};
+    const int64_t shapes[][2] = {{64, 64},   {33, 96},  {300, 512}, {40, 4352},
+                                 {17, 2080}, {9, 8192}, {5, 32}};
+    const int32_t ntoks[] = {1, 2, 3, 4, 5, 8, 9, 17, 33, 130};
+    const int32_t MT = 130 + 5;
+    double worst = 0.0;
+    for (size_t ti = 0; ti < 2; ti++)
+        for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+            const kiln_dtype t = types[ti];
+            const int64_t n_out = shapes[si][0], n_in = shapes[si][1];
+            const size_t rs = kiln_dtype_row_size(t, n_in);
+            uint8_t *w = malloc(rs * n_out);
+            float *wd = malloc((size_t)n_out * n_in * sizeof *wd);
+            REQUIRE(w && wd);
+            rand_weights(t, w, n_out * n_in);
+            kiln_dtype_traits_of(t)->to_float(w, wd, n_out * n_in);
+            float *x = rand_floats((size_t)MT * n_in, 1.0f);
+            void *dw = dput(w, rs * n_out);
+            float *dx = dput(x, (size_t)MT * n_in * 4), *dy = dput(NULL, (size_t)MT * n_out * 4);
+            const kiln_mat gm = {dw, t, n_out, n_in, "w", 0};
+            float *alone = malloc((size_t)MT * n_out * 4);
+            REQUIRE(alone);
+            for (int32_t r = 0; r < MT; r++) {
+                const kiln_mm mm = {&gm, dy + (size_t)r * n_out};
+                gpu->ops->matmul(gpu, &mm, 1, dx + (size_t)r * n_in, 1);
+            }
+            float *g1 = dget(dy, (size_t)MT * n_out);
+            memcpy(alone, g1, (size_t)MT * n_out * 4);
+            free(g1);
+            char what[96];
+            for (size_t ni = 0; ni < sizeof ntoks / sizeof ntoks[0]; ni++) {
+                const int32_t nt = ntoks[ni];
+                const kiln_mm gmm = {&gm, dy};
+                gpu->ops->matmul(gpu, &gmm, 1, dx, nt);
+                float *g = dget(dy, (size_t)nt * n_out);
+                snprintf(what, sizeof what, "matmul %s %lldx%lld n_tok %d", kiln_dtype_name(t),
+                         (long long)n_out, (long long)n_in, nt);
+                int bad_ref = 0, bad_inv = 0;
+                for (int32_t r = 0; r < nt; r++)
+                    for (int64_t o = 0; o < n_out; o++) {
+                        double ref = 0.0, S = 0.0;
+                        for (int64_t k = 0; k < n_in; k++) {
+                            const double p = (double)wd[o * n_in + k] * (double)x[r * n_in + k];
+                            ref += p;
+                            S += fabs(p);
+                        }
+                        const double gv = g[r * n_out + o];
+                        if (!(fabs(gv - ref) <= 1e-5 * S + 1e-6) && bad_ref++ < 3)
+                            fprintf(stderr, "%s (%d, %lld): gpu %.9g, reference %.9g\n", what, r,
+                                    (long long)o, gv, ref);
+                        const double e = fabs(gv - ref) / (S > 0 ? S : 1.0);
+                        if (e > worst) worst = e;
+                        if (memcmp(&g[r * n_out + o], &alone[r * n_out + o], 4) != 0) bad_inv++;
+                    }
+                CHECKF(bad_ref == 0, "%s: %d outputs beyond 1e-5 sum|w x| + 1e-6 of the double "
+                                     "reference", what, bad_ref);
+                CHECKF(bad_inv == 0, "%s: %d outputs differ from the same row computed alone",
+                       what, bad_inv);
+                free(g);
+            }
+            /* rows 5 .. 37 and 5 .. 134 as one batch: the same bits at another offset */
+            for (int32_t nb = 33; nb <= 130; nb += 97) {
+                const kiln_mm gmm = {&gm, dy};
+                gpu->ops->matmul(gpu, &gmm, 1, dx + 5 * n_in, nb);
+                float *g = dget(dy, (size_t)nb * n_out);
+                CHECKF(memcmp(g, alone + 5 * n_out, (size_t)nb * n_out * 4) == 0,
+                       "matmul %s %lldx%lld: rows 5..%d as a batch differ from each alone",
+                       kiln_dtype_name(t), (long long)n_out, (long long)n_in, 4 + nb);
+                free(g);
+            }
+            /* with a second weight (its first 8 rows) in the same call: each its own bits */
+            if (n_out >= 8) {
+                float *dz = dput(NULL, (size_t)9 * 8 * 4);
+                const kiln_mat gm8 = {dw, t, 8, n_in, "w8", 0};
+                const kiln_mm two[2] = {{&gm, dy}, {&gm8, dz}};
+                gpu->ops->matmul(gpu, two, 2, dx, 9);
+                float *a = dget(dy, (size_t)9 * n_out), *b = dget(dz, (size_t)9 * 8);
+                CHECKF(memcmp(a, alone, (size_t)9 * n_out * 4) == 0,
+                       "matmul %s %lldx%lld: first of two weights differs", kiln_dtype_name(t),
+                       (long long)n_out, (long long)n_in);
+                for (int32_t r = 0; r < 9; r++)
+                    CHECKF(memcmp(b + r * 8, alone + (size_t)r * n_out, 8 * 4) == 0,
+                           "matmul %s %lldx%lld: second of two weights, row %d differs",
+                           kiln_dtype_name(t), (long long)n_out, (long long)n_in, r);
+                free(a);
+                free(b);
+                dfree(dz);
+            }
+            free(w);
+            free(wd);
+            free(x);
+            free(alone);
+            dfree(dw);
+            dfree(dx);
+            dfree(dy);
+        }
+    printf("matmul q8_0, q4_0: largest |gpu - double ref| / sum|w x| = %.3g (bound 1e-5); rows "
+           "bitwise equal alone, in batches of 2..130, at an offset and beside another weight\n",
+           worst);
+}
+
 /* the fused forms (backend.h matmul_add, matmul_glu) give the bits of their sequences */
 static void test_matmul_fused(void) {
-    const kiln_dtype types[] = {KILN_DTYPE_F32, KILN_DTYPE_BF16, KILN_DTYPE_F16};
+    const kiln_dtype types[] = {KILN_DTYPE_F32, KILN_DTYPE_BF16, KILN_DTYPE_F16, KILN_DTYPE_Q8_0,
+                                KILN_DTYPE_Q4_0};
     const int64_t shapes[][2] = {{64, 256}, {300, 72}, {33, 515}};
     const int32_t ntoks[] = {1, 3, 9, 40, 200};
     int checked = 0;
-    for (size_t ti = 0; ti < 3; ti++)
+    for (size_t ti = 0; ti < 5; ti++)
         for (size_t si = 0; si < 3; si++)
             for (size_t ni = 0; ni < 5; ni++) {
                 const kiln_dtype t = types[ti];
-                const int64_t n_out = shapes[si][0], n_in = shapes[si][1];
+                const bool q = t == KILN_DTYPE_Q8_0 || t == KILN_DTYPE_Q4_0;
+                /* quantized rows are whole 32-element blocks: 256, 96, 544 */
+                const int64_t n_out = shapes[si][0],
+                              n_in = q ? (shapes[si][1] + 31) / 32 * 32 : shapes[si][1];
                 const int32_t nt = ntoks[ni];
                 const size_t rs = kiln_dtype_row_size(t, n_in);
                 uint8_t *w = malloc(2 * rs * n_out);
                 REQUIRE(w);
-                for (int64_t i = 0; i < 2 * n_out * n_in; i++) {
-                    const float v = uni();
-                    if (t == KILN_DTYPE_F32) ((float *)w)[i] = v;
-                    else if (t == KILN_DTYPE_F16) ((uint16_t *)w)[i] = kiln_fp32_to_fp16(v);
-                    else ((uint16_t *)w)[i] = kiln_fp32_to_bf16(v);
-                }
+                rand_weights(t, w, 2 * n_out * n_in);
                 float *x = rand_floats((size_t)nt * n_in, 1.0f),
                       *res = rand_floats((size_t)nt * n_out, 2.0f);
                 uint8_t *dw = dput(w, 2 * rs * n_out);
@@ -1055,7 +1220,9 @@ int main(void) {
     test_norms();
     test_rope();
     test_embed();
+    test_embed_quant();
     test_matmul();
+    test_matmul_quant();
     test_matmul_fused();
     test_kv_pages();
     test_rope_kv();

@@ -13,8 +13,9 @@
  * Independent anchor: for the f32 models the greedy tokens of the alone run must equal
  * llama2.c run.c's (../shared/golden/llama2c-greedy.json); the second target's prompt is a
  * golden prompt plus the first 100 golden tokens, so its greedy continuation must be the
- * golden tokens that follow. Each KV page format (f16, bf16, q8_0, q4_0, and K / V in
- * different formats) is checked alone against the crowd within its own configuration. For the Hugging Face reference checkpoints (other families:
+ * golden tokens that follow. Each KV page format (f16, bf16, q8_0, q4_0, TurboQuant turbo:k8v3,
+ * turbo:k3v3 and turbo:k3qv4q, and K / V in different formats) is checked alone against the
+ * crowd within its own configuration. For the Hugging Face reference checkpoints (other families:
  * sliding windows, MoE, recurrent gated-delta-net layers) the anchor is transformers'
  * greedy_ids in reference.safetensors (target 0: the 16 prompt ids, 24 tokens; target 1:
  * prompt + the first 12 greedy ids, the 12 that follow).
@@ -312,9 +313,16 @@ int main(int argc, char **argv) {
             {KILN_KV_F16, NULL, NULL, "f16"},
             {KILN_KV_BF16, NULL, NULL, "bf16"},
             {KILN_KV_Q8_0, NULL, NULL, "q8_0"},
+            {KILN_KV_TURBO, NULL, NULL, "turbo:k8v3"},
             {KILN_KV_Q4_0, NULL, NULL, "q4_0"},
             {KILN_KV_F16, "q8_0", NULL, "q8_0 K, f16 V"},
             {KILN_KV_Q8_0, NULL, "q4_0", "q8_0 K, q4_0 V"},
+            /* TurboQuant: 3.5 bits per channel, the QJL residual on both sides (kv_type_k /
+             * kv_type_v each keep their side of a config), and a turbo K beside f16 V rows
+             * (the f16 rows enter the rotated kernel through their traits) */
+            {KILN_KV_F32, "turbo:k3v3", "turbo:k3v3", "turbo:k3v3"},
+            {KILN_KV_F32, "turbo3q", "turbo:k8v4q", "turbo:k3qv4q"},
+            {KILN_KV_F16, "turbo4", NULL, "turbo4 K, f16 V"},
         };
         /* whether the model's KV rows can be q8_0 (kv_dim % 32 == 0): ask the engine */
         bool quant_ok;
@@ -329,14 +337,30 @@ int main(int argc, char **argv) {
             if (!quant_ok) printf("%s: no quantized KV: %s\n", argv[1], qerr.message);
             kiln_engine_destroy(qe);
         }
+        /* whether TurboQuant can hold its heads (a head size that is a power of two) */
+        bool turbo_ok;
+        {
+            kiln_engine_params qp = kiln_engine_default_params();
+            qp.kv_type = KILN_KV_TURBO;
+            qp.n_ctx = 64;
+            qp.kv_tokens = 64;
+            kiln_engine *qe = NULL;
+            kiln_error qerr = {0};
+            turbo_ok = kiln_engine_create(m, &qp, &qe, &qerr) == KILN_OK;
+            if (!turbo_ok) printf("%s: no TurboQuant KV: %s\n", argv[1], qerr.message);
+            kiln_engine_destroy(qe);
+        }
 #if defined(__SANITIZE_ADDRESS__)
-        const int n_fmts = 3; /* f16, bf16, q8_0 */
+        const int n_fmts = 4; /* f16, bf16, q8_0, turbo:k8v3 */
 #else
         const int n_fmts = (int)(sizeof fmts / sizeof fmts[0]);
 #endif
         for (int fi = 0; fi < n_fmts; fi++) {
-            const bool quant = fmts[fi].kv >= KILN_KV_Q8_0 || fmts[fi].k || fmts[fi].v;
-            if (quant && !quant_ok) {
+            const bool turbo = fmts[fi].kv == KILN_KV_TURBO ||
+                               (fmts[fi].k && !strncmp(fmts[fi].k, "turbo", 5)) ||
+                               (fmts[fi].v && !strncmp(fmts[fi].v, "turbo", 5));
+            const bool quant = !turbo && (fmts[fi].kv >= KILN_KV_Q8_0 || fmts[fi].k || fmts[fi].v);
+            if ((quant && !quant_ok) || (turbo && !turbo_ok)) {
                 printf("%s: %s KV skipped\n", argv[1], fmts[fi].name);
                 continue;
             }

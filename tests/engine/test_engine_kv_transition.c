@@ -1,6 +1,8 @@
 /*
  * The delayed KV transition (kiln_engine_params.kv_quant_start; issue 14), on pycode10M
- * (a trained 10M Llama, kv_dim 128) with q8_0 K and V, block size 16, greedy:
+ * (a trained 10M Llama, kv_dim 128) with q8_0 K and V, and again with TurboQuant turbo:k8v3
+ * (K at 8 bits, V at 3; the f16 blocks and the converted turbo blocks of one sequence are read
+ * by one rotated-domain kernel), block size 16, greedy:
  *   1. until N: a request whose sequence never passes N = 300 positions (40 + 200) gives
  *      logits and tokens bitwise those of an f16-KV engine, and converts nothing;
  *   2. after N = 64: the rows computed while the sequence was at most N positions long (the
@@ -98,34 +100,31 @@ static int32_t argmax(const float *x, int32_t n) {
     return best;
 }
 
-int main(void) {
-    kiln_model *m = et_load_opt(MODEL, false);
+/* sections 1-4 of the header with target format kv (name: for messages) */
+static void check_target(const kiln_model *m, kiln_kv_type kv, const char *name,
+                         const int32_t *prompt, const et_result *f16p, const et_result *f32p) {
     const int32_t V = kiln_model_n_vocab(m);
-    int32_t prompt[NPR];
-    et_prompt(prompt, NPR, 7, V);
+    const et_result f16 = *f16p, f32 = *f32p;
     watch w;
-    static et_result f16, f32, q8, a, b[2], sp;
-
-    run(m, KILN_KV_F16, 0, false, KILN_SPEC_OFF, prompt, 1, &f16, &w);
-    run(m, KILN_KV_F32, 0, false, KILN_SPEC_OFF, prompt, 1, &f32, &w);
-    run(m, KILN_KV_Q8_0, 0, false, KILN_SPEC_OFF, prompt, 1, &q8, &w);
-    CHECK(first_diff(&q8, &f16, V) == 0); /* q8_0 from the start is not f16 */
+    static et_result q8, a, b[2], sp;
+    run(m, kv, 0, false, KILN_SPEC_OFF, prompt, 1, &q8, &w);
+    CHECKF(first_diff(&q8, &f16, V) == 0, "%s from the start gives f16's first row", name);
 
     /* 1. never past N: bitwise f16 */
-    kiln_engine_stats st = run(m, KILN_KV_Q8_0, 300, false, KILN_SPEC_OFF, prompt, 1, &a, &w);
+    kiln_engine_stats st = run(m, kv, 300, false, KILN_SPEC_OFF, prompt, 1, &a, &w);
     CHECKF(first_diff(&a, &f16, V) == NGEN, "below N: row %d differs from f16 KV",
            first_diff(&a, &f16, V));
     CHECKF(memcmp(a.tokens, f16.tokens, sizeof(int32_t) * NGEN) == 0, "below N: tokens differ");
     CHECKF(w.converted == 0 && w.max_main_held == 0, "below N: %lld converted, %d main held",
            (long long)w.converted, w.max_main_held);
-    printf("kv_quant_start 300: bitwise f16 for all %d rows; pool %lld bytes (%d q8_0 + %d f16 "
+    printf("%s: kv_quant_start 300: bitwise f16 for all %d rows; pool %lld bytes (%d %s + %d f16 "
            "blocks)\n",
-           NGEN, (long long)st.kv_bytes, st.kv_blocks_main_total, st.kv_blocks_hi_total);
+           name, NGEN, (long long)st.kv_bytes, st.kv_blocks_main_total, name, st.kv_blocks_hi_total);
     et_result_free(&a);
 
     /* 2. past N = 64 */
     const int32_t N = 64;
-    run(m, KILN_KV_Q8_0, N, false, KILN_SPEC_OFF, prompt, 1, &a, &w);
+    run(m, kv, N, false, KILN_SPEC_OFF, prompt, 1, &a, &w);
     const int32_t fd = first_diff(&a, &f16, V), same_rows = N - NPR + 2; /* positions 39..64 */
     CHECKF(fd >= same_rows, "after N: row %d differs from f16 (rows < %d must not)", fd, same_rows);
     CHECKF(fd < NGEN, "after N: identical to f16 KV: nothing was converted");
@@ -144,15 +143,16 @@ int main(void) {
            (long long)w.converted, full - 1);
     CHECKF(w.max_hi_held <= (N + BS - 1) / BS + 4, "after N: %d f16 blocks held at once",
            w.max_hi_held);
-    CHECKF(w.max_main_held >= full - 1, "after N: at most %d q8_0 blocks held", w.max_main_held);
-    printf("kv_quant_start %d: rows 0..%d bitwise f16 (first difference at row %d); vs f32 KV "
-           "argmax %d/%d, max |dlogit| %.4g; %lld blocks converted, at most %d f16 and %d q8_0 "
+    CHECKF(w.max_main_held >= full - 1, "after N: at most %d %s blocks held", w.max_main_held,
+           name);
+    printf("%s: kv_quant_start %d: rows 0..%d bitwise f16 (first difference at row %d); vs f32 KV "
+           "argmax %d/%d, max |dlogit| %.4g; %lld blocks converted, at most %d f16 and %d %s "
            "blocks held\n",
-           N, same_rows - 1, fd, agree, NGEN, dmax, (long long)w.converted, w.max_hi_held,
-           w.max_main_held);
+           name, N, same_rows - 1, fd, agree, NGEN, dmax, (long long)w.converted, w.max_hi_held,
+           w.max_main_held, name);
 
     /* 3. prefix cache: the second request reuses the first's indexed f16 blocks */
-    st = run(m, KILN_KV_Q8_0, N, true, KILN_SPEC_OFF, prompt, 2, b, &w);
+    st = run(m, kv, N, true, KILN_SPEC_OFF, prompt, 2, b, &w);
     CHECKF(first_diff(&b[0], &a, V) == NGEN, "prefix cache on, first request: row %d differs",
            first_diff(&b[0], &a, V));
     CHECKF(first_diff(&b[1], &b[0], V) == NGEN, "cached request: row %d differs from uncached",
@@ -162,17 +162,34 @@ int main(void) {
     CHECKF(st.kv_blocks_used == 0, "%d blocks still used", st.kv_blocks_used);
 
     /* 4. speculative rollback across the transition */
-    st = run(m, KILN_KV_Q8_0, N, false, KILN_SPEC_RANDOM, prompt, 1, &sp, &w);
+    st = run(m, kv, N, false, KILN_SPEC_RANDOM, prompt, 1, &sp, &w);
     CHECKF(first_diff(&sp, &a, V) >= same_rows, "spec: row %d differs before N",
            first_diff(&sp, &a, V));
     CHECKF(st.spec_drafted > st.spec_accepted, "spec: no rejected drafts (%lld of %lld)",
            (long long)st.spec_accepted, (long long)st.spec_drafted);
     CHECKF(st.kv_blocks_used == 0, "spec: %d blocks still used", st.kv_blocks_used);
     CHECKF(w.converted >= full - 2, "spec: %lld blocks converted", (long long)w.converted);
-    printf("spec (random drafts, %lld of %lld accepted): rows before N bitwise, %lld converted\n",
-           (long long)st.spec_accepted, (long long)st.spec_drafted, (long long)w.converted);
+    printf("%s: spec (random drafts, %lld of %lld accepted): rows before N bitwise, %lld converted\n",
+           name, (long long)st.spec_accepted, (long long)st.spec_drafted, (long long)w.converted);
 
-    et_result *all[] = {&f16, &f32, &q8, &a, &b[0], &b[1], &sp};
+    et_result *all[] = {&q8, &a, &b[0], &b[1], &sp};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) et_result_free(all[i]);
+}
+
+int main(void) {
+    kiln_model *m = et_load_opt(MODEL, false);
+    const int32_t V = kiln_model_n_vocab(m);
+    int32_t prompt[NPR];
+    et_prompt(prompt, NPR, 7, V);
+    watch w;
+    static et_result f16, f32;
+
+    run(m, KILN_KV_F16, 0, false, KILN_SPEC_OFF, prompt, 1, &f16, &w);
+    run(m, KILN_KV_F32, 0, false, KILN_SPEC_OFF, prompt, 1, &f32, &w);
+    check_target(m, KILN_KV_Q8_0, "q8_0", prompt, &f16, &f32);
+    check_target(m, KILN_KV_TURBO, "turbo:k8v3", prompt, &f16, &f32);
+
+    et_result *all[] = {&f16, &f32};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) et_result_free(all[i]);
     kiln_model_free(m);
     return kiln_test_finish("test_engine_kv_transition");

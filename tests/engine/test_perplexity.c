@@ -210,6 +210,13 @@ static void test_cli(void) {
     const char *a3[] = {"perplexity", "-m", path, "-f", txt, "--kv-type", "q9", NULL};
     rc = run_kiln(a3, errbuf, sizeof errbuf);
     CHECKF(rc == 2 && strstr(errbuf, "--kv-type"), "bad kv type: exit %d: %s", rc, errbuf);
+    const char *bad_turbo[] = {"turbo:k9v3", "turbo:x", "turbo:k8"};
+    for (int i = 0; i < 3; i++) {
+        const char *a3t[] = {"perplexity", "-m", path, "-f", txt, "--kv-type-v", bad_turbo[i], NULL};
+        rc = run_kiln(a3t, errbuf, sizeof errbuf);
+        CHECKF(rc == 2 && strstr(errbuf, "--kv-type-v") && strstr(errbuf, bad_turbo[i]),
+               "bad turbo config %s: exit %d: %s", bad_turbo[i], rc, errbuf);
+    }
     const char *a4[] = {"perplexity", "-m", path, "-f", txt, "--ctx", "1", NULL};
     rc = run_kiln(a4, errbuf, sizeof errbuf);
     CHECKF(rc == 2 && strstr(errbuf, "--ctx"), "bad ctx: exit %d: %s", rc, errbuf);

@@ -17,8 +17,9 @@
  *   - an engine created with memory_budget = weights + scratch + 10 blocks + a little holds
  *     exactly 10 blocks (kiln_engine_get_params), the arithmetic fit's pool_now uses; a
  *     budget below that is refused naming memory_budget, and with kv_memory too;
- *   - bad --memory / --ctx / --kv-type, and serve --memory-budget, are usage errors that name
- *     the option.
+ *   - gpu_memory out of range, or for a model on the CPU, is refused naming it;
+ *   - bad --memory / --ctx / --kv-type, serve --memory-budget and run --gpu-memory are usage
+ *     errors that name the option.
  */
 #include <jansson.h>
 #include <math.h>
@@ -224,7 +225,67 @@ static void test_engine_budget(void) {
     p.kv_memory = (int64_t)1 << 20;
     CHECK(kiln_engine_create(m, &p, &eng, &e) == KILN_ERR_INVALID_ARGUMENT &&
           strstr(e.message, "memory_budget"));
+    /* gpu_memory (--gpu-memory, issue 16): out of range, or for a model on the CPU, refused
+     * naming it (tests/cuda/test_cuda_gpu_memory sizes a pool with it on a GPU) */
+    p.memory_budget = 0;
+    p.kv_memory = 0;
+    p.gpu_memory = -0.5;
+    CHECK(kiln_engine_create(m, &p, &eng, &e) == KILN_ERR_INVALID_ARGUMENT &&
+          strstr(e.message, "gpu_memory"));
+    if (kiln_model_device(m, NULL) == KILN_DEVICE_CPU) {
+        p.gpu_memory = 0.5;
+        CHECK(kiln_engine_create(m, &p, &eng, &e) == KILN_ERR_INVALID_ARGUMENT &&
+              strstr(e.message, "gpu_memory") && strstr(e.message, "CPU"));
+    }
     kiln_model_free(m);
+}
+
+/* TurboQuant on pycode10M (8 layers, 2 KV heads of 64): bytes per token and per pool block
+ * from the row layout of kv/turboquant.h, computed here: a head row of B bits is an f32 norm
+ * and B x 64 / 8 bytes of codes; with QJL, an f32 gamma, (B - 1) x 64 / 8 bytes of codes and
+ * 64 / 8 bytes of signs. */
+static int64_t turbo_head_bytes(int bits, bool qjl, int d) {
+    return qjl ? 8 + (int64_t)(bits - 1) * d / 8 + d / 8 : 4 + (int64_t)bits * d / 8;
+}
+
+static void test_turbo(void) {
+    const char *dir = kiln_test_shared("models/pycode10M");
+    char p[1024];
+    snprintf(p, sizeof p, "%s/config.json", dir);
+    json_t *c = json_load_file(p, 0, NULL);
+    if (!c) {
+        printf("SKIP turbo: %s missing\n", p);
+        return;
+    }
+    const int L = (int)json_integer_value(json_object_get(c, "num_hidden_layers"));
+    const int nkv = (int)json_integer_value(json_object_get(c, "num_key_value_heads"));
+    const int d = (int)json_integer_value(json_object_get(c, "head_dim"));
+    json_decref(c);
+    const struct {
+        const char *kv;
+        int kb, vb;
+        bool kq, vq;
+    } cases[] = {{"turbo", 8, 3, false, false},
+                 {"turbo:k4v4", 4, 4, false, false},
+                 {"turbo:k3v3", 3, 3, false, false},
+                 {"turbo:k4qv3q", 4, 3, true, true}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        json_t *j = run_fit_json(dir, cases[i].kv, 512);
+        const int64_t hk = turbo_head_bytes(cases[i].kb, cases[i].kq, d);
+        const int64_t hv = turbo_head_bytes(cases[i].vb, cases[i].vq, d);
+        const int64_t per_tok = (int64_t)L * nkv * (hk + hv);
+        CHECKF(jint(j, "kv_bytes_per_token") == per_tok, "%s per token %lld want %lld",
+               cases[i].kv, (long long)jint(j, "kv_bytes_per_token"), (long long)per_tok);
+        CHECKF(jint(j, "kv_bytes") == per_tok * 512, "%s kv_bytes %lld", cases[i].kv,
+               (long long)jint(j, "kv_bytes"));
+        const int64_t rk = (16 * nkv * hk + 63) / 64 * 64, rv = (16 * nkv * hv + 63) / 64 * 64;
+        json_t *pool = json_object_get(j, "pool_now");
+        CHECKF(jint(pool, "block_bytes") == (int64_t)L * (rk + rv), "%s pool block %lld want %lld",
+               cases[i].kv, (long long)jint(pool, "block_bytes"), (long long)(L * (rk + rv)));
+        printf("pycode10M %s: %lld KV bytes per token (%.3f bits per element)\n", cases[i].kv,
+               (long long)per_tok, 8.0 * (double)per_tok / (2.0 * L * nkv * d));
+        json_decref(j);
+    }
 }
 
 static void test_bad_options(void) {
@@ -237,6 +298,8 @@ static void test_bad_options(void) {
         {"--ctx", "0", "--ctx"},           {"--ctx", "x", "--ctx"},
         {"--kv-type", "q9", "--kv-type"},  {"--kv-type-v", "f8", "--kv-type-v"},
         {"--bandwidth", "-1", "--bandwidth"},
+        {"--kv-type", "turbo:k9v3", "--kv-type"}, {"--kv-type", "turbo:x", "--kv-type"},
+        {"--kv-type", "turbo:k8", "--kv-type"},   {"--kv-type-k", "turbo:k0v3", "--kv-type-k"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         const char *args[] = {"fit", "-m", model, cases[i].opt, cases[i].val, NULL};
@@ -248,6 +311,14 @@ static void test_bad_options(void) {
     int rc = run_kiln(sv, errbuf, sizeof errbuf);
     CHECKF(rc == 2 && strstr(errbuf, "--memory-budget"), "serve --memory-budget 12Q: %d %s", rc,
            errbuf);
+    /* --gpu-memory: a fraction in (0, 1] with a decimal point, or a size of at least 2 bytes */
+    static const char *bad_gpu[] = {"1.5", "0.0", "-0.1", "1", "lots"};
+    for (size_t i = 0; i < sizeof bad_gpu / sizeof bad_gpu[0]; i++) {
+        const char *rv[] = {"run", "-m", model, "--gpu-memory", bad_gpu[i], "-p", "x", NULL};
+        rc = run_kiln(rv, errbuf, sizeof errbuf);
+        CHECKF(rc == 2 && strstr(errbuf, "--gpu-memory"), "run --gpu-memory %s: %d %s",
+               bad_gpu[i], rc, errbuf);
+    }
 }
 
 int main(void) {
@@ -259,6 +330,7 @@ int main(void) {
     snprintf(g_tmpdir, sizeof g_tmpdir, "%.200s", make_tmpdir("kiln-fit"));
     test_models();
     test_engine_budget();
+    test_turbo();
     test_bad_options();
     rm_rf(g_tmpdir);
     return kiln_test_finish("test_kiln_fit");

@@ -6,6 +6,7 @@
 
 #include "backend/cpu/cpu.h"
 #include "backend/cpu/ops.h"
+#include "kv/kv_format.h"
 
 static size_t round16(size_t n) {
     return (n + 15) & ~(size_t)15;
@@ -87,6 +88,34 @@ static const unsigned char *row_at(const void *const *blocks, int32_t bs, size_t
            (size_t)head * head_bytes;
 }
 
+/* Whether position t's row (K: k_fmt, V: v_fmt) is in quantizer t_'s spec (the fast decoders). */
+static bool in_spec(const uint8_t *fmt, int32_t bs, int32_t t, int32_t id) {
+    return !fmt || fmt[t / bs] == id;
+}
+
+/* dst[0 : work_floats(t)] = the rotated-domain row of position pos for a block whose format is
+ * not t's spec: the head's exact values from its format's traits (another turbo spec: its
+ * dequantized head), rotated by t's Pi, with a zero QJL part. x: head_dim floats. */
+static void other_rotated(const kiln_turbo *t, const void *const *blocks, const uint8_t *fmt,
+                          int32_t bs, int32_t n_head_kv, int32_t head, int32_t pos, float *dst,
+                          float *x) {
+    const int32_t d = kiln_turbo_head_dim(t);
+    const kiln_dtype f = (kiln_dtype)fmt[pos / bs];
+    const kiln_kv_geom g = {(int64_t)n_head_kv * d, n_head_kv, d};
+    const char *row = (const char *)blocks[pos / bs] +
+                      (size_t)(pos % bs) * kiln_kv_format_row_bytes_geom(f, &g);
+    kiln_turbo_spec s;
+    const kiln_turbo *o;
+    memset(x, 0, sizeof(float) * (size_t)d);
+    if (kiln_turbo_spec_of_dtype((int32_t)f, &s) && (o = kiln_turbo_shared(d, s)))
+        kiln_turbo_dequantize(o, row + (size_t)head * kiln_turbo_head_bytes(d, s), x);
+    else if (kiln_kv_format_of(f))
+        kiln_kv_format_of(f)->axpy(x, 1.0f, row, (int64_t)head * d, d); /* 0 + 1 * v: exact */
+    kiln_turbo_rotate(t, x, dst);
+    const int32_t w = kiln_turbo_work_floats(t);
+    if (w > d) memset(dst + d, 0, sizeof(float) * (size_t)(w - d));
+}
+
 void kiln_attention_turbo_path(float *out, int64_t out_stride, const float *q, int64_t q_stride,
                                int32_t G, int32_t n_tok, const int32_t *begin, const int32_t *end,
                                const kiln_attn_turbo_kv *kv, float score_div, float softcap,
@@ -97,6 +126,7 @@ void kiln_attention_turbo_path(float *out, int64_t out_stride, const float *q, i
     const size_t hbk = kiln_turbo_head_bytes(d, sk), hbv = kiln_turbo_head_bytes(d, sv);
     const size_t rbk = hbk * (size_t)kv->n_head_kv, rbv = hbv * (size_t)kv->n_head_kv;
     const int32_t wk = kiln_turbo_work_floats(tk), wv = kiln_turbo_work_floats(tv);
+    const int32_t idk = kiln_turbo_dtype_of(sk), idv = kiln_turbo_dtype_of(sv);
     const int32_t kmin = begin[0], kmax = end[n_tok - 1], base = kmin & ~15;
     const size_t rows = (size_t)n_tok * (size_t)G, w = round16(2 * (size_t)d);
     const size_t sstride = round16((size_t)(kmax - base) + 16);
@@ -123,8 +153,24 @@ void kiln_attention_turbo_path(float *out, int64_t out_stride, const float *q, i
     for (int32_t t0 = base; t0 < kmax; t0 += 16) {
         const int lo = t0 < kmin ? kmin - t0 : 0, hi = kmax - t0 < 16 ? kmax - t0 : 16;
         const unsigned char *rw[16] = {0};
-        for (int l = lo; l < hi; l++) rw[l] = row_at(kv->k_blocks, bs, rbk, hbk, kv->head, t0 + l);
-        kchunk(tk, rw, lo, hi, Kt, tmp);
+        bool fast = true;
+        for (int l = lo; l < hi; l++) fast = fast && in_spec(kv->k_fmt, bs, t0 + l, idk);
+        if (fast) {
+            for (int l = lo; l < hi; l++)
+                rw[l] = row_at(kv->k_blocks, bs, rbk, hbk, kv->head, t0 + l);
+            kchunk(tk, rw, lo, hi, Kt, tmp);
+        } else { /* a chunk with rows of other formats: row by row, scattered into Kt */
+            memset(Kt, 0, sizeof(float) * 16 * (size_t)wk);
+            for (int l = lo; l < hi; l++) {
+                if (in_spec(kv->k_fmt, bs, t0 + l, idk))
+                    kiln_turbo_decode_rotated(
+                        tk, row_at(kv->k_blocks, bs, rbk, hbk, kv->head, t0 + l), tmp, tmp + d);
+                else
+                    other_rotated(tk, kv->k_blocks, kv->k_fmt, bs, kv->n_head_kv, kv->head,
+                                  t0 + l, tmp, tmp + w);
+                for (int32_t j = 0; j < wk; j++) Kt[(size_t)j * 16 + l] = tmp[j];
+            }
+        }
         for (int32_t i = 0; i < n_tok; i++) {
             if (end[i] <= t0 + lo || begin[i] >= t0 + hi) continue;
             for (int32_t h = 0; h < G; h++) {
@@ -146,8 +192,23 @@ void kiln_attention_turbo_path(float *out, int64_t out_stride, const float *q, i
     for (int32_t t0 = base; t0 < kmax; t0 += 16) {
         const int lo = t0 < kmin ? kmin - t0 : 0, hi = kmax - t0 < 16 ? kmax - t0 : 16;
         const unsigned char *rw[16] = {0};
-        for (int l = lo; l < hi; l++) rw[l] = row_at(kv->v_blocks, bs, rbv, hbv, kv->head, t0 + l);
-        if (hi > lo) vrows(tv, rw + lo, hi - lo, Vc + (size_t)lo * w, w);
+        bool fast = true;
+        for (int l = lo; l < hi; l++) fast = fast && in_spec(kv->v_fmt, bs, t0 + l, idv);
+        if (fast) {
+            for (int l = lo; l < hi; l++)
+                rw[l] = row_at(kv->v_blocks, bs, rbv, hbv, kv->head, t0 + l);
+            if (hi > lo) vrows(tv, rw + lo, hi - lo, Vc + (size_t)lo * w, w);
+        } else {
+            for (int l = lo; l < hi; l++) {
+                float *dst = Vc + (size_t)l * w;
+                if (in_spec(kv->v_fmt, bs, t0 + l, idv))
+                    kiln_turbo_decode_rotated(
+                        tv, row_at(kv->v_blocks, bs, rbv, hbv, kv->head, t0 + l), dst, dst + d);
+                else
+                    other_rotated(tv, kv->v_blocks, kv->v_fmt, bs, kv->n_head_kv, kv->head,
+                                  t0 + l, dst, tmp);
+            }
+        }
         for (int32_t i = 0; i < n_tok; i++) {
             const int a = begin[i] > t0 + lo ? begin[i] - t0 : lo;
             const int b = end[i] < t0 + hi ? end[i] - t0 : hi;
@@ -170,4 +231,40 @@ void kiln_attention_turbo(float *out, int64_t out_stride, const float *q, int64_
                           float *scratch) {
     kiln_attention_turbo_path(out, out_stride, q, q_stride, G, n_tok, begin, end, kv, score_div,
                               softcap, scratch, kiln_simd_active() == KILN_SIMD_AVX512);
+}
+
+/* the spec of the first TurboQuant block among blocks [b0, b1] of fmt; false: none */
+static bool first_turbo(const uint8_t *fmt, int32_t b0, int32_t b1, kiln_turbo_spec *s) {
+    for (int32_t b = b0; b <= b1; b++)
+        if (kiln_turbo_spec_of_dtype(fmt[b], s)) return true;
+    return false;
+}
+
+bool kiln_attention_turbo_group(float *out, int64_t out_stride, const float *q, int64_t q_stride,
+                                int32_t G, int32_t n_tok, const int32_t *begin,
+                                const int32_t *end, const struct kiln_attn_kv *kv,
+                                float score_div, float softcap, float *scratch) {
+    if (!kv->k_fmt || !kv->v_fmt || n_tok < 1 || !kiln_turbo_head_dim_valid(kv->head_dim))
+        return false;
+    int32_t b0 = begin[0];
+    for (int32_t i = 0; i < n_tok; i++)
+        if (begin[i] < b0) b0 = begin[i];
+    b0 /= kv->block_size;
+    const int32_t b1 = (end[n_tok - 1] - 1) / kv->block_size;
+    kiln_turbo_spec sk = {8, false}, sv = {8, false};
+    const bool tk = first_turbo(kv->k_fmt, b0, b1, &sk), tv = first_turbo(kv->v_fmt, b0, b1, &sv);
+    if (!tk && !tv) return false;
+    const kiln_attn_turbo_kv t = {kv->k_blocks,
+                                  kv->v_blocks,
+                                  kv->block_size,
+                                  (int32_t)(kv->row_stride / kv->head_dim),
+                                  (int32_t)(kv->head_off / kv->head_dim),
+                                  kiln_turbo_shared(kv->head_dim, sk),
+                                  kiln_turbo_shared(kv->head_dim, sv),
+                                  kv->k_fmt,
+                                  kv->v_fmt};
+    if (!t.k || !t.v) return false; /* out of memory for a codebook: the reference path */
+    kiln_attention_turbo(out, out_stride, q, q_stride, G, n_tok, begin, end, &t, score_div,
+                         softcap, scratch);
+    return true;
 }

@@ -28,6 +28,13 @@ typedef struct kiln_attn_turbo_kv {
     int32_t block_size;
     int32_t n_head_kv, head; /* KV heads per row, and which one */
     const kiln_turbo *k, *v; /* borrowed quantizers (kiln_turbo_shared) of the K and V specs */
+    /* Per-block formats (kv/kv_format.h ids, one per entry of k_blocks / v_blocks), or NULL:
+     * every block is in k's (v's) spec. A block of another format (the delayed transition's f16
+     * blocks, a plain side beside a turbo one) is read through its format's traits (exact
+     * values; another turbo spec: its kiln_turbo_dequantize), rotated by k's (v's) Pi
+     * (kiln_turbo_rotate; every spec of one head size shares Pi) and enters the same rotated
+     * pipeline with a zero QJL part. */
+    const uint8_t *k_fmt, *v_fmt;
 } kiln_attn_turbo_kv;
 
 /** Scratch floats kiln_attention_turbo needs (64-byte aligned). */
@@ -45,6 +52,21 @@ void kiln_attention_turbo(float *out, int64_t out_stride, const float *q, int64_
                           int32_t G, int32_t n_tok, const int32_t *begin, const int32_t *end,
                           const kiln_attn_turbo_kv *kv, float score_div, float softcap,
                           float *scratch);
+
+struct kiln_attn_kv;
+/**
+ * The CPU attention's entry for TurboQuant pages (backend/cpu/ops.c kiln_attention_group):
+ * when any block of kv->k_fmt / v_fmt that keys [min begin, max end) touch is a TurboQuant page
+ * (ids 64..79), runs kiln_attention_turbo over the call (K quantizer: the first turbo K block's
+ * spec, V likewise; a side without turbo blocks takes turbo8's Pi) and returns true; otherwise
+ * (no per-block formats, no turbo block, head_dim not a power of two in 8..1024) returns false
+ * and writes nothing. scratch: kiln_attention_turbo_scratch floats (kiln_attention_group_scratch
+ * covers it).
+ */
+bool kiln_attention_turbo_group(float *out, int64_t out_stride, const float *q, int64_t q_stride,
+                                int32_t G, int32_t n_tok, const int32_t *begin,
+                                const int32_t *end, const struct kiln_attn_kv *kv,
+                                float score_div, float softcap, float *scratch);
 
 /** kiln_attention_turbo on a chosen path: simd true uses the AVX-512 inner loops (the caller
  *  checked the CPU), false the scalar ones; both give the same bits (tests/cpu). */

@@ -26,6 +26,7 @@ typedef enum kiln_simd {
 typedef struct kiln_cpu_features {
     bool avx2, fma, f16c, avx512f, avx512bw, avx512vl, avx512vnni, avx512bf16;
     bool avx512dq; /* required by the AVX512 path (its file is compiled with -mavx512dq) */
+    bool avxvnni;  /* AVX-VNNI: VEX-encoded vpdpbusd on ymm (Alder Lake+, Zen 5) */
 } kiln_cpu_features;
 
 /** Features from cpuid/xgetbv, detected once. Never NULL. */
@@ -49,6 +50,13 @@ const char *kiln_simd_name(kiln_simd s);
  * not "0" (read once; KILN_VNNI=0 selects the AVX-512BW kernels, for benchmarks).
  */
 bool kiln_cpu_use_vnni(void);
+
+/**
+ * True when the AVX2 path's packed q8 prefill kernels use AVX-VNNI (VEX vpdpbusd on ymm):
+ * cpuid leaf 7.1 EAX bit 4 and env KILN_VNNI is not "0" (read once; KILN_VNNI=0 selects the
+ * vpmaddubsw/vpmaddwd kernels, as on AVX2 CPUs without it, e.g. Zen 2/3). Same bits either way.
+ */
+bool kiln_cpu_use_avxvnni(void);
 
 /**
  * Dot product of one weight row of dtype t (n elements, n % block_size == 0) with f32 x.
@@ -156,8 +164,9 @@ kiln_act_mode kiln_cpu_act_default(void);
  * K-quants) x 6 tokens (AVX-512) that share weight decodes and activation loads; q8 mode:
  * 1 row x 4 (AVX2) / 8 (AVX-512) tokens, or 8 rows x 1 token for rows under 512 elements,
  * or, from 32 tokens on with AVX-512 VNNI, panels of rows packed once into the kernel's
- * transposed form and tiles of 3 rows x 4 tokens over them; each (t, o) is reduced exactly
- * as alone). In q8 mode the bits are moreover the same on every path.
+ * transposed form and tiles of 3 rows x 4 tokens over them, or, from 16 tokens on with AVX2,
+ * panels packed into 16-row groups with the rows in lanes and tiles of 16 rows x 6 tokens (4
+ * for Q8_0 without AVX-VNNI); each (t, o) is reduced exactly as alone). In q8 mode the bits are moreover the same on every path.
  * When wt has no kernel on the path (I32, unknown ids) or n_in is not a multiple of its
  * block size, y is filled with NaN.
  */

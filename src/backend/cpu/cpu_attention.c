@@ -6,6 +6,7 @@
  */
 #include <string.h>
 
+#include "backend/cpu/attn_turbo.h"
 #include "backend/cpu/cpu_context.h"
 #include "backend/cpu/ops.h"
 #include "kv/kv_format.h"
@@ -124,9 +125,13 @@ static void attn_worker(void *ctx, int ith, int nth) {
                                          op < 0 ? 0 : op,
                                          op < 0 ? c->kfmt + po : NULL,
                                          op < 0 ? c->vfmt + po : NULL};
-                kiln_attention_group(j->out + i0 * q_dim + (int64_t)g * G * hd, q_dim,
-                                     j->q + i0 * q_dim + (int64_t)g * G * hd, q_dim, G, nt, begin,
-                                     end, &kv, p->score_div, p->softcap, scratch);
+                float *o = j->out + i0 * q_dim + (int64_t)g * G * hd;
+                const float *qi = j->q + i0 * q_dim + (int64_t)g * G * hd;
+                /* TurboQuant pages: the rotated-domain kernel (attn_turbo.h) */
+                if (!kiln_attention_turbo_group(o, q_dim, qi, q_dim, G, nt, begin, end, &kv,
+                                                p->score_div, p->softcap, scratch))
+                    kiln_attention_group(o, q_dim, qi, q_dim, G, nt, begin, end, &kv,
+                                         p->score_div, p->softcap, scratch);
             }
         }
     }

@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/cpu/attn_turbo.h"
 #include "backend/cpu/cpu.h"
 #include "backend/cpu/cpu_context.h"
 #include "backend/cpu/ops.h"
@@ -79,9 +80,13 @@ static kiln_status cpu_arena_reserve(kiln_backend *be, const kiln_backend_reserv
     size_t attn = 0;
     if (want.n_head_kv > 0 && want.head_dim > 0) {
         const int32_t G = want.n_head / want.n_head_kv;
-        attn = round16(kiln_attention_group_scratch(kiln_cpu_attn_tile(want.n_head, want.n_head_kv),
-                                                    G, want.head_dim,
-                                                    want.max_keys > 0 ? want.max_keys : 1));
+        const int32_t tile = kiln_cpu_attn_tile(want.n_head, want.n_head_kv);
+        const int32_t mk = want.max_keys > 0 ? want.max_keys : 1;
+        attn = round16(kiln_attention_group_scratch(tile, G, want.head_dim, mk));
+        if (kiln_turbo_head_dim_valid(want.head_dim)) { /* TurboQuant pages (attn_turbo.h) */
+            const size_t t = round16(kiln_attention_turbo_scratch(tile, G, want.head_dim, mk));
+            if (t > attn) attn = t;
+        }
     }
     const size_t act = (want.act_bytes + 63) & ~(size_t)63;
     const size_t gdn = (size_t)c->nth * 4 * (size_t)want.gdn_head_dim;

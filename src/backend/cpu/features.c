@@ -3,7 +3,7 @@
  *
  * Sources: Intel SDM vol. 2A "CPUID" (leaf 1 ECX: FMA bit 12, OSXSAVE 27, AVX 28, F16C 29;
  * leaf 7.0 EBX: AVX2 5, AVX512F 16, AVX512DQ 17, AVX512BW 30, AVX512VL 31; leaf 7.0 ECX:
- * AVX512_VNNI 11; leaf 7.1 EAX: AVX512_BF16 5) and vol. 1 13.3 (XCR0 bits 1-2: SSE/AVX state,
+ * AVX512_VNNI 11; leaf 7.1 EAX: AVX-VNNI 4, AVX512_BF16 5) and vol. 1 13.3 (XCR0 bits 1-2: SSE/AVX state,
  * bits 5-7: opmask/ZMM state, all needed before the OS lets us use the registers).
  */
 #include <pthread.h>
@@ -39,6 +39,12 @@ static void detect(kiln_cpu_features *f) {
     __cpuid_count(7, 0, a, b, c, d);
     unsigned max_sub = a;
     f->avx2 = (b >> 5) & 1;
+    if (max_sub >= 1) {
+        unsigned a1, b1, c1, d1;
+        __cpuid_count(7, 1, a1, b1, c1, d1);
+        (void)b1, (void)c1, (void)d1;
+        f->avxvnni = (a1 >> 4) & 1; /* VEX encoding: needs only the AVX state */
+    }
     if (os_avx512) {
         f->avx512f = (b >> 16) & 1;
         f->avx512dq = (b >> 17) & 1;
@@ -59,7 +65,7 @@ static void detect(kiln_cpu_features *f) {
 
 static kiln_cpu_features g_features;
 static kiln_simd g_active;
-static bool g_vnni;
+static bool g_vnni, g_avxvnni;
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 
 static bool supported(const kiln_cpu_features *f, kiln_simd s) {
@@ -83,6 +89,7 @@ static void init_once(void) {
     g_active = best;
     const char *vn = getenv("KILN_VNNI");
     g_vnni = g_features.avx512vnni && !(vn && strcmp(vn, "0") == 0);
+    g_avxvnni = g_features.avxvnni && !(vn && strcmp(vn, "0") == 0);
     const char *env = getenv("KILN_SIMD");
     if (env && *env) {
         /* a named path is used if this CPU has it; otherwise the best path below it */
@@ -114,6 +121,11 @@ kiln_simd kiln_simd_active(void) {
 bool kiln_cpu_use_vnni(void) {
     pthread_once(&g_once, init_once);
     return g_vnni;
+}
+
+bool kiln_cpu_use_avxvnni(void) {
+    pthread_once(&g_once, init_once);
+    return g_avxvnni;
 }
 
 const char *kiln_simd_name(kiln_simd s) {

@@ -137,11 +137,13 @@ typedef void (*kiln_q8_small_fn)(int64_t n, const void *w, size_t row_stride, in
 
 /*
  * Packed weights (prefill): pack rewrites nrows weight rows (w + k * row_stride) into dst,
- * packed row k at dst + k * packed_row_bytes(n), in the kernel's own register-ready form
- * (the AVX-512 kernels: the full 16-block groups transposed, 576 bytes each); ptile then
- * computes out[k * ntok + r] for k < nrows (1..pmax_rows), r < ntok (1..pmax_tok) from the
- * packed rows (stride packed_row_bytes) and, for any blocks the packed form leaves out, the
- * original rows. Packing is done once per panel of rows and reused by every token tile,
+ * packed_row_bytes(n) per row, in the kernel's own register-ready form (AVX-512: packed row
+ * k at dst + k * packed_row_bytes(n), its full 16-block groups transposed, 576 bytes each;
+ * AVX2: groups of pmax_rows = 8 rows with the rows in lanes, group g at
+ * dst + 8 g * packed_row_bytes(n), a partial last group zero padded); ptile then computes
+ * out[k * ntok + r] for k < nrows (1..pmax_rows), r < ntok (1..pmax_tok) from the packed rows
+ * at pk (a multiple of pmax_rows rows into the panel; stride packed_row_bytes) and, for any
+ * blocks the packed form leaves out, the original rows. Packing is done once per panel of rows and reused by every token tile,
  * and each (row, token) is still bit-identical to the one-token dot.
  */
 typedef size_t (*kiln_q8_packed_bytes_fn)(int64_t n);
@@ -166,12 +168,14 @@ typedef struct kiln_cpu_q8_kernel {
     kiln_q8_ptile_fn ptile;
     int pmax_rows, pmax_tok;
     kiln_q8_gemv_fn gemv; /* optional: one-token products (decode) */
+    int pmin_tok; /* fewest tokens for the packed path (0: matmul.c's default, 32) */
 } kiln_cpu_q8_kernel;
 
 /* Per path: q8 kernel of weight dtype t (NULL if none) and the row quantizer of the path's
- * layout (n % 32 == 0, one row). avx512: vnni selects vpdpbusd or the AVX-512BW kernels. */
+ * layout (n % 32 == 0, one row). avx512: vnni selects vpdpbusd or the AVX-512BW kernels;
+ * avx2: vnni (AVX-VNNI) selects vpdpbusd on ymm for the packed panels, else vpmaddubsw. */
 const kiln_cpu_q8_kernel *kiln_cpu_q8_kernel_scalar(kiln_dtype t);
-const kiln_cpu_q8_kernel *kiln_cpu_q8_kernel_avx2(kiln_dtype t);
+const kiln_cpu_q8_kernel *kiln_cpu_q8_kernel_avx2(kiln_dtype t, bool vnni);
 const kiln_cpu_q8_kernel *kiln_cpu_q8_kernel_avx512(kiln_dtype t, bool vnni);
 void kiln_cpu_q8_quantize_row_avx2(int64_t n, const float *x, uint8_t *dst);
 void kiln_cpu_q8_quantize_row_avx512(int64_t n, const float *x, uint8_t *dst);

@@ -31,7 +31,7 @@
  * token tile passes over them, so the activations are re-read from L3 once per panel:
  * 256 KiB (vs 64) took F16 prefill of a 2048 x 5632 matrix from 130 to 184 GFLOP/s on one
  * core, and 2 threads from 244 to 366 */
-enum { PANEL_BYTES = 256 * 1024, MAX_TILE = 64, MAX_SEG = KILN_CPU_MM_MAX_OUTS };
+enum { PANEL_BYTES = 256 * 1024, MAX_TILE = 128, MAX_SEG = KILN_CPU_MM_MAX_OUTS };
 
 /* one weight of a call: rows [0, n_out) of w into y[t * n_out + o] */
 typedef struct mm_seg {
@@ -177,9 +177,9 @@ static void mm_rows(const mm_ctx *c, const mm_seg *s, int64_t o0, int64_t o1) {
 enum { PK_PANEL_BYTES = 384 * 1024 };
 
 /* fewest tokens for the packed path: env KILN_PK_MIN_TOK (benchmarks; the bits are the same
- * either way), default 32 (below it the in-register transposes of the 1 x 8 tiles cost less
- * than packing) */
-static int g_pk_min_tok = 32;
+ * either way), else the kernel's pmin_tok, else 32 (AVX-512: below it the in-register
+ * transposes of the 1 x 8 tiles cost less than packing) */
+static int g_pk_min_tok = 0;
 static pthread_once_t g_pk_once = PTHREAD_ONCE_INIT;
 static void pk_init(void) {
     const char *e = getenv("KILN_PK_MIN_TOK");
@@ -189,7 +189,8 @@ static void pk_init(void) {
 /* rows per packed panel (a multiple of the tile's rows), or 0 when packing does not apply */
 static int64_t pk_panel_rows(const kiln_cpu_q8_kernel *k, int64_t n_in, int64_t n_tok) {
     pthread_once(&g_pk_once, pk_init);
-    if (!k->pack || n_tok < g_pk_min_tok) return 0;
+    const int min_tok = g_pk_min_tok ? g_pk_min_tok : k->pmin_tok ? k->pmin_tok : 32;
+    if (!k->pack || n_tok < min_tok || k->pmax_rows * k->pmax_tok > MAX_TILE) return 0;
     size_t pb = k->packed_row_bytes(n_in);
     if (pb == 0) return 0;
     int64_t rows = (int64_t)(PK_PANEL_BYTES / pb) / k->pmax_rows * k->pmax_rows;
@@ -202,7 +203,7 @@ static void mm_q8_packed(const mm_ctx *c, const mm_seg *s, uint8_t *pk, int64_t 
     const kiln_cpu_q8_kernel *k = s->k8;
     const size_t pb = k->packed_row_bytes(c->n_in);
     const int tr = k->pmax_rows, tt = k->pmax_tok;
-    float tmp[MAX_TILE];
+    float tmp[MAX_TILE]; /* pk_panel_rows: tr * tt <= MAX_TILE */
     for (int64_t ob = o0; ob < o1; ob += s->pk_rows) {
         int64_t oe = ob + s->pk_rows < o1 ? ob + s->pk_rows : o1;
         const uint8_t *wb = s->w + (size_t)ob * s->row_bytes;

@@ -12,6 +12,10 @@ static bool use_avx512(void) {
     return kiln_simd_active() == KILN_SIMD_AVX512;
 }
 
+static bool use_avx2(void) {
+    return kiln_simd_active() == KILN_SIMD_AVX2;
+}
+
 void kiln_rmsnorm(float *out, const float *x, const float *w, int64_t n, float eps) {
     if (use_avx512()) {
         kiln_rmsnorm_avx512(out, x, w, n, eps);
@@ -239,7 +243,7 @@ void kiln_attention_paged_kv(float *out, const float *q, const kiln_attn_kv *kv,
     if (finish) finish(out, hd);
 }
 
-/* whether every block a call reads has a format the AVX-512 kernel reads */
+/* whether every block a call reads has a format the SIMD kernels read */
 static bool simd_formats(const kiln_attn_kv *kv, int32_t n_tok, const int32_t *begin,
                          const int32_t *end) {
     if (!kv->k_fmt) return true;
@@ -257,8 +261,11 @@ static bool simd_formats(const kiln_attn_kv *kv, int32_t n_tok, const int32_t *b
 
 size_t kiln_attention_group_scratch(int32_t n_tok, int32_t G, int32_t head_dim, int32_t max_keys) {
     size_t ref = (size_t)max_keys + (size_t)head_dim + 16; /* scores + rounded q (reference) */
-    if (!use_avx512()) return ref;
-    size_t v = kiln_attention_group_scratch_avx512(n_tok, G, head_dim, max_keys);
+    size_t v = 0;
+    if (use_avx512())
+        v = kiln_attention_group_scratch_avx512(n_tok, G, head_dim, max_keys);
+    else if (use_avx2())
+        v = kiln_attention_group_scratch_avx2(n_tok, G, head_dim, max_keys);
     return v > ref ? v : ref;
 }
 
@@ -268,6 +275,11 @@ void kiln_attention_group(float *out, int64_t out_stride, const float *q, int64_
     if (use_avx512() && kv->head_dim <= 512 && simd_formats(kv, n_tok, begin, end)) {
         kiln_attention_group_avx512(out, out_stride, q, q_stride, G, n_tok, begin, end, kv,
                                     score_div, softcap, scratch);
+        return;
+    }
+    if (use_avx2() && simd_formats(kv, n_tok, begin, end)) {
+        kiln_attention_group_avx2(out, out_stride, q, q_stride, G, n_tok, begin, end, kv,
+                                  score_div, softcap, scratch);
         return;
     }
     int32_t max_keys = 0;

@@ -4,8 +4,9 @@
  * reduces in a fixed order that depends only on its own row, so results are independent of
  * batch composition (DESIGN.md principle 3).
  *
- * kiln_rmsnorm, kiln_swiglu (and kiln_glu with SiLU) and kiln_attention_paged run SIMD code
- * on the AVX-512 path (kiln_simd_active(); ops_avx512.c); the *_ref functions are the scalar
+ * kiln_rmsnorm, kiln_swiglu (and kiln_glu with SiLU) and kiln_attention_group run SIMD code
+ * on the AVX-512 path (kiln_simd_active(); ops_avx512.c), kiln_attention_group also on the
+ * AVX2 path (attention_avx2.c, bitwise the reference); the *_ref functions are the scalar
  * references they are tested against (tests/cpu/test_ops_paths.c). The SIMD versions sum in
  * another fixed order and use their own exp (~2 ulp), so they agree with the references to
  * float rounding, not bitwise; each is still a fixed function of its own row.
@@ -151,8 +152,12 @@ size_t kiln_attention_group_scratch(int32_t n_tok, int32_t G, int32_t head_dim, 
  * n_tok, G, the block size, or which other tokens share the call (DESIGN.md principle 3).
  * Per-block formats (kiln_attn_kv.k_fmt): each row is read in its format (q8_0 / q4_0
  * elements formed exactly in registers, no dequantized copy), in the same order.
- * Other paths (scalar, AVX2): the scalar reference per (token, head) (kiln_attention_paged,
- * or kiln_attention_paged_kv with per-block formats). head_dim <= 512.
+ * AVX2 path (attention_avx2.c): bitwise equal to the scalar reference, the same formats read
+ * in place (keys in chunks of 8, transposed once and shared by all rows; the reference's
+ * separate multiplies and adds in its order, its libm expf and left-to-right softmax sum).
+ * Scalar path: the reference per (token, head) (kiln_attention_paged, or
+ * kiln_attention_paged_kv with per-block formats). AVX-512 path: head_dim <= 512 (larger heads
+ * run the reference).
  */
 void kiln_attention_group(float *out, int64_t out_stride, const float *q, int64_t q_stride,
                           int32_t G, int32_t n_tok, const int32_t *begin, const int32_t *end,

@@ -12,6 +12,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "backend/cpu/attn_rows.h"
 #include "backend/cpu/ops_simd.h"
 #include "kv/kv_format.h"
 #include "tensor/dtype.h"
@@ -192,32 +193,6 @@ KA __m512 round_operand(__m512 v, const int op) {
     return v;
 }
 
-/* Row load codes: 0 f32, 1 f16, 2 bf16 (the plain operands), 3 q8_0, 4 q4_0; LF_MIX: each
- * block's own format (kiln_attn_kv.k_fmt / v_fmt), looked up per row. */
-enum { LF_F32 = 0, LF_F16 = 1, LF_BF16 = 2, LF_Q8 = 3, LF_Q4 = 4, LF_N = 5, LF_MIX = 5 };
-
-KA int lf_of(int dtype) {
-    switch (dtype) {
-    case KILN_DTYPE_F16:
-        return LF_F16;
-    case KILN_DTYPE_BF16:
-        return LF_BF16;
-    case KILN_DTYPE_Q8_0:
-        return LF_Q8;
-    case KILN_DTYPE_Q4_0:
-        return LF_Q4;
-    default:
-        return LF_F32;
-    }
-}
-
-/* what one call needs to address rows: bytes per row for each load code, the per-block format
- * arrays, and the q / p roundings (kiln_kv_operand) */
-typedef struct attn_fmt {
-    size_t rb[LF_N];
-    const uint8_t *kf, *vf;
-    int qop, pop;
-} attn_fmt;
 
 KA float half_at(const void *p) {
     uint16_t h;
@@ -290,13 +265,6 @@ static __attribute__((noinline)) __m512 load_row16_any(const char *row, int64_t 
     }
 }
 
-/* position t's row: its start and (LF_MIX) its load code */
-KA const char *row_of(const kiln_attn_kv *kv, const attn_fmt *af, const void *const *blocks,
-                      const uint8_t *fmts, int32_t t, const int LF, int *lf) {
-    const int32_t blk = t / kv->block_size;
-    *lf = LF == LF_MIX ? lf_of(fmts[blk]) : LF;
-    return (const char *)blocks[blk] + (size_t)(t % kv->block_size) * af->rb[*lf];
-}
 
 KA __m512 load_row(const char *row, int64_t e, __mmask16 m, const int LF, int lf) {
     return LF == LF_MIX ? load_row16_any(row, e, m, lf) : load_row16(row, e, m, LF);
@@ -310,7 +278,7 @@ KA void load_kt(float *Kt, const kiln_attn_kv *kv, const attn_fmt *af, int32_t t
     const char *rows[16];
     int lfs[16];
     for (int l = lo; l < hi; l++)
-        rows[l] = row_of(kv, af, kv->k_blocks, af->kf, t0 + l, LF, &lfs[l]);
+        rows[l] = attn_row_of(kv, af, kv->k_blocks, af->kf, t0 + l, LF, &lfs[l]);
     for (int c = 0; c < nc; c++) {
         const int dn = hd - 16 * c < 16 ? hd - 16 * c : 16;
         const __mmask16 m = tail_mask(dn);
@@ -323,31 +291,6 @@ KA void load_kt(float *Kt, const kiln_attn_kv *kv, const attn_fmt *af, int32_t t
     }
 }
 
-/* bytes [*off, *off + return) of a row that hold elements [e0, e0 + n) of code lf */
-KA size_t slice_bytes(int lf, int64_t e0, int32_t n, size_t *off) {
-    if (lf == LF_Q8 || lf == LF_Q4) {
-        const size_t bb = lf == LF_Q8 ? sizeof(kiln_block_q8_0) : sizeof(kiln_block_q4_0);
-        *off = (size_t)(e0 / 32) * bb;
-        return (size_t)((e0 + n - 1) / 32 - e0 / 32 + 1) * bb;
-    }
-    const size_t esz = lf == LF_F32 ? 4 : 2;
-    *off = (size_t)e0 * esz;
-    return (size_t)n * esz;
-}
-
-/* prefetch (into L1) the head slices of keys t0 + lo .. t0 + hi - 1 of one block array: rows
- * strided by the KV width, which the hardware prefetchers miss in decode (each step streams
- * every sequence's whole cache) */
-KA void prefetch_chunk(const kiln_attn_kv *kv, const attn_fmt *af, const void *const *blocks,
-                       const uint8_t *fmts, int32_t t0, int lo, int hi, const int LF) {
-    for (int l = lo; l < hi; l++) {
-        int lf;
-        const char *r = row_of(kv, af, blocks, fmts, t0 + l, LF, &lf);
-        size_t off;
-        const size_t bytes = slice_bytes(lf, kv->head_off, kv->head_dim, &off);
-        for (size_t b = 0; b < bytes; b += 64) _mm_prefetch(r + off + b, _MM_HINT_T0);
-    }
-}
 
 enum { SROWS = 8 }; /* score rows computed together (accumulators in registers) */
 
@@ -390,7 +333,7 @@ KA void attn_pv_tile(float *out, int64_t head_stride, const float *sc, int64_t s
     _Pragma("GCC unroll 4") for (int h = 0; h < NH; h++)
         _Pragma("GCC unroll 4") for (int c = 0; c < NCC; c++) acc[h][c] = _mm512_setzero_ps();
     int32_t blk = begin / kv->block_size, row = begin % kv->block_size;
-    int lf = LF == LF_MIX ? lf_of(af->vf[blk]) : LF;
+    int lf = LF == LF_MIX ? attn_lf_of(af->vf[blk]) : LF;
     size_t rb = af->rb[lf];
     const float *p0 = sc - base;
     for (int32_t t = begin; t < end; t++) {
@@ -398,7 +341,7 @@ KA void attn_pv_tile(float *out, int64_t head_stride, const float *sc, int64_t s
         const int rlf = lf; /* this row's format */
         if (++row == kv->block_size) {
             row = 0, blk++;
-            if (LF == LF_MIX && t + 1 < end) lf = lf_of(af->vf[blk]), rb = af->rb[lf];
+            if (LF == LF_MIX && t + 1 < end) lf = attn_lf_of(af->vf[blk]), rb = af->rb[lf];
         }
         __m512 v[4];
         _Pragma("GCC unroll 4") for (int c = 0; c < NCC; c++) v[c] =
@@ -476,12 +419,8 @@ KA void attn_group(float *out, int64_t out_stride, const float *q, int64_t q_str
                    const attn_fmt *af, float score_div, float softcap, float *scratch,
                    const int FMT, const int NC) {
     const int hd = kv->head_dim;
-    const int32_t kb = begin[0], ke = end[n_tok - 1]; /* ranges are monotone in the token */
-    int32_t kmin = kb, kmax = ke;
-    for (int32_t i = 0; i < n_tok; i++) {
-        if (begin[i] < kmin) kmin = begin[i];
-        if (end[i] > kmax) kmax = end[i];
-    }
+    int32_t kmin, kmax;
+    attn_key_span(n_tok, begin, end, &kmin, &kmax);
     const int32_t base0 = kmin & ~15;
     const int64_t sc_stride = ((kmax - base0 + 15) & ~15) + 16;
     float *Kt = scratch;              /* hd x 16 */
@@ -502,14 +441,13 @@ KA void attn_group(float *out, int64_t out_stride, const float *q, int64_t q_str
     for (int32_t t0 = base0; t0 < kmax; t0 += 16) {
         int lo = kmin > t0 ? kmin - t0 : 0, hi = kmax - t0 < 16 ? kmax - t0 : 16;
         if (t0 + 16 < kmax) /* the next chunk's keys, this chunk's values (for attn_pv) */
-            prefetch_chunk(kv, af, kv->k_blocks, af->kf, t0 + 16, 0,
+            attn_prefetch_rows(kv, af, kv->k_blocks, af->kf, t0 + 16, 0,
                            kmax - t0 - 16 < 16 ? kmax - t0 - 16 : 16, FMT);
-        prefetch_chunk(kv, af, kv->v_blocks, af->vf, t0, lo, hi, FMT);
+        attn_prefetch_rows(kv, af, kv->v_blocks, af->vf, t0, lo, hi, FMT);
         load_kt(Kt, kv, af, t0, lo, hi, FMT);
         /* active rows: tokens whose range meets the chunk (consecutive tokens) */
-        int32_t i0 = 0, i1 = n_tok;
-        while (i0 < n_tok && (end[i0] <= t0 || begin[i0] >= t0 + 16)) i0++;
-        while (i1 > i0 && (end[i1 - 1] <= t0 || begin[i1 - 1] >= t0 + 16)) i1--;
+        int32_t i0, i1;
+        attn_active_tokens(n_tok, begin, end, t0, 16, &i0, &i1);
         for (int r0 = i0 * G; r0 < i1 * G; r0 += SROWS) {
             const int nr = i1 * G - r0 < SROWS ? i1 * G - r0 : SROWS;
             __m512 acc[SROWS];
@@ -547,7 +485,6 @@ KA void attn_group(float *out, int64_t out_stride, const float *q, int64_t q_str
         attn_pv(out + (size_t)i * out_stride, hd, sc + (size_t)i * G * sc_stride, sc_stride, G,
                 begin[i], end[i], kv, af, FMT, NC);
     }
-    (void)kb, (void)ke;
 }
 
 size_t kiln_attention_group_scratch_avx512(int32_t n_tok, int32_t G, int32_t head_dim,
@@ -575,34 +512,7 @@ void kiln_attention_group_avx512(float *out, int64_t out_stride, const float *q,
                                  const kiln_attn_kv *kv, float score_div, float softcap,
                                  float *scratch) {
     attn_fmt af;
-    int lf;
-    if (!kv->k_fmt) { /* plain rows of one operand, K and V alike */
-        lf = kv->operand == 1 ? LF_F16 : kv->operand == 2 ? LF_BF16 : LF_F32;
-        af.kf = af.vf = NULL;
-        af.qop = af.pop = kv->operand;
-        for (int i = 0; i < LF_N; i++) af.rb[i] = 0;
-        af.rb[lf] = (size_t)kv->row_stride * (lf == LF_F32 ? 4 : 2);
-    } else {
-        /* one code for the whole call when every block it reads has the same format on both
-         * sides; otherwise LF_MIX (each row's own) */
-        const int32_t b0 = begin[0] / kv->block_size, b1 = (end[n_tok - 1] - 1) / kv->block_size;
-        int32_t bmin = b0;
-        for (int32_t i = 0; i < n_tok; i++)
-            if (begin[i] / kv->block_size < bmin) bmin = begin[i] / kv->block_size;
-        const int f0 = kv->k_fmt[bmin];
-        bool same = true;
-        for (int32_t b = bmin; b <= b1 && same; b++)
-            same = kv->k_fmt[b] == f0 && kv->v_fmt[b] == f0;
-        lf = same ? lf_of(f0) : LF_MIX;
-        af.kf = kv->k_fmt;
-        af.vf = kv->v_fmt;
-        af.qop = (int)kiln_kv_format_of(kv->k_fmt[bmin])->operand;
-        af.pop = (int)kiln_kv_format_of(kv->v_fmt[bmin])->operand;
-        static const int dts[LF_N] = {KILN_DTYPE_F32, KILN_DTYPE_F16, KILN_DTYPE_BF16,
-                                      KILN_DTYPE_Q8_0, KILN_DTYPE_Q4_0};
-        for (int i = 0; i < LF_N; i++)
-            af.rb[i] = kiln_kv_format_row_bytes((kiln_dtype)dts[i], kv->row_stride);
-    }
+    const int lf = attn_fmt_init(&af, kv, n_tok, begin, end);
     /* the same operations whatever NC: a constant only lets the compiler unroll */
     switch (lf) {
     case LF_F16:

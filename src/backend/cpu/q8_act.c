@@ -95,7 +95,7 @@ const kiln_cpu_q8_kernel *kiln_cpu_q8_kernel_get(kiln_dtype t, kiln_simd path) {
     case KILN_SIMD_SCALAR:
         return kiln_cpu_q8_kernel_scalar(t);
     case KILN_SIMD_AVX2:
-        return kiln_cpu_q8_kernel_avx2(t);
+        return kiln_cpu_q8_kernel_avx2(t, kiln_cpu_use_avxvnni());
     case KILN_SIMD_AVX512:
         return kiln_cpu_q8_kernel_avx512(t, kiln_cpu_use_vnni());
     }

@@ -574,7 +574,7 @@ KILN_PK_DEFINE(q4_0_pk, 1)
     KILN_GEMV_LOOP(NAME, const uint8_t *, q8_body(Q4, VNNI, n, wk, x, 0, 1, out + k, pf),          \
                    q8_body(Q4, VNNI, n, wk, x, 0, 1, out + k, 0))                                  \
     static const kiln_cpu_q8_kernel NAME##_kernel = {                                              \
-        NAME##_dot, NAME##_tile, MR, MAX_TOK, NAME##_small, PKB, PKP, PKT, PR, PC, NAME##_gemv};
+        NAME##_dot, NAME##_tile, MR, MAX_TOK, NAME##_small, PKB, PKP, PKT, PR, PC, NAME##_gemv, 0};
 
 /* the packed kernels are VNNI only */
 #define PKB NULL

@@ -270,8 +270,10 @@ __device__ __forceinline__ void at_fold(float &M, float &L, float *O, int nd, fl
     M = Mn;
 }
 
-/* ND: dims per thread, ceil(hd / 128) (1, 2 or 4) */
-template <int E, int HG, int ND>
+/* ND: dims per thread, ceil(hd / 128) (1, 2 or 4); VU: keys whose V loads are in flight at
+ * once in P V (at_launch: 64 / ND keys, the first group issued before the softmax, which does
+ * not need them; runs 2-6 of bench/gpu/README.md had 8, run 7 timed both) */
+template <int E, int HG, int ND, int VU>
 __global__ void __launch_bounds__(AT_THREADS) k_attention(at_args a) {
     __shared__ __align__(16) float q_sh[HG][KILN_CU_ATTN_MAX_HEAD_DIM];
     __shared__ float p_sh[HG][KILN_CU_ATTN_SPLIT];
@@ -324,6 +326,7 @@ __global__ void __launch_bounds__(AT_THREADS) k_attention(at_args a) {
             for (int h = 0; h < HG; h++) acc[h] = 0.0f;
             if (a.vec) {
                 constexpr int PER = E == CU_F32 ? 4 : 8; /* elements per 16-byte load */
+#pragma unroll 8
                 for (int32_t d0 = 0; d0 < hd; d0 += PER) {
                     const uint4 raw = *(const uint4 *)(kr + (size_t)d0 * esz);
                     float kf[PER];
@@ -358,6 +361,20 @@ __global__ void __launch_bounds__(AT_THREADS) k_attention(at_args a) {
             }
         }
         __syncthreads();
+        /* the first VU keys' V elements of this thread's dims, in flight during the softmax */
+        float vd[VU][ND];
+        auto load_v = [&](int32_t t0) {
+#pragma unroll
+            for (int u = 0; u < VU; u++) {
+                const char *vr = t0 + u < nk ? vrow_sh[t0 + u] : NULL;
+#pragma unroll
+                for (int c = 0; c < ND; c++) {
+                    const int32_t d = tid + AT_THREADS * c;
+                    vd[u][c] = vr && d < hd ? cu_load<E>(vr, d) : 0.0f;
+                }
+            }
+        };
+        load_v(0);
         /* per head: m = max, p_t = exp(s_t - m), l = sum of p_t (lane l sums keys l + 32 j in
          * ascending j, then the xor butterfly); p_t rounded to the operand for P V */
         for (int h = warp; h < HG; h += AT_THREADS / 32) {
@@ -391,19 +408,9 @@ __global__ void __launch_bounds__(AT_THREADS) k_attention(at_args a) {
         for (int h = 0; h < HG; h++)
 #pragma unroll
             for (int c = 0; c < ND; c++) acc[h][c] = 0.0f;
-        /* 8 keys' V loads in flight before their fmafs (the chain stays in key order) */
-        constexpr int VU = 8;
+        /* VU keys' V loads in flight before their fmafs (the chain stays in key order) */
         for (int32_t t0 = 0; t0 < nk; t0 += VU) {
-            float vd[VU][ND];
-#pragma unroll
-            for (int u = 0; u < VU; u++) {
-                const char *vr = t0 + u < nk ? vrow_sh[t0 + u] : NULL;
-#pragma unroll
-                for (int c = 0; c < ND; c++) {
-                    const int32_t d = tid + AT_THREADS * c;
-                    vd[u][c] = vr && d < hd ? cu_load<E>(vr, d) : 0.0f;
-                }
-            }
+            if (t0 > 0) load_v(t0);
 #pragma unroll
             for (int u = 0; u < VU; u++) {
                 if (t0 + u >= nk) break;
@@ -508,14 +515,15 @@ extern "C" size_t kiln_cu_attention_cnt_ints(int32_t n_tokens, int32_t n_head) {
 
 template <int E, int ND>
 static void at_launch_nd(cudaStream_t s, const at_args &a, int hg, dim3 grid) {
+    constexpr int VU = 64 / ND;
     if (hg == 8)
-        k_attention<E, 8, ND><<<grid, AT_THREADS, 0, s>>>(a);
+        k_attention<E, 8, ND, VU><<<grid, AT_THREADS, 0, s>>>(a);
     else if (hg == 4)
-        k_attention<E, 4, ND><<<grid, AT_THREADS, 0, s>>>(a);
+        k_attention<E, 4, ND, VU><<<grid, AT_THREADS, 0, s>>>(a);
     else if (hg == 2)
-        k_attention<E, 2, ND><<<grid, AT_THREADS, 0, s>>>(a);
+        k_attention<E, 2, ND, VU><<<grid, AT_THREADS, 0, s>>>(a);
     else
-        k_attention<E, 1, ND><<<grid, AT_THREADS, 0, s>>>(a);
+        k_attention<E, 1, ND, VU><<<grid, AT_THREADS, 0, s>>>(a);
 }
 
 template <int E>

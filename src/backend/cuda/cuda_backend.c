@@ -274,6 +274,29 @@ int32_t kiln_cuda_device_count(void) {
     return n;
 }
 
+kiln_status kiln_cuda_device_memory(int32_t device, int64_t *free_b, int64_t *total_b,
+                                    kiln_error *err) {
+    *free_b = *total_b = 0;
+    const int32_t n = kiln_cuda_device_count();
+    if (device < 0 || device >= n)
+        return kiln_error_set(err, KILN_ERR_INVALID_ARGUMENT,
+                              "cuda backend: no device %d (%d CUDA device(s) present)", device, n);
+    int prev = 0;
+    cudaError_t e = cudaGetDevice(&prev);
+    size_t f = 0, t = 0;
+    if (e == cudaSuccess) e = cudaSetDevice(device);
+    if (e == cudaSuccess) e = cudaMemGetInfo(&f, &t);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        return kiln_error_set(err, KILN_ERR_INTERNAL, "cuda backend: device %d: memory info: %s",
+                              device, cudaGetErrorString(e));
+    }
+    (void)cudaSetDevice(prev);
+    *free_b = (int64_t)f;
+    *total_b = (int64_t)t;
+    return KILN_OK;
+}
+
 /* ---- context and memory --------------------------------------------------------------- */
 
 static void staged_free(staged *s) {
@@ -615,6 +638,14 @@ static cu_elem elem_of(const cuda_backend *c, kiln_dtype t, const char *what) {
     abort();
 }
 
+/* the element type of a weight the matmuls and the token embedding read: elem_of's, plus
+ * Q8_0 and Q4_0 (never KV pages) */
+static cu_elem weight_elem(const cuda_backend *c, kiln_dtype t, const char *what) {
+    if (t == KILN_DTYPE_Q8_0) return CU_Q8_0;
+    if (t == KILN_DTYPE_Q4_0) return CU_Q4_0;
+    return elem_of(c, t, what);
+}
+
 /* every operation starts so: the device current, nothing to enqueue while a graph replays,
  * the op timer's mark */
 #define OP_BEGIN(c, name)                                                                          \
@@ -630,7 +661,7 @@ static void cuda_embed(kiln_backend *be, float *x, float *scratch, const kiln_ma
     (void)scratch;
     (void)st;
     OP_BEGIN(c, "embed");
-    const cu_elem te = elem_of(c, tok_embd->dtype, "the token embedding");
+    const cu_elem te = weight_elem(c, tok_embd->dtype, "the token embedding");
     const cu_elem pe = pos_embd ? elem_of(c, pos_embd->dtype, "the position embedding") : CU_F32;
     cu_check(c, "embed",
              kiln_cu_embed(c->stream, x, tok_embd->data, te, pos_embd ? pos_embd->data : NULL, pe,
@@ -686,7 +717,7 @@ static void cuda_matmul(kiln_backend *be, const kiln_mm *outs, int n_outs, const
         const int n = n_outs - i0 < GROUP ? n_outs - i0 : GROUP;
         for (int i = 0; i < n; i++) {
             const kiln_mat *w = rows_mat(c, outs[i0 + i].w);
-            o[i] = (cu_mm_out){outs[i0 + i].y, w->data, elem_of(c, w->dtype, "a matrix"),
+            o[i] = (cu_mm_out){outs[i0 + i].y, w->data, weight_elem(c, w->dtype, "a matrix"),
                                w->n_out};
         }
         cu_check(c, "matmul",
@@ -704,7 +735,7 @@ static void cuda_matmul_add(kiln_backend *be, const kiln_mat *w, const float *x,
     if (c->prof) mm_class(cls, sizeof cls, "matmul+add", w->n_out, w->n_in, 1, n_tok);
     OP_BEGIN(c, cls);
     rows_mat(c, w);
-    cu_mm_out o = {y, w->data, elem_of(c, w->dtype, "a matrix"), w->n_out};
+    cu_mm_out o = {y, w->data, weight_elem(c, w->dtype, "a matrix"), w->n_out};
     if (c->legacy) { /* the first milestone's sequence: matmul, then add */
         o.y = legacy_tmp(c, (size_t)n_tok * (size_t)w->n_out);
         cu_check(c, "matmul", kiln_cu_matmul_v1(c->stream, &o, 1, w->n_in, x, n_tok));
@@ -725,7 +756,7 @@ static void cuda_matmul_glu(kiln_backend *be, const kiln_mat *wg, const kiln_mat
     OP_BEGIN(c, cls);
     rows_mat(c, wg);
     rows_mat(c, wu);
-    const cu_elem e = elem_of(c, wg->dtype, "a matrix");
+    const cu_elem e = weight_elem(c, wg->dtype, "a matrix");
     if (c->legacy) { /* matmul of both (one launch), then glu */
         float *u = legacy_tmp(c, (size_t)n_tok * (size_t)wu->n_out);
         const cu_mm_out o[2] = {{g, wg->data, e, wg->n_out}, {u, wu->data, e, wu->n_out}};

@@ -44,6 +44,11 @@ kiln_status kiln_cuda_backend_create(int32_t device, kiln_backend **out, kiln_er
 /** GPUs the CUDA runtime sees: 0 when there is no driver or no device (never fails). */
 int32_t kiln_cuda_device_count(void);
 
+/** Free and total bytes of GPU `device` (cudaMemGetInfo on it). Errors:
+ *  KILN_ERR_INVALID_ARGUMENT (no such device), KILN_ERR_INTERNAL (the runtime's reason). */
+kiln_status kiln_cuda_device_memory(int32_t device, int64_t *free_b, int64_t *total_b,
+                                    kiln_error *err);
+
 /**
  * The place_device entry (backend.h): one cudaMalloc on `device` holding every distinct
  * matrix and vector, 256-byte aligned each, filled by synchronous copies; the model's pointers

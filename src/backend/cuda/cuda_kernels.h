@@ -24,8 +24,10 @@
 extern "C" {
 #endif
 
-/** Element types of weights and KV pages, as the kernels read them. */
-typedef enum cu_elem { CU_F32 = 0, CU_F16 = 1, CU_BF16 = 2 } cu_elem;
+/** Element types of weights and KV pages, as the kernels read them. CU_Q8_0 and CU_Q4_0
+ *  (ggml's 32-element blocks, tensor/dtype.h kiln_block_q8_0 / kiln_block_q4_0) are weights
+ *  only: the matmuls and the token embedding read them, never the KV pages. */
+typedef enum cu_elem { CU_F32 = 0, CU_F16 = 1, CU_BF16 = 2, CU_Q8_0 = 3, CU_Q4_0 = 4 } cu_elem;
 
 /** Activation kinds of act / glu: the values of model/config.h kiln_act and of
  *  backend/cpu/ops.h KILN_OP_ACT_* (tests/cuda/test_cuda_ops.c checks that they agree). */
@@ -58,7 +60,8 @@ cudaError_t kiln_cu_embed(cudaStream_t s, float *x, const void *tok, cu_elem tok
                           const void *pos, cu_elem pos_elem, int64_t d, float scale,
                           const cu_step *st);
 
-/** One weight of kiln_cu_matmul_multi: w row-major [n_out, n_in] of w_elem, y [n_tok, n_out]. */
+/** One weight of kiln_cu_matmul_multi: w row-major [n_out, n_in] of w_elem (Q8_0 / Q4_0: each
+ *  row n_in / 32 blocks), y [n_tok, n_out]. */
 typedef struct cu_mm_out {
     float *y;
     const void *w;
@@ -76,9 +79,15 @@ typedef struct cu_mm_out {
  * CUDA-core kernel, whose order is: when n_in % 8 == 0 and w, x are 16-byte
  * aligned, lane l of the warp owning o sums the 8-element chunks k = 8l + 256j .. +7 in one
  * fmaf chain from +0 in ascending k; otherwise the elements k = l + 32j likewise; then the 32
- * lane sums are added by the xor butterfly (offsets 16, 8, 4, 2, 1). Each y[t, o] is that fixed
- * function of row t of x and row o of w, whatever n_tok, the rows a block holds (1, 2, 4 or 8:
- * the decode path is the same kernel), or the other weights of the call.
+ * lane sums are added by the xor butterfly (offsets 16, 8, 4, 2, 1). Q8_0 / Q4_0 weights
+ * (n_in % 32 == 0) are dequantized in registers (the quants as exact f32 integers, the
+ * block's f16 scale d applied once per block) by cuda_matmul.cu k_matmul_q, whose order is:
+ * lane l takes the blocks
+ * b = 2l + 64i and 2l + 1 + 64i in ascending i, each block's s = the fmaf chain from +0 of
+ * q_j x[t, 32b + j] (j ascending), then acc = fmaf(d, s, acc) from +0; then the same
+ * butterfly. Each y[t, o] is that fixed function of row t of x and row o of w, whatever n_tok,
+ * the rows a block holds (1, 2, 4 or 8: the decode path is the same kernel), or the other
+ * weights of the call.
  */
 cudaError_t kiln_cu_matmul_multi(cudaStream_t s, const cu_mm_out *outs, int n, int64_t n_in,
                                  const float *x, int32_t n_tok, void *xh, size_t xh_bytes);

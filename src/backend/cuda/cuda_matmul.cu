@@ -50,6 +50,7 @@ typedef struct mm_args {
     int64_t n_in;
     const float *x;
     int32_t n_tok;
+    int vec; /* k_matmul_q: 16-byte weight loads and float4 x loads */
 } mm_args;
 
 /* 8 weights from element k of a row (16-byte aligned): 16 bytes of f16 / bf16, 32 of f32 */
@@ -138,6 +139,59 @@ __device__ __forceinline__ void mm_fma(float (&acc)[OPW][R], const chunk8<E> (&w
     }
 }
 
+/* the end of every matmul kernel: the 32 lane sums of each accumulator by the xor butterfly,
+ * then lane 0 stores (MM_STORE), adds (MM_ADD) or applies the GLU (MM_GLU: acc[0] the gate,
+ * acc[1] the up row of output o[0]) for rows r0 .. r0 + nr of y_j */
+template <int R, int MODE, int OPW>
+__device__ __forceinline__ void mm_epilogue(float (&acc)[OPW][R], const mm_args &a, int j,
+                                            const int64_t *o, const bool *valid, int64_t r0,
+                                            int nr, int lane) {
+#pragma unroll
+    for (int i = 0; i < OPW; i++)
+#pragma unroll
+        for (int r = 0; r < R; r++) acc[i][r] = cu_warp_sum(acc[i][r]);
+    if (lane != 0) return;
+    float *y = a.y[j];
+    const int64_t n_out = a.n_out[j];
+#pragma unroll
+    for (int r = 0; r < R; r++) {
+        if (r >= nr) break;
+        float *yr = y + (r0 + r) * n_out;
+        if (MODE == MM_GLU) {
+            yr[o[0]] = cu_glu_value(acc[0][r], acc[1][r], a.act);
+        } else {
+#pragma unroll
+            for (int i = 0; i < OPW; i++)
+                if (valid[i]) {
+                    if (MODE == MM_ADD)
+                        yr[o[i]] += acc[i][r];
+                    else
+                        yr[o[i]] = acc[i][r];
+                }
+        }
+    }
+}
+
+/* the weight j of a that blockIdx.y falls in (returned), and this warp's OPW rows of it:
+ * outputs o[i] (MM_GLU: the gate and up rows of one output), their addresses wr[i] (rows
+ * row_bytes apart) and whether each exists */
+template <int MODE, int WARPS, int OPW>
+__device__ __forceinline__ int mm_rows(const mm_args &a, size_t row_bytes, int64_t *o,
+                                       const void **wr, bool *valid) {
+    int j = 0;
+    while (j + 1 < a.n && (int64_t)blockIdx.y >= a.first[j + 1]) j++;
+    const int64_t blk = (int64_t)blockIdx.y - a.first[j];
+    const int warp = threadIdx.x >> 5;
+#pragma unroll
+    for (int i = 0; i < OPW; i++) {
+        o[i] = MODE == MM_GLU ? blk * WARPS + warp : (blk * WARPS + warp) * OPW + i;
+        valid[i] = o[i] < a.n_out[j];
+        const void *base = MODE == MM_GLU && i == 1 ? a.w_up : a.w[j];
+        wr[i] = (const char *)base + (size_t)(valid[i] ? o[i] : 0) * row_bytes;
+    }
+    return j;
+}
+
 /* WARPS warps per block, OPW weight rows per warp, U chunks per group (two groups in flight):
  * none of them changes the order of any output's sum */
 template <int E, int R, int MODE, bool VEC, int WARPS = MM_WARPS, int OPW = MM_OPW,
@@ -149,23 +203,12 @@ __global__ void __launch_bounds__(WARPS * 32) k_matmul(mm_args a) {
     cu_pdl_launch_dependents();
     /* grid: x the row groups (fastest, so that the groups sharing a weight block run together
      * and read it from L2), y the weight blocks */
-    int j = 0;
-    while (j + 1 < a.n && (int64_t)blockIdx.y >= a.first[j + 1]) j++;
-    const int64_t n_out = a.n_out[j], n_in = a.n_in;
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const int64_t blk = (int64_t)blockIdx.y - a.first[j];
-    /* this warp's weight rows: outputs o[i] of w[j] (MM_GLU: gate and up rows of one output) */
+    const int64_t n_in = a.n_in;
+    const int lane = threadIdx.x & 31;
     int64_t o[OPW];
     const void *wr[OPW];
     bool valid[OPW];
-    const size_t esz = E == CU_F32 ? 4 : 2;
-#pragma unroll
-    for (int i = 0; i < OPW; i++) {
-        o[i] = MODE == MM_GLU ? blk * WARPS + warp : (blk * WARPS + warp) * OPW + i;
-        valid[i] = o[i] < n_out;
-        const void *base = MODE == MM_GLU && i == 1 ? a.w_up : a.w[j];
-        wr[i] = (const char *)base + (size_t)(valid[i] ? o[i] : 0) * (size_t)n_in * esz;
-    }
+    const int j = mm_rows<MODE, WARPS, OPW>(a, (size_t)n_in * (E == CU_F32 ? 4 : 2), o, wr, valid);
     if (!valid[0]) {
         cu_pdl_wait();
         return;
@@ -210,29 +253,190 @@ __global__ void __launch_bounds__(WARPS * 32) k_matmul(mm_args a) {
                 }
         }
     }
+    mm_epilogue<R, MODE, OPW>(acc, a, j, o, valid, r0, nr, lane);
+}
+
+/* ---- Q8_0 / Q4_0 weights (ggml's block layouts, tensor/dtype.h), dequantized in registers ---- */
+
+/* A block of 32 weights: Q8_0 an f16 scale d and 32 int8 q (34 bytes), w = q d; Q4_0 an f16 d
+ * and 16 bytes of nibbles (18 bytes), element j < 16 the low nibble of byte j, j >= 16 the
+ * high nibble of byte j - 16, w = (nibble - 8) d. A row of n_in weights is n_in / 32 blocks.
+ * A warp owns MM_OPW rows; it walks them in tiles of 64 blocks (Q8_0 2176 bytes, Q4_0 1152),
+ * each tile loaded by the whole warp with coalesced 16-byte streaming loads (or 2-byte loads
+ * when the rows are not 16-byte multiples) into the warp's shared memory, the next tile's
+ * loads in flight while this one is summed; lane l then sums blocks 2l and 2l + 1 of the tile
+ * from shared memory (17 or 9 words at a stride of 17 or 9 words: no bank conflicts). */
+template <int Q> struct qfmt {
+    static constexpr int BS = Q == CU_Q8_0 ? 34 : 18; /* bytes per block */
+    static constexpr int TB = 64 * BS;                /* bytes per tile */
+    static constexpr int TU = TB / 16;                /* 16-byte units per tile: 136, 72 */
+    static constexpr int NU = (TU + 31) / 32;         /* units per lane: 5, 3 */
+    static constexpr int LW = 2 * BS / 4;             /* a lane's words per tile: 17, 9 */
+};
+
+/* 4 quants of a word as exact f32: Q8_0 the signed bytes; Q4_0 nibbles (hi: the high ones)
+ * minus 8. Each byte b becomes the f32 2^23 + b (bits 0x4B0000bb), from which 2^23 (+ the
+ * bias) is subtracted exactly: no int-to-float conversion instruction. */
+template <int Q, bool HI> __device__ __forceinline__ void q_word(uint32_t v, float *f) {
+    float bias;
+    if constexpr (Q == CU_Q8_0) {
+        v ^= 0x80808080u; /* q + 128 as u8 */
+        bias = 8388608.0f + 128.0f;
+    } else {
+        v = (HI ? v >> 4 : v) & 0x0F0F0F0Fu;
+        bias = 8388608.0f + 8.0f;
+    }
+#pragma unroll
+    for (int e = 0; e < 4; e++) f[e] = __int_as_float(__byte_perm(v, 0x4B000000u, 0x7440 + e)) - bias;
+}
+
+/* block g (0, 1) of a lane's two blocks, whose words are w[0 .. LW): its scale and 32 weights */
+template <int Q> __device__ __forceinline__ float q_block(const uint32_t *w, int g, float *q) {
+    if constexpr (Q == CU_Q8_0) {
+        /* block 0: scale at bytes 0-1, quants at 2..33; block 1: scale 34-35, quants 36..67 */
+        uint32_t qw[8];
+        uint32_t h;
+        if (g == 0) {
+            h = w[0] & 0xffffu;
+#pragma unroll
+            for (int m = 0; m < 8; m++) qw[m] = __byte_perm(w[m], w[m + 1], 0x5432);
+        } else {
+            h = w[8] >> 16;
+#pragma unroll
+            for (int m = 0; m < 8; m++) qw[m] = w[9 + m];
+        }
+#pragma unroll
+        for (int m = 0; m < 8; m++) q_word<Q, false>(qw[m], q + 4 * m);
+        return __half2float(__ushort_as_half((unsigned short)h));
+    } else {
+        /* block 0: scale at bytes 0-1, nibbles at 2..17; block 1: scale 18-19, nibbles 20..35 */
+        uint32_t qw[4];
+        uint32_t h;
+        if (g == 0) {
+            h = w[0] & 0xffffu;
+#pragma unroll
+            for (int m = 0; m < 4; m++) qw[m] = __byte_perm(w[m], w[m + 1], 0x5432);
+        } else {
+            h = w[4] >> 16;
+#pragma unroll
+            for (int m = 0; m < 4; m++) qw[m] = w[5 + m];
+        }
+#pragma unroll
+        for (int m = 0; m < 4; m++) {
+            q_word<Q, false>(qw[m], q + 4 * m);
+            q_word<Q, true>(qw[m], q + 16 + 4 * m);
+        }
+        return __half2float(__ushort_as_half((unsigned short)h));
+    }
+}
+
+/* The order of every y[t, o] (for any n_tok, any row tile R, any grid): lane l of the warp
+ * owning o takes blocks b = 2l + 64i and 2l + 1 + 64i (i = 0, 1, ..., b < n_in / 32) in that
+ * order; for each, s = the fmaf chain from +0 of q_j x[t, 32b + j], j ascending, then
+ * acc = fmaf(d, s, acc) from acc = +0; then the xor butterfly over the lanes. The rows a block
+ * holds (R) change only how many accumulators a lane keeps. */
+template <int Q, int R, int MODE>
+__global__ void __launch_bounds__(MM_WARPS * 32) k_matmul_q(mm_args a) {
+    using F = qfmt<Q>;
+    constexpr int OPW = MM_OPW;
+    __shared__ __align__(16) uint4 sm[MM_WARPS][OPW][F::TU];
+    cu_pdl_launch_dependents();
+    const int64_t n_in = a.n_in;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int64_t nb = n_in / 32, row_bytes = nb * F::BS;
+    int64_t o[OPW];
+    const void *wr[OPW];
+    bool valid[OPW];
+    const int j = mm_rows<MODE, MM_WARPS, OPW>(a, (size_t)row_bytes, o, wr, valid);
+    if (!valid[0]) {
+        cu_pdl_wait();
+        return;
+    }
+    const int64_t r0 = (int64_t)blockIdx.x * R;
+    const int nr = a.n_tok - r0 < R ? (int)(a.n_tok - r0) : R;
+    const float *xr = a.x + r0 * n_in;
+    const bool vec = a.vec != 0;
+    const int64_t n_tiles = (nb + 63) / 64;
+    float acc[OPW][R];
 #pragma unroll
     for (int i = 0; i < OPW; i++)
 #pragma unroll
-        for (int r = 0; r < R; r++) acc[i][r] = cu_warp_sum(acc[i][r]);
-    if (lane != 0) return;
-    float *y = a.y[j];
+        for (int r = 0; r < R; r++) acc[i][r] = 0.0f;
+    uint4 reg[OPW][F::NU];
+    /* tile t's 16-byte units into reg (vec): unit u of a row when it lies inside the row */
+    auto load_regs = [&](int64_t t) {
+        const int64_t off = t * F::TB, lim = row_bytes - off;
 #pragma unroll
-    for (int r = 0; r < R; r++) {
-        if (r >= nr) break;
-        float *yr = y + (r0 + r) * n_out;
-        if (MODE == MM_GLU) {
-            yr[o[0]] = cu_glu_value(acc[0][r], acc[1][r], a.act);
-        } else {
+        for (int m = 0; m < F::NU; m++) {
+            const int u = lane + 32 * m;
 #pragma unroll
             for (int i = 0; i < OPW; i++)
-                if (valid[i]) {
-                    if (MODE == MM_ADD)
-                        yr[o[i]] += acc[i][r];
-                    else
-                        yr[o[i]] = acc[i][r];
-                }
+                if (u < F::TU && 16 * u < lim && valid[i])
+                    reg[i][m] = ld_stream((const char *)wr[i] + off + 16 * u);
+        }
+    };
+    if (vec) load_regs(0);
+    cu_pdl_wait(); /* the weights are on their way; x may be read from here on */
+    for (int64_t t = 0; t < n_tiles; t++) {
+        __syncwarp(); /* the lanes are done with the previous tile */
+        const int64_t off = t * F::TB, lim = row_bytes - off;
+        if (vec) {
+#pragma unroll
+            for (int m = 0; m < F::NU; m++) {
+                const int u = lane + 32 * m;
+#pragma unroll
+                for (int i = 0; i < OPW; i++)
+                    if (u < F::TU && 16 * u < lim && valid[i]) sm[warp][i][u] = reg[i][m];
+            }
+            if (t + 1 < n_tiles) load_regs(t + 1);
+        } else {
+#pragma unroll
+            for (int i = 0; i < OPW; i++) {
+                if (!valid[i]) continue;
+                uint16_t *d = (uint16_t *)sm[warp][i];
+                const uint16_t *src = (const uint16_t *)((const char *)wr[i] + off);
+                for (int u = lane; u < F::TB / 2 && 2 * u < lim; u += 32) d[u] = src[u];
+            }
+        }
+        __syncwarp();
+#pragma unroll
+        for (int i = 0; i < OPW; i++) {
+            if (!valid[i]) continue;
+            uint32_t w[F::LW];
+            const uint32_t *p = (const uint32_t *)((const char *)sm[warp][i] + lane * 2 * F::BS);
+#pragma unroll
+            for (int m = 0; m < F::LW; m++) w[m] = p[m];
+#pragma unroll
+            for (int g = 0; g < 2; g++) {
+                const int64_t b = t * 64 + 2 * lane + g;
+                if (b >= nb) break;
+                float q[32];
+                const float d = q_block<Q>(w, g, q);
+#pragma unroll
+                for (int r = 0; r < R; r++)
+                    if (r < nr) {
+                        const float *xb = xr + r * n_in + 32 * b;
+                        float xv[32];
+                        if (vec) {
+#pragma unroll
+                            for (int e = 0; e < 8; e++) {
+                                const float4 v = __ldg((const float4 *)xb + e);
+                                xv[4 * e] = v.x, xv[4 * e + 1] = v.y, xv[4 * e + 2] = v.z,
+                                       xv[4 * e + 3] = v.w;
+                            }
+                        } else {
+#pragma unroll
+                            for (int e = 0; e < 32; e++) xv[e] = xb[e];
+                        }
+                        float s = 0.0f;
+#pragma unroll
+                        for (int e = 0; e < 32; e++) s = fmaf(q[e], xv[e], s);
+                        acc[i][r] = fmaf(d, s, acc[i][r]);
+                    }
+            }
         }
     }
+    mm_epilogue<R, MODE, OPW>(acc, a, j, o, valid, r0, nr, lane);
 }
 
 /* launched with programmatic stream serialization: it may start while the kernel before it
@@ -245,8 +449,8 @@ __global__ void __launch_bounds__(WARPS * 32) k_matmul(mm_args a) {
  * the same under all. Rows beyond one keep 4 warps of two rows. No shape changes the order. */
 enum { SH_DEF = 0, SH_WIDE = 1, SH_PAIR = 2 };
 
-static int mm_shape(int32_t n_tok, int64_t n_out_total, int64_t n_in, int mode) {
-    if (n_tok != 1) return SH_DEF;
+static int mm_shape(cu_elem e, int32_t n_tok, int64_t n_out_total, int64_t n_in, int mode) {
+    if (n_tok != 1 || e == CU_Q8_0 || e == CU_Q4_0) return SH_DEF;
     if (mode == MM_GLU) return SH_PAIR; /* a warp holds the gate and up rows of one output */
     return n_in >= 8192 || n_out_total <= 4096 ? SH_WIDE : SH_PAIR;
 }
@@ -257,25 +461,47 @@ static int64_t mm_per_block(int shape, int mode) {
     return shape == SH_WIDE ? 16 : MM_WARPS * MM_OPW;
 }
 
-/* launched with programmatic stream serialization: it may start while the kernel before it
- * finishes (k_matmul waits for it before reading anything it wrote) */
-template <int E, int R, int MODE, int W = MM_WARPS, int O = MM_OPW,
-          int U = (R <= 2 ? 4 : R == 4 ? 2 : 1)>
-static void launch_r(cudaStream_t s, const mm_args &a, bool vec, dim3 grid) {
+/* one launch of kernel k with programmatic stream serialization: it may start while the
+ * kernel before it finishes (the matmul kernels wait for it before reading anything it wrote) */
+template <typename K> static void launch_pdl(cudaStream_t s, K k, dim3 grid, int warps,
+                                             const mm_args &a) {
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = grid;
-    cfg.blockDim = dim3(W * 32);
+    cfg.blockDim = dim3(warps * 32);
     cfg.stream = s;
     cudaLaunchAttribute attr[1];
     attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
     attr[0].val.programmaticStreamSerializationAllowed = 1;
     cfg.attrs = attr;
     cfg.numAttrs = cu_pdl_enabled() ? 1 : 0;
-    if (vec)
-        cudaLaunchKernelEx(&cfg, k_matmul<E, R, MODE, true, W, O, U>, a);
-    else
-        cudaLaunchKernelEx(&cfg, k_matmul<E, R, MODE, false, W, O, U>, a);
+    cudaLaunchKernelEx(&cfg, k, a);
 }
+
+template <int E, int R, int MODE, int W = MM_WARPS, int O = MM_OPW,
+          int U = (R <= 2 ? 4 : R == 4 ? 2 : 1)>
+static void launch_r(cudaStream_t s, const mm_args &a, bool vec, dim3 grid) {
+    if (vec)
+        launch_pdl(s, k_matmul<E, R, MODE, true, W, O, U>, grid, W, a);
+    else
+        launch_pdl(s, k_matmul<E, R, MODE, false, W, O, U>, grid, W, a);
+}
+
+/* the quantized kernel: row tiles as launch() below (the order does not depend on them) */
+template <int Q, int MODE> static cudaError_t launch_q(cudaStream_t s, const mm_args &a) {
+    const int R = a.n_tok <= 1 ? 1 : a.n_tok <= 2 ? 2 : a.n_tok <= 4 ? 4 : 8;
+    const dim3 grid((unsigned)((a.n_tok + R - 1) / R), (unsigned)a.first[a.n]);
+    if (R == 1)
+        launch_pdl(s, k_matmul_q<Q, 1, MODE>, grid, MM_WARPS, a);
+    else if (R == 2)
+        launch_pdl(s, k_matmul_q<Q, 2, MODE>, grid, MM_WARPS, a);
+    else if (R == 4)
+        launch_pdl(s, k_matmul_q<Q, 4, MODE>, grid, MM_WARPS, a);
+    else
+        launch_pdl(s, k_matmul_q<Q, 8, MODE>, grid, MM_WARPS, a);
+    return cudaGetLastError();
+}
+
+static bool is_quant(cu_elem e) { return e == CU_Q8_0 || e == CU_Q4_0; }
 
 /* the row tile: the smallest of 1, 2, 4, 8 that holds n_tok, else 8 with grid.x row groups */
 template <int E, int MODE>
@@ -299,7 +525,10 @@ static cudaError_t launch(cudaStream_t s, const mm_args &a, bool vec, int shape)
 }
 
 template <int MODE>
-static cudaError_t launch_e(cudaStream_t s, cu_elem e, const mm_args &a, bool vec, int shape) {
+static cudaError_t launch_e(cudaStream_t s, cu_elem e, mm_args a, bool vec, int shape) {
+    a.vec = vec;
+    if (e == CU_Q8_0) return launch_q<CU_Q8_0, MODE>(s, a);
+    if (e == CU_Q4_0) return launch_q<CU_Q4_0, MODE>(s, a);
     if (e == CU_F16) return launch<CU_F16, MODE>(s, a, vec, shape);
     if (e == CU_BF16) return launch<CU_BF16, MODE>(s, a, vec, shape);
     return launch<CU_F32, MODE>(s, a, vec, shape);
@@ -307,7 +536,8 @@ static cudaError_t launch_e(cudaStream_t s, cu_elem e, const mm_args &a, bool ve
 
 /* the row-load path of one weight: 16-byte vectors when n_in, w and x allow them */
 static bool vec_path(cu_elem e, const void *w, int64_t n_in, const float *x) {
-    (void)e;
+    if (is_quant(e)) /* every row a multiple of 16 bytes: n_in / 32 blocks a multiple of 8 */
+        return n_in % 256 == 0 && (uintptr_t)w % 16 == 0 && (uintptr_t)x % 16 == 0;
     return n_in % 8 == 0 && (uintptr_t)w % 16 == 0 && (uintptr_t)x % 16 == 0;
 }
 
@@ -338,7 +568,7 @@ extern "C" cudaError_t kiln_cu_matmul_multi(cudaStream_t s, const cu_mm_out *out
         const bool vec = vec_path(e, outs[i].w, n_in, x);
         int64_t tot = 0;
         for (int q = i; q < n && q < i + CU_MM_MAX_OUTS; q++) tot += outs[q].n_out;
-        const int shape = vec ? mm_shape(n_tok, tot, n_in, MM_STORE) : SH_DEF;
+        const int shape = vec ? mm_shape(e, n_tok, tot, n_in, MM_STORE) : SH_DEF;
         const int64_t per_block = mm_per_block(shape, MM_STORE);
         mm_args a = {};
         a.n_in = n_in;
@@ -379,7 +609,7 @@ extern "C" cudaError_t kiln_cu_matmul_add(cudaStream_t s, const cu_mm_out *out, 
     a.w[0] = out->w;
     a.n_out[0] = out->n_out;
     const bool vec = vec_path(out->w_elem, out->w, n_in, x);
-    const int shape = vec ? mm_shape(n_tok, out->n_out, n_in, MM_ADD) : SH_DEF;
+    const int shape = vec ? mm_shape(out->w_elem, n_tok, out->n_out, n_in, MM_ADD) : SH_DEF;
     const int64_t per_block = mm_per_block(shape, MM_ADD);
     a.first[1] = (out->n_out + per_block - 1) / per_block;
     if (!grid_ok(n_tok, a.first[1])) return cudaErrorInvalidConfiguration;
@@ -408,7 +638,7 @@ extern "C" cudaError_t kiln_cu_matmul_glu(cudaStream_t s, float *y, const void *
     a.first[1] = (n_out + MM_WARPS - 1) / MM_WARPS;
     if (!grid_ok(n_tok, a.first[1])) return cudaErrorInvalidConfiguration;
     const bool vec = vec_path(elem, w_gate, n_in, x) && vec_path(elem, w_up, n_in, x);
-    return launch_e<MM_GLU>(s, elem, a, vec, vec ? mm_shape(n_tok, n_out, n_in, MM_GLU) : SH_DEF);
+    return launch_e<MM_GLU>(s, elem, a, vec, vec ? mm_shape(elem, n_tok, n_out, n_in, MM_GLU) : SH_DEF);
 }
 
 /* ---- the first milestone's kernel, unchanged (KILN_CUDA_KERNELS=v1: before/after timings) ---- */
@@ -523,6 +753,8 @@ extern "C" cudaError_t kiln_cu_matmul_v1(cudaStream_t s, const cu_mm_out *outs, 
                                             int64_t n_in, const float *x, int32_t n_tok) {
     if (n_tok < 1) return cudaSuccess;
     if ((n_tok + 7) / 8 > 65535) return cudaErrorInvalidConfiguration;
+    for (int i = 0; i < n; i++) /* the first milestone's kernel reads no quantized weights */
+        if (is_quant(outs[i].w_elem)) return cudaErrorInvalidValue;
     for (int i = 0; i < n;) {
         /* a group: consecutive weights of one dtype and path, at most CU_MM_MAX_OUTS */
         const cu_elem e = outs[i].w_elem;

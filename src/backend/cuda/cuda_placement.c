@@ -68,12 +68,13 @@ kiln_status kiln_cuda_place_device(int32_t device, kiln_mat *const *mats, size_t
         const kiln_mat *w = mats[i];
         if (!w || !w->data) continue;
         const bool ok_dtype = w->dtype == KILN_DTYPE_F32 || w->dtype == KILN_DTYPE_F16 ||
-                              w->dtype == KILN_DTYPE_BF16;
+                              w->dtype == KILN_DTYPE_BF16 || w->dtype == KILN_DTYPE_Q8_0 ||
+                              w->dtype == KILN_DTYPE_Q4_0;
         if (!ok_dtype || w->layout != KILN_MAT_ROWS)
             return kiln_error_set(err, KILN_ERR_UNSUPPORTED,
                                   "cuda backend: weight '%s' is %s%s; this backend multiplies f32, "
-                                  "f16 and bf16 weights in the file's row layout (quantized "
-                                  "weights on the GPU are a later part of issue 16)",
+                                  "f16, bf16, q8_0 and q4_0 weights in the file's row layout "
+                                  "(convert the model: kiln quantize --type q8_0 or q4_0)",
                                   w->name ? w->name : "?", kiln_dtype_name(w->dtype),
                                   w->layout != KILN_MAT_ROWS ? " in a CPU-packed layout" : "");
     }

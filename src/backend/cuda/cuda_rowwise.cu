@@ -10,7 +10,18 @@
 
 /* ---- embedding ---------------------------------------------------------------------------- */
 
+/* element i of a row-major table of type e as f32; Q8_0 / Q4_0 as tensor/dtype.c's to_float:
+ * (float)q * d, (float)(nibble - 8) * d (rows are whole blocks) */
 __device__ __forceinline__ float cu_load_rt(const void *p, int64_t i, int e) {
+    if (e == CU_Q8_0 || e == CU_Q4_0) {
+        const int bs = e == CU_Q8_0 ? 34 : 18;
+        const uint8_t *b = (const uint8_t *)p + (i >> 5) * bs;
+        const float d = __half2float(__ushort_as_half(*(const unsigned short *)b));
+        const int j = (int)(i & 31);
+        const int q = e == CU_Q8_0 ? (int)(int8_t)b[2 + j]
+                                   : (j < 16 ? b[2 + j] & 15 : b[2 + j - 16] >> 4) - 8;
+        return (float)q * d;
+    }
     if (e == CU_F16) return cu_load<CU_F16>(p, i);
     if (e == CU_BF16) return cu_load<CU_BF16>(p, i);
     return cu_load<CU_F32>(p, i);
