@@ -799,6 +799,17 @@ typedef struct kiln_request {
     /* Logprobs: log-softmax of the logits after bias and penalties, before temperature. */
     bool logprobs;        /* TOKEN events carry the sampled token's logprob */
     int32_t top_logprobs; /* [0, 20]: TOKEN events also carry the most likely alternatives */
+    /* Prompt logprobs (vLLM `prompt_logprobs`; OpenAI `echo` with `logprobs`): before the
+     * first TOKEN event, one PROMPT_LOGPROB event per prompt token i >= 1 (in order) with the
+     * log-softmax of the raw logits of position i - 1 (before every sampling processor: no
+     * bias, penalty or grammar mask), for token i and the top_prompt_logprobs best. Token 0
+     * has no predecessor and no event. Every prompt position then computes a logits row, so
+     * such a request takes no prefix-cache hits (RAM or disk: its whole prompt is computed;
+     * it still offers its blocks to the cache), and its n > 1 choices do not fork (each
+     * computes the prompt). The values are bitwise the same however the prompt is chunked
+     * and batched (DESIGN.md "Batch invariance"). */
+    bool prompt_logprobs;
+    int32_t top_prompt_logprobs; /* [0, 20]; > 0 implies prompt_logprobs */
 
     /* Stopping. End-of-generation tokens of the vocabulary always stop (finish "stop") unless
      * ignore_eos; stop_token_ids add more. The stopping token is not emitted. */
@@ -880,8 +891,8 @@ typedef struct kiln_stream kiln_stream;
  * outside [0, n_vocab) (index given), max_tokens < 1, temperature outside [0, 2], top_p
  * outside (0, 1], min_p outside [0, 1], top_k < 0, xtc_probability or xtc_threshold outside
  * [0, 1], penalties out of range, a logit_bias or
- * stop_token_ids id out of range, top_logprobs outside [0, 20], more than 4 stop strings or an
- * empty one, a text prompt that is not valid UTF-8, spec_k outside [0, 32], an unknown spec,
+ * stop_token_ids id out of range, top_logprobs or top_prompt_logprobs outside [0, 20], more
+ * than 4 stop strings or an empty one, a text prompt that is not valid UTF-8, spec_k outside [0, 32], an unknown spec,
  * spec_accept or fill_policy, KILN_SPEC_DRAFT on an engine without a draft model, a
  * prediction or fill id outside [0, n_vocab), a prediction whose tokens with the prompt's
  * exceed the engine's n_ctx, an asserted fill longer than max_tokens, a verify-policy fill
@@ -946,6 +957,9 @@ typedef enum kiln_event_type {
     KILN_EVENT_TOKEN,    /* a generated token */
     KILN_EVENT_TEXT,     /* a text delta */
     KILN_EVENT_FINISH,   /* the last event of every stream */
+    KILN_EVENT_PROMPT_LOGPROB, /* a prompt token's logprob (kiln_request.prompt_logprobs):
+                                  token, index (its prompt position, >= 1), logprob and
+                                  top_logprobs as a TOKEN event's; no TEXT follows */
 } kiln_event_type;
 
 typedef struct kiln_token_logprob {
@@ -990,7 +1004,8 @@ typedef struct kiln_usage {
 } kiln_usage;
 
 /**
- * One event. Events of a stream come in order: for each generated token a TOKEN event, then
+ * One event. Events of a stream come in order: PROMPT_LOGPROB events (only when asked for),
+ * then for each generated token a TOKEN event, then
  * (when the token completed some text) a TEXT event; last, one FINISH event.
  * Pointers are owned by the stream and valid until the next kiln_stream_next on it or its
  * destruction.
@@ -1002,9 +1017,10 @@ typedef struct kiln_event {
                         event has its token's time (the engine FINISH's for text released at
                         the end); the FINISH of a stop string the deciding token's time */
 
-    /* KILN_EVENT_TOKEN */
+    /* KILN_EVENT_TOKEN (and KILN_EVENT_PROMPT_LOGPROB, for a prompt token) */
     int32_t token;          /* id in [0, n_vocab) */
-    int32_t index;          /* 0-based position among the generated tokens */
+    int32_t index;          /* 0-based position among the generated tokens (PROMPT_LOGPROB:
+                               among the prompt's tokens) */
     float logprob;          /* when the request asked for logprobs or top_logprobs, else 0 */
     int32_t n_top_logprobs; /* = the request's top_logprobs (fewer if the vocab is smaller) */
     kiln_token_logprob top_logprobs[KILN_MAX_TOP_LOGPROBS]; /* most likely first; ties by id */

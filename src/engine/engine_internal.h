@@ -38,6 +38,8 @@ typedef struct kiln_req {
     float *bias_values;
     bool logprobs;
     int32_t top_logprobs;
+    bool prompt_logprobs;        /* PROMPT_LOGPROB events (kiln_request) */
+    int32_t top_prompt_logprobs;
     int32_t n_stop;
     char *stop[KILN_MAX_STOP_STRINGS];
     int32_t n_stop_ids;
@@ -128,6 +130,10 @@ void kiln_stream_unref(kiln_stream *s);
 /** Queue a TOKEN event (engine thread). Errors: KILN_ERR_OUT_OF_MEMORY (the event is lost). */
 kiln_status kiln_stream_push_token(kiln_stream *s, int32_t token, int32_t index,
                                    const kiln_logprobs *lp, bool with_logprobs, kiln_error *err);
+/** Queue a PROMPT_LOGPROB event for prompt token `index` (engine thread). Errors: as
+ *  kiln_stream_push_token. */
+kiln_status kiln_stream_push_prompt_logprob(kiln_stream *s, int32_t index,
+                                            const kiln_logprobs *lp, kiln_error *err);
 /** Queue the engine's FINISH event (once; later calls are ignored). Never fails: it has its
  *  own slot, delivered after every other event; an over-long message is truncated. */
 void kiln_stream_push_finish(kiln_stream *s, kiln_finish_reason reason, kiln_usage usage,
@@ -176,6 +182,23 @@ extern const kiln_seq_method kiln_method_spec;
 kiln_status kiln_seq_sample_row(kiln_engine *e, kiln_seq *s, const float *row, int32_t draft,
                                 int32_t *tok, bool *accepted, kiln_logprobs *lp,
                                 kiln_error *err);
+/**
+ * Prompt logprobs (kiln_request.prompt_logprobs): this step's rows logits[n_logits][n_vocab]
+ * are those of the last n_logits of the s->n_new positions planned from s->n_computed; the
+ * row of position p gives prompt token p + 1 its PROMPT_LOGPROB event (p + 1 < n_prompt),
+ * each position once (s->n_prompt_lp: the next one; a recomputed prefix after a preemption
+ * sends nothing again). A no-op for other requests. Errors: KILN_ERR_OUT_OF_MEMORY, NaN
+ * logits (KILN_ERR_INTERNAL).
+ */
+kiln_status kiln_seq_prompt_logprobs(kiln_engine *e, kiln_seq *s, const float *logits,
+                                     int32_t n_logits, kiln_error *err);
+/** Prompt logprobs: the most prompt positions one step feeds for such a sequence, so its
+ *  logits rows stay bounded (256 rows of a 128k vocabulary: 128 MiB); the values do not
+ *  depend on the chunking (batch invariance). */
+#define KILN_PROMPT_ROWS_MAX 256
+/** Whether this step's plan must compute a row for every planned prompt position (those
+ *  from s->n_computed up to n_prompt - 2), for kiln_seq_prompt_logprobs. */
+bool kiln_seq_wants_prompt_rows(const kiln_seq *s);
 /** Whether s's next token is the plain argmax of its logits row: the plain method, one row,
  *  a greedy sampler with no bias or penalty, no logprobs and no debug hooks. Such rows may be
  *  decided on the device (kiln_runner_step_argmax). */
@@ -205,6 +228,7 @@ struct kiln_seq {
     kiln_ivec tokens;    /* prompt then generated tokens (the stopping token excluded) */
     int32_t n_computed;  /* positions whose KV is written (n_past) */
     int32_t n_generated; /* tokens sampled, the stopping token included */
+    int32_t n_prompt_lp; /* prompt logprobs: the next prompt position whose row is due */
     kiln_block_table bt; /* covers n_computed positions, plus this step's while it runs */
     kiln_block_table bt_swa; /* the sliding group's table (e->pool_swa), as long as bt, with
                                 holes before the window; empty without a sliding pool */

@@ -35,6 +35,7 @@ static int32_t spec_plan(kiln_engine *e, kiln_seq *s, int32_t budget, int32_t *n
     if (known <= 0 || budget <= 0) return 0;
     int32_t n = known;
     if (s->n_computed < s->n_prompt && n > e->p.prefill_chunk) n = e->p.prefill_chunk;
+    if (kiln_seq_wants_prompt_rows(s) && n > KILN_PROMPT_ROWS_MAX) n = KILN_PROMPT_ROWS_MAX;
     if (n > budget) n = budget;
     bool decision = n == known;
     int32_t k = 0;
@@ -51,6 +52,7 @@ static int32_t spec_plan(kiln_engine *e, kiln_seq *s, int32_t budget, int32_t *n
         if (first < s->n_computed) first = s->n_computed;
     }
     if (decision && first < 0) first = (int32_t)s->tokens.n - 1;
+    if (kiln_seq_wants_prompt_rows(s)) first = s->n_computed; /* prompt logprobs */
     if (first >= 0 && first < end) *n_logits = end - first;
     return n + k;
 }
@@ -111,8 +113,9 @@ static kiln_status spec_consume(kiln_engine *e, kiln_seq *s, const float *logits
     int32_t known = s->n_new - k;
     int32_t computed_end = s->n_computed + known; /* the known tokens' positions end here */
     bool done = false;
-    kiln_status st = emit_asserted(e, s, logits, n_logits, computed_end, &done, err);
+    kiln_status st = kiln_seq_prompt_logprobs(e, s, logits, n_logits, err);
     if (st) return st;
+    if ((st = emit_asserted(e, s, logits, n_logits, computed_end, &done, err))) return st;
     int32_t accepted = 0;
     int32_t dpos = (int32_t)s->tokens.n - 1; /* the first undecided output's deciding row */
     const float *row = row_of(e, s, logits, n_logits, dpos);

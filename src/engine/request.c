@@ -204,6 +204,10 @@ static kiln_status validate(const kiln_model *m, const kiln_request *q, kiln_err
     kiln_status st = kiln_sampler_validate_vocab(&sp, n_vocab, err);
     if (st) return st;
     if ((st = kiln_sampler_validate_top_logprobs(q->top_logprobs, err))) return st;
+    if (q->top_prompt_logprobs < 0 || q->top_prompt_logprobs > KILN_MAX_TOP_LOGPROBS)
+        return kiln_error_set(err, KILN_ERR_INVALID_ARGUMENT,
+                              "top_prompt_logprobs must be in [0, %d] (got %d)",
+                              KILN_MAX_TOP_LOGPROBS, q->top_prompt_logprobs);
     if (q->n_stop < 0 || q->n_stop > KILN_MAX_STOP_STRINGS)
         return kiln_error_set(err, KILN_ERR_INVALID_ARGUMENT,
                               "stop must have at most %d entries (got %d)", KILN_MAX_STOP_STRINGS,
@@ -290,6 +294,8 @@ kiln_status kiln_req_create(const kiln_model *m, const kiln_request *q,
     r->sampler.bias_values = r->bias_values;
     r->logprobs = q->logprobs || q->top_logprobs > 0;
     r->top_logprobs = q->top_logprobs;
+    r->prompt_logprobs = q->prompt_logprobs || q->top_prompt_logprobs > 0;
+    r->top_prompt_logprobs = q->top_prompt_logprobs;
     for (int32_t i = 0; i < q->n_stop; i++) {
         r->stop[i] = strdup(q->stop[i]);
         if (!r->stop[i]) {

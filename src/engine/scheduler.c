@@ -156,8 +156,10 @@ static void admit(kiln_engine *e) {
             reject(e, pop_waiting(e), KILN_ERR_CONTEXT_OVER_BUDGET, msg);
             continue;
         }
-        int32_t hit = kiln_engine_prefix_lookup(e, s, e->hit_blocks);
-        if (e->disk && !s->disk_tried) {
+        /* prompt logprobs need every prompt position's logits row: no cache hits */
+        const bool no_hits = s->req->prompt_logprobs;
+        int32_t hit = no_hits ? 0 : kiln_engine_prefix_lookup(e, s, e->hit_blocks);
+        if (e->disk && !s->disk_tried && !no_hits) {
             s->disk_tried = true;
             if (kiln_engine_prefix_start_load(e, s, hit)) {
                 pop_waiting(e);

@@ -44,7 +44,8 @@ static bool fork_one(kiln_engine *e, kiln_seq *s, kiln_seq *c) {
     const int32_t m = c->n_prompt - 1;
     /* a sliding group's table (kv_window.c) is not forked: such a child runs as an ordinary
      * request, with the same output */
-    if (m < 1 || e->rec_state_floats > 0 || e->pool_swa || e->n_running >= e->p.max_seqs ||
+    if (m < 1 || e->rec_state_floats > 0 || e->pool_swa || c->req->prompt_logprobs ||
+        e->n_running >= e->p.max_seqs ||
         s->n_computed < m || s->failed_forward)
         return false;
     /* the copy of the partial block, and the watermark admission keeps */

@@ -98,11 +98,24 @@ void kiln_stream_unref(kiln_stream *s) {
 
 /* ---- the engine's side --------------------------------------------------------------- */
 
+static kiln_status push_event(kiln_stream *s, kiln_event_type type, int32_t token, int32_t index,
+                              const kiln_logprobs *lp, bool with_logprobs, kiln_error *err);
+
 kiln_status kiln_stream_push_token(kiln_stream *s, int32_t token, int32_t index,
                                    const kiln_logprobs *lp, bool with_logprobs, kiln_error *err) {
+    return push_event(s, KILN_EVENT_TOKEN, token, index, lp, with_logprobs, err);
+}
+
+kiln_status kiln_stream_push_prompt_logprob(kiln_stream *s, int32_t index,
+                                            const kiln_logprobs *lp, kiln_error *err) {
+    return push_event(s, KILN_EVENT_PROMPT_LOGPROB, lp->token, index, lp, true, err);
+}
+
+static kiln_status push_event(kiln_stream *s, kiln_event_type type, int32_t token, int32_t index,
+                              const kiln_logprobs *lp, bool with_logprobs, kiln_error *err) {
     kiln_event ev;
     memset(&ev, 0, sizeof ev);
-    ev.type = KILN_EVENT_TOKEN;
+    ev.type = type;
     ev.token = token;
     ev.index = index;
     ev.text = "";
@@ -240,6 +253,7 @@ static void reader_finish(kiln_stream *s, const kiln_event *tok, kiln_finish_rea
 static void reader_token(kiln_stream *s, const kiln_event *tok) {
     if (s->r_finished) return; /* generated after the stop: not part of the request */
     out_push(s, tok, NULL);
+    if (tok->type == KILN_EVENT_PROMPT_LOGPROB) return; /* the prompt's text is not output */
     if (!s->detok) return; /* no tokenizer: ids only */
     kiln_error err = {0};
     const char *text;

@@ -696,10 +696,9 @@ static bool parse_output(const json_t *root, srv_gen *g, srv_error *e) {
         }
         if (!get_bool(root, "echo", &b, &given, e)) return false;
         g->echo = given && b;
-        if (g->echo && g->logprobs)
-            return BAD(e, "echo",
-                       "'echo' with 'logprobs' needs the prompt tokens' logprobs, which kiln "
-                       "does not compute; drop one of them");
+        /* echo with logprobs: the prompt's tokens' logprobs too (the engine's prompt logprobs) */
+        g->req.prompt_logprobs = g->echo && g->logprobs;
+        g->req.top_prompt_logprobs = g->req.prompt_logprobs ? g->top_logprobs : 0;
         if (!get_int(root, "best_of", INT64_MIN, INT64_MAX, &i, &given, e)) return false;
         if (given && i != 1)
             return BAD(e, "best_of", "'best_of' must be 1 (got %lld)", (long long)i);
@@ -882,6 +881,13 @@ json_t *srv_logprobs_json(const srv_resp_info *ri, const srv_tok *toks, int32_t 
     json_t *tokens = json_array(), *lps = json_array(), *tops = json_array(), *offs = json_array();
     for (int32_t i = 0; i < n && tokens && lps && tops && offs; i++) {
         json_array_append_new(tokens, piece_json(ri->m, toks[i].token, NULL));
+        if (toks[i].has_offset) /* echo: a prompt token */
+            json_array_append_new(offs, json_integer(toks[i].offset));
+        if (toks[i].none) { /* echo: the prompt's first token has no predecessor (OpenAI) */
+            json_array_append_new(lps, json_null());
+            if (ri->top_logprobs > 0) json_array_append_new(tops, json_null());
+            continue;
+        }
         json_array_append_new(lps, lp_json(toks[i].logprob));
         /* The top alternatives plus the sampled token (OpenAI: up to logprobs + 1). */
         json_t *d = json_object();
@@ -904,6 +910,7 @@ json_t *srv_logprobs_json(const srv_resp_info *ri, const srv_tok *toks, int32_t 
         } else { /* logprobs: 0 asks for no alternatives: OpenAI sends null */
             json_decref(d);
         }
+        if (toks[i].has_offset) continue;
         json_array_append_new(offs, json_integer(*text_offset));
         *text_offset += piece_chars(ri->m, toks[i].token);
     }

@@ -131,9 +131,14 @@ bool srv_gen_use_prompt(srv_gen *g, int32_t i, int32_t n_vocab, srv_error *e);
  */
 bool srv_gen_check_engine(const srv_gen *g, bool has_draft, srv_error *e);
 
-/** One generated token with its logprobs, as the engine reported it. */
+/** One token with its logprobs, as the engine reported it (a generated token, or with echo a
+ *  prompt token: KILN_EVENT_PROMPT_LOGPROB). */
 typedef struct srv_tok {
     int32_t token;
+    bool none; /* the prompt's first token: no logprob (token_logprobs and top_logprobs null) */
+    bool has_offset; /* echo: a prompt token's text_offset is `offset` (its place in the
+                        prompt's text), not the running one */
+    int64_t offset;
     float logprob;
     int32_t n_top;
     kiln_token_logprob top[KILN_MAX_TOP_LOGPROBS];

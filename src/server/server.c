@@ -111,6 +111,10 @@ typedef struct srv_choice {
     int32_t *ids; /* token_ids (a model without a tokenizer) */
     int32_t n_ids, cap_ids;
     int64_t text_offset;
+    int32_t n_prompt;   /* echo with logprobs: the prompt's tokens */
+    int64_t *prompt_offs; /* echo with logprobs: [n_prompt] each prompt token's text_offset */
+    bool echo_pending;  /* streaming echo with logprobs: the echo chunk waits for the prompt's
+                           logprobs (PROMPT_LOGPROB events) */
     int32_t n_tokens; /* TOKEN events seen */
     double t_last;
     bool finished;
@@ -467,6 +471,7 @@ static bool push_tok(srv_choice *c, const kiln_event *ev) {
         c->cap_toks = cap;
     }
     srv_tok *t = &c->toks[c->n_toks++];
+    memset(t, 0, sizeof *t);
     t->token = ev->token;
     t->logprob = ev->logprob;
     t->n_top = ev->n_top_logprobs;
@@ -494,6 +499,7 @@ static void choice_free(srv_choice *c) {
     json_decref(c->tool_calls);
     free(c->toks);
     free(c->ids);
+    free(c->prompt_offs);
     memset(c, 0, sizeof *c);
 }
 
@@ -584,9 +590,62 @@ static void sum_usage(srv_req *r) {
 
 /* Take one event of choice c into the request's state; for streams, append its SSE chunks to
  * r->out. Returns false on allocation failure. */
+/* Characters of the text of ids[0..n) (kiln_model_detokenize); -1 on failure. */
+static int64_t detok_chars(const kiln_model *m, const int32_t *ids, int32_t n) {
+    char buf[512];
+    size_t len = 0;
+    kiln_error err = {0};
+    if (kiln_model_detokenize(m, ids, n, buf, sizeof buf, &len, &err) != KILN_OK) return -1;
+    if (len <= sizeof buf) return srv_utf8_count(buf, len);
+    char *heap = malloc(len);
+    int64_t c = heap && kiln_model_detokenize(m, ids, n, heap, len, &len, &err) == KILN_OK
+                    ? srv_utf8_count(heap, len)
+                    : -1;
+    free(heap);
+    return c;
+}
+
+/* Echo with logprobs: offs[i] = where prompt token i's text starts in the prompt's text (in
+ * characters, as text_offset counts), so the offsets agree with the echoed text: control
+ * tokens take no characters and SPM's leading space is dropped at the start, as
+ * kiln_model_detokenize spells it. Token i - 1's share is the text it adds after a context of
+ * up to 4 tokens (enough to finish a split character), so the cost is O(n). NULL on failure. */
+static int64_t *prompt_offsets(const kiln_model *m, const int32_t *ids, int32_t n) {
+    int64_t *offs = malloc((size_t)(n > 0 ? n : 1) * sizeof *offs);
+    if (!offs) return NULL;
+    if (n > 0) offs[0] = 0;
+    for (int32_t i = 1; i < n; i++) {
+        const int32_t a = i - 1 > 4 ? i - 1 - 4 : 0; /* context: ids[a .. i - 1) */
+        int64_t with = detok_chars(m, ids + a, i - a), without = detok_chars(m, ids + a, i - 1 - a);
+        if (with < 0 || without < 0) {
+            free(offs);
+            return NULL;
+        }
+        offs[i] = offs[i - 1] + (with > without ? with - without : 0);
+    }
+    return offs;
+}
+
+/* Streaming echo with logprobs: the echoed prompt's chunk, with the prompt's logprobs. */
+static bool flush_echo(srv_req *r, srv_choice *c) {
+    if (!c->echo_pending || !r->gen.stream) return true;
+    c->echo_pending = false;
+    bool ok = srv_sse_text(&c->ri, c->echo.p ? c->echo.p : "", c->echo.len, c->toks, c->n_toks,
+                           &c->text_offset, &r->out);
+    c->n_toks = 0;
+    return ok;
+}
+
 static bool take_event(srv_req *r, srv_choice *c, const kiln_event *ev) {
     kiln_server *s = r->s;
     double now = srv_now_ms();
+    if (ev->type == KILN_EVENT_PROMPT_LOGPROB) {
+        if (ev->index < 1 || ev->index >= c->n_prompt || !push_tok(c, ev)) return false;
+        c->toks[c->n_toks - 1].has_offset = true;
+        c->toks[c->n_toks - 1].offset = c->prompt_offs[ev->index];
+        return ev->index + 1 < c->n_prompt || flush_echo(r, c); /* the prompt's last */
+    }
+    if (!flush_echo(r, c)) return false; /* a prompt of one token, or an early finish */
     switch (ev->type) {
     case KILN_EVENT_TOKEN:
         if (r->n_tokens == 0) {
@@ -953,12 +1012,20 @@ static enum MHD_Result route_generate(srv_req *r) {
 
         kiln_error err = {0};
         kiln_stream *streams[KILN_MAX_CHOICES] = {0};
+        int64_t *poffs = NULL; /* echo with logprobs: the prompt tokens' text offsets */
+        const int32_t first_id = n > 0 ? pr.ids[0] : 0;
+        if (g->req.prompt_logprobs && n > 0 && !(poffs = prompt_offsets(s->m, pr.ids, n))) {
+            srv_prompt_free(&pr);
+            srv_buf_free(&ptext);
+            return fail(r, 500, "server_error", NULL, NULL, "out of memory (text offsets)");
+        }
         kiln_status st = kiln_engine_submit_n(s->e, &g->req, g->n, streams, &err);
         srv_prompt_free(&pr); /* the engine copied what it needs */
         g->req.prompt_ids = NULL;
         g->req.fill_ids = NULL;
         g->req.prediction_ids = NULL;
         if (st != KILN_OK) {
+            free(poffs);
             srv_buf_free(&ptext);
             if (st == KILN_ERR_QUEUE_FULL)
                 return fail(r, 503, "server_error", "queue_full", NULL,
@@ -985,10 +1052,25 @@ static enum MHD_Result route_generate(srv_req *r) {
             c->watch_h = srv_watch_add(s->watch, ci ? ci->connect_fd : -1, c->stream);
             if (atomic_load(&s->force_cancel)) kiln_stream_cancel(c->stream);
             if (g->echo && ptext.len > 0 && !srv_buf_add(&c->echo, ptext.p, ptext.len)) {
+                free(poffs);
                 srv_buf_free(&ptext);
                 return fail(r, 500, "server_error", NULL, NULL, "out of memory (echo)");
             }
-            if (g->echo) c->text_offset = 0;
+            if (poffs) {
+                /* the prompt's first token leads, with no logprob (OpenAI's null) */
+                kiln_event e0 = {.type = KILN_EVENT_PROMPT_LOGPROB, .token = first_id};
+                if (!push_tok(c, &e0) ||
+                    !(c->prompt_offs = malloc((size_t)n * sizeof *c->prompt_offs))) {
+                    free(poffs);
+                    srv_buf_free(&ptext);
+                    return fail(r, 500, "server_error", NULL, NULL, "out of memory (logprobs)");
+                }
+                memcpy(c->prompt_offs, poffs, (size_t)n * sizeof *poffs);
+                c->toks[c->n_toks - 1].none = true;
+                c->toks[c->n_toks - 1].has_offset = true;
+                c->n_prompt = n;
+                c->echo_pending = g->stream;
+            }
             if (want_tp) {
                 kiln_tool_parser_params tpp = {.format = s->chat.tool_format,
                                                .stream_arguments = g->stream,
@@ -996,6 +1078,7 @@ static enum MHD_Result route_generate(srv_req *r) {
                 kiln_error terr = {0};
                 c->tool_calls = json_array();
                 if (!c->tool_calls || kiln_tool_parser_create(&tpp, &c->tp, &terr) != KILN_OK) {
+                    free(poffs);
                     srv_buf_free(&ptext);
                     return fail(r, 500, "server_error", NULL, NULL, "out of memory (tool parser)");
                 }
@@ -1003,6 +1086,7 @@ static enum MHD_Result route_generate(srv_req *r) {
             }
         }
         srv_buf_free(&ptext);
+        free(poffs);
     }                   /* prompts */
     if (tool_grammar) { /* the engine took its own references */
         kiln_grammar_destroy(tool_grammar);
@@ -1072,7 +1156,7 @@ static enum MHD_Result route_generate(srv_req *r) {
     for (int32_t i = 0; started && !r->api && i < r->n_ch; i++) {
         srv_choice *ci2 = &r->ch[i];
         started = srv_sse_role(&ci2->ri, &r->out);
-        if (started && ci2->echo.len) /* the echoed prompt, as the choice's first text */
+        if (started && ci2->echo.len && !ci2->echo_pending) /* the echoed prompt first */
             started = srv_sse_text(&ci2->ri, ci2->echo.p, ci2->echo.len, NULL, 0,
                                    &ci2->text_offset, &r->out);
     }

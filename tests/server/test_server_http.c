@@ -196,6 +196,130 @@ static void test_choices(tsrv *t) {
     tu_free(&r);
 }
 
+/* The completion's choice 0 of a whole (non-streamed) response. */
+static json_t *choice0(json_t *j) {
+    return json_array_get(json_object_get(j, "choices"), 0);
+}
+
+/* echo with logprobs: the prompt's tokens lead logprobs (the first with null logprob and
+ * null alternatives), text_offset starts at 0 and advances by each token's characters; a
+ * prompt token's logprob is that of the same token generated after the shorter prompt
+ * (the logits row of the position before it); streamed, the prompt's entries come in the
+ * first chunk, with the prompt's text. */
+static void test_echo_logprobs(tsrv *t) {
+    /* a: "Once upon a time" as token ids, one generated token g with its logprob */
+    tu_resp r = tu_request(t->port, "POST", "/v1/completions", KEY_HDR,
+                           "{\"prompt\":\"Once upon a time\",\"max_tokens\":1,\"temperature\":0,"
+                           "\"logprobs\":1,\"ignore_eos\":true}");
+    json_t *j = tu_json(&r);
+    REQUIRE(r.status == 200 && j);
+    const json_int_t n_prompt =
+        json_integer_value(json_object_get(json_object_get(j, "usage"), "prompt_tokens"));
+    const double lp_g = json_real_value(
+        json_array_get(json_object_get(json_object_get(choice0(j), "logprobs"), "token_logprobs"),
+                       0));
+    const char *g_text = json_string_value(json_object_get(choice0(j), "text")) ?: "";
+    char body[512];
+    snprintf(body, sizeof body,
+             "{\"prompt\":\"Once upon a time%s\",\"echo\":true,\"logprobs\":2,\"max_tokens\":3,"
+             "\"temperature\":0,\"ignore_eos\":true",
+             g_text);
+    json_decref(j);
+    tu_free(&r);
+
+    char whole_body[600];
+    snprintf(whole_body, sizeof whole_body, "%s}", body);
+    r = tu_request(t->port, "POST", "/v1/completions", KEY_HDR, whole_body);
+    j = tu_json(&r);
+    CHECKF(r.status == 200 && j, "echo + logprobs: %d %s", r.status, r.body.p);
+    if (!j) {
+        tu_free(&r);
+        return;
+    }
+    json_t *c = choice0(j), *lp = json_object_get(c, "logprobs");
+    json_t *toks = json_object_get(lp, "tokens"), *lps = json_object_get(lp, "token_logprobs");
+    json_t *tops = json_object_get(lp, "top_logprobs"), *offs = json_object_get(lp, "text_offset");
+    json_t *u = json_object_get(j, "usage");
+    const json_int_t pt = json_integer_value(json_object_get(u, "prompt_tokens"));
+    const json_int_t ct = json_integer_value(json_object_get(u, "completion_tokens"));
+    const char *text = json_string_value(json_object_get(c, "text")) ?: "";
+    CHECKF(pt == n_prompt + 1 && ct == 3, "prompt_tokens %lld completion_tokens %lld",
+           (long long)pt, (long long)ct);
+    const size_t n_ent = (size_t)(pt + ct);
+    CHECKF(json_array_size(toks) == n_ent && json_array_size(lps) == n_ent &&
+               json_array_size(tops) == n_ent && json_array_size(offs) == n_ent,
+           "%zu logprobs entries, want %lld", json_array_size(toks), (long long)(pt + ct));
+    CHECK(json_is_null(json_array_get(lps, 0)) && json_is_null(json_array_get(tops, 0)));
+    /* the logprob of g after the prompt: the row of the position before it, bitwise */
+    CHECKF(json_real_value(json_array_get(lps, (size_t)n_prompt)) == lp_g,
+           "prompt token %lld: logprob %.9g, generated after the shorter prompt %.9g",
+           (long long)n_prompt, json_real_value(json_array_get(lps, (size_t)n_prompt)), lp_g);
+    /* text_offset indexes the text (characters): 0 first, non-decreasing, and each token's
+     * piece found at its offset (SPM's leading space dropped at the start of the text) */
+    bool shape = true, offs_ok = json_integer_value(json_array_get(offs, 0)) == 0;
+    const int64_t text_chars = srv_utf8_count(text, strlen(text));
+    for (size_t i = 0; i < json_array_size(toks); i++) {
+        const char *tk = json_string_value(json_array_get(toks, i)) ?: "";
+        if (i > 0 && !(json_is_real(json_array_get(lps, i)) &&
+                       json_real_value(json_array_get(lps, i)) <= 0.0 &&
+                       json_object_size(json_array_get(tops, i)) >= 1))
+            shape = false;
+        const json_int_t o = json_integer_value(json_array_get(offs, i));
+        if (o < 0 || o > text_chars ||
+            (i > 0 && o < json_integer_value(json_array_get(offs, i - 1))))
+            offs_ok = false;
+        /* the text is ASCII here: offsets are byte indices */
+        const char *at = text + (o <= text_chars ? o : 0);
+        if (*tk && strncmp(at, tk, strlen(tk)) && !(i <= 1 && tk[0] == ' ' &&
+                                                    !strncmp(at, tk + 1, strlen(tk) - 1)))
+            offs_ok = false;
+    }
+    CHECK(shape);
+    CHECKF(offs_ok, "text_offset does not index the text '%s'", text);
+
+    /* streamed: the prompt's entries with the prompt's text first, then the same entries */
+    char stream_body[600];
+    snprintf(stream_body, sizeof stream_body, "%s,\"stream\":true}", body);
+    tu_resp rs = tu_request(t->port, "POST", "/v1/completions", KEY_HDR, stream_body);
+    CHECKF(rs.status == 200, "echo + logprobs streamed: %d", rs.status);
+    size_t n_entries = 0, first_n = 0;
+    bool first = true, same = true;
+    for (char *p = rs.body.p; p && *p;) {
+        REQUIRE(!strncmp(p, "data: ", 6));
+        char *end = strstr(p, "\n\n");
+        REQUIRE(end);
+        *end = '\0';
+        json_t *ev = strcmp(p + 6, "[DONE]") ? json_loads(p + 6, 0, NULL) : NULL;
+        json_t *sc = json_array_get(json_object_get(ev, "choices"), 0);
+        json_t *sl = json_object_get(sc, "logprobs");
+        json_t *st = json_object_get(sl, "tokens"), *sp = json_object_get(sl, "token_logprobs");
+        if (json_array_size(st) > 0) {
+            if (first) {
+                first = false;
+                first_n = json_array_size(st);
+                CHECKF(!strcmp(json_string_value(json_object_get(sc, "text")) ?: "",
+                               "Once upon a time") ||
+                           !strncmp(json_string_value(json_object_get(sc, "text")) ?: "",
+                                    "Once upon a time", 16),
+                       "first chunk text '%s'", json_string_value(json_object_get(sc, "text")));
+            }
+            for (size_t i = 0; i < json_array_size(st); i++, n_entries++)
+                if (!json_equal(json_array_get(st, i), json_array_get(toks, n_entries)) ||
+                    !json_equal(json_array_get(sp, i), json_array_get(lps, n_entries)))
+                    same = false;
+        }
+        json_decref(ev);
+        p = end + 2;
+    }
+    CHECKF(first_n == (size_t)pt, "first chunk: %zu entries, want the prompt's %lld", first_n,
+           (long long)pt);
+    CHECKF(same && n_entries == json_array_size(toks), "streamed %zu entries (same: %d)",
+           n_entries, same);
+    tu_free(&rs);
+    json_decref(j);
+    tu_free(&r);
+}
+
 /* A model without a tokenizer (stories260K.bin: its tok512.bin is not the default name):
  * token prompts only, and the choices carry token_ids, whole and streamed, equal to the
  * engine's ids (issue 20: no "text": "" without ids). */
@@ -1099,6 +1223,7 @@ int main(void) {
     test_chat_page(&t);
     test_stop_usage(&t);
     test_choices(&t);
+    test_echo_logprobs(&t);
     test_errors(&t);
     test_disconnects(&t);
     test_half_request(&t);

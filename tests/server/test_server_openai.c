@@ -37,6 +37,21 @@ static void expect_400(srv_kind k, const char *body, const char *param) {
     srv_gen_free(&g);
 }
 
+/* echo with logprobs asks the engine for the prompt's logprobs with as many alternatives */
+static void test_echo_logprobs_fields(void) {
+    srv_gen g;
+    srv_error e;
+    CHECK(parse(SRV_COMPLETION, "{\"prompt\":\"a\",\"echo\":true,\"logprobs\":3}", &g, &e));
+    CHECK(g.echo && g.req.prompt_logprobs && g.req.top_prompt_logprobs == 3);
+    srv_gen_free(&g);
+    CHECK(parse(SRV_COMPLETION, "{\"prompt\":\"a\",\"echo\":true}", &g, &e));
+    CHECK(g.echo && !g.req.prompt_logprobs && g.req.top_prompt_logprobs == 0);
+    srv_gen_free(&g);
+    CHECK(parse(SRV_COMPLETION, "{\"prompt\":\"a\",\"logprobs\":2}", &g, &e));
+    CHECK(!g.req.prompt_logprobs);
+    srv_gen_free(&g);
+}
+
 static void test_completion_fields(void) {
     srv_gen g;
     srv_error e;
@@ -203,7 +218,6 @@ static void test_errors(void) {
     expect_400(C, "{\"prompt\":\"a\",\"n\":0}", "n");
     expect_400(C, "{\"prompt\":\"a\",\"stream\":\"yes\"}", "stream");
     expect_400(C, "{\"prompt\":\"a\",\"stream\":true,\"stream_options\":3}", "stream_options");
-    expect_400(C, "{\"prompt\":\"a\",\"echo\":true,\"logprobs\":1}", "echo");
     expect_400(C, "{\"prompt\":\"a\",\"best_of\":3}", "best_of");
     expect_400(C, "{\"prompt\":\"a\",\"stop_token_ids\":[600]}", "stop_token_ids");
     expect_400(H, "{\"messages\":[]}", "messages");
@@ -759,6 +773,7 @@ static void test_spec_usage(void) {
 
 int main(void) {
     test_completion_fields();
+    test_echo_logprobs_fields();
     test_defaults();
     test_chat_messages();
     test_errors();
