@@ -761,6 +761,12 @@ bool srv_gen_parse(srv_kind kind, const char *body, size_t len, int32_t n_vocab,
     if (given) g->add_special = b;
     if (!parse_sampling(root, n_vocab, gd, g, e)) return false;
     if (!parse_output(root, g, e)) return false;
+    /* one request's choices (prompts x n) are bounded together, as n alone is */
+    if ((int64_t)g->n_prompts * g->n > KILN_MAX_CHOICES)
+        return BAD(e, "n",
+                   "%d prompts x 'n' %d make %lld choices; at most %d per request (prompts "
+                   "times n)",
+                   g->n_prompts, g->n, (long long)g->n_prompts * g->n, KILN_MAX_CHOICES);
     if (!parse_spec_fields(root, g, e)) return false;
     if (kind == SRV_CHAT && !take_prefill(root, agp_given, g, e)) return false;
     if (!srv_structured_parse(root, &g->grammar, e)) return false;

@@ -216,6 +216,7 @@ static void test_errors(void) {
     expect_400(C, "{\"prompt\":\"a\",\"logprobs\":true}", "logprobs");
     expect_400(C, "{\"prompt\":\"a\",\"n\":17}", "n");
     expect_400(C, "{\"prompt\":\"a\",\"n\":0}", "n");
+    expect_400(C, "{\"prompt\":[\"a\",\"b\",\"c\"],\"n\":6}", "n"); /* 18 choices */
     expect_400(C, "{\"prompt\":\"a\",\"stream\":\"yes\"}", "stream");
     expect_400(C, "{\"prompt\":\"a\",\"stream\":true,\"stream_options\":3}", "stream_options");
     expect_400(C, "{\"prompt\":\"a\",\"best_of\":3}", "best_of");
