@@ -1055,6 +1055,24 @@ static void test_disconnects(tsrv *t) {
     close(fd);
     CHECKF(tu_wait_idle(t->e, 3000), "non-streaming request not cancelled after a disconnect");
     CHECK(tu_healthy(t->port));
+    /* n > 1, no stream: every choice watches the one socket, so a close cancels all of them
+     * (each would run 500 tokens; a watcher of choice 0 alone let the others finish) */
+    REQUIRE(tu_wait_idle(t->e, 5000));
+    kiln_engine_stats before;
+    kiln_engine_get_stats(t->e, &before);
+    fd = start_stream(t->port, false, ",\"n\":4");
+    t0 = tu_now_ms();
+    do {
+        kiln_engine_get_stats(t->e, &st);
+        tu_sleep_ms(1);
+    } while (st.n_decode_tokens - before.n_decode_tokens < 8 && tu_now_ms() - t0 < 5000);
+    close(fd);
+    CHECKF(tu_wait_idle(t->e, 3000), "n = 4 request not cancelled after a disconnect");
+    kiln_engine_get_stats(t->e, &st);
+    CHECKF(st.n_decode_tokens - before.n_decode_tokens < 1000,
+           "n = 4: %lld tokens decoded after the client left (4 x 500 if not cancelled)",
+           (long long)(st.n_decode_tokens - before.n_decode_tokens));
+    CHECK(tu_healthy(t->port));
 }
 
 static void test_half_request(tsrv *t) {
