@@ -259,6 +259,54 @@ kiln_status kg_compile(const kg_builder *b, int32_t root, kiln_grammar **out, ki
             }
         }
     }
+    /* productive rules: those that can finish (derive a finite byte string); the fixpoint of
+     * "some alternative's elements are all productive" (an empty byte set is not). A root
+     * that cannot finish would only fail at generation time ("no token continues the
+     * grammar"): refuse it here, naming a rule that never finishes. */
+    {
+        bool *prod = nullable ? calloc((size_t)n_rules, 1) : NULL;
+        if (!prod) {
+            st = kiln_error_set(err, KILN_ERR_OUT_OF_MEMORY, "out of memory (grammar check)");
+            goto done;
+        }
+        for (bool changed = true; changed;) {
+            changed = false;
+            for (int32_t r = 0; r < n_rules; r++) {
+                if (prod[r]) continue;
+                for (int32_t a = 0; a < rule_n[r] && !prod[r]; a++) {
+                    const kg_elem *e = &g->el[g->alt_start[rule_first[r] + a]];
+                    for (; e->type != KG_END; e++) {
+                        if (e->type == KG_REF && !prod[e->arg]) break;
+                        if (e->type == KG_BYTES) {
+                            const uint64_t *w = g->sets[e->arg];
+                            if (!(w[0] | w[1] | w[2] | w[3])) break;
+                        }
+                    }
+                    if (e->type == KG_END) prod[r] = changed = true;
+                }
+            }
+        }
+        if (!prod[root]) {
+            /* name a rule the root refers to that cannot finish, else the root itself */
+            int32_t bad = root;
+            for (int32_t a = 0; a < rule_n[root] && bad == root; a++)
+                for (const kg_elem *e = &g->el[g->alt_start[rule_first[root] + a]];
+                     e->type != KG_END; e++)
+                    if (e->type == KG_REF && !prod[e->arg] && e->arg != root && e->arg < nb) {
+                        bad = e->arg;
+                        break;
+                    }
+            const char *rn = root < nb ? b->rules[root].name : "root";
+            const char *bn = bad < nb ? b->rules[bad].name : "?";
+            st = kiln_error_set(err, KILN_ERR_INVALID_ARGUMENT,
+                                "grammar: rule '%s' can never finish: no alternative derives a "
+                                "finite string (rule '%s' only refers back to itself or to an "
+                                "empty character set)",
+                                rn, bn);
+        }
+        free(prod);
+        if (st) goto done;
+    }
     /* iterative DFS: stack holds (rule, next alternative-element cursor) pairs */
     for (int32_t r0 = 0; r0 < n_rules && !st; r0++) {
         if (color[r0]) continue;

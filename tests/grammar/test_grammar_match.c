@@ -181,6 +181,24 @@ static void test_errors(void) {
     expect_error(KILN_GRAMMAR_GBNF, "start ::= \"a\"", "no rule named 'root'");
     expect_error(KILN_GRAMMAR_GBNF, "root ::= \"a\n", "line 1, column 10: unterminated string");
     expect_error(KILN_GRAMMAR_GBNF, "root ::= x\nx ::= x \"a\" | \"b\"", "left-recursive");
+    /* a grammar whose root can never finish (empty language) is refused at compile time,
+     * not at generation time (a fresh-user check got a 500 after 0 tokens for these) */
+    expect_error(KILN_GRAMMAR_GBNF, "root ::= root", "rule 'root' can never finish");
+    expect_error(KILN_GRAMMAR_GBNF, "root ::= x\nx ::= x", "rule 'x' only refers back");
+    expect_error(KILN_GRAMMAR_GBNF, "root ::= \"ab\" x\nx ::= \"c\" x", "can never finish");
+    expect_error(KILN_GRAMMAR_GBNF, "root ::= [^\\x00-\\U0010FFFF]", "can never finish");
+    expect_error(KILN_GRAMMAR_JSON_SCHEMA, "{\"$ref\":\"#\"}", "can never finish");
+    expect_error(KILN_GRAMMAR_JSON_SCHEMA,
+                 "{\"$defs\":{\"a\":{\"$ref\":\"#/$defs/a\"}},\"$ref\":\"#/$defs/a\"}",
+                 "can never finish");
+    {   /* an unfinishable rule beside a finishable alternative is fine */
+        kiln_grammar *g = NULL;
+        kiln_error err = {0};
+        CHECKF(kiln_grammar_create(KILN_GRAMMAR_GBNF, "root ::= \"a\" | x\nx ::= \"b\" x", 0,
+                                   &g, &err) == KILN_OK,
+               "root with one finishable alternative refused: %s", err.message);
+        kiln_grammar_destroy(g);
+    }
     expect_error(KILN_GRAMMAR_GBNF, "root ::= [b-a]", "out of order");
     expect_error(KILN_GRAMMAR_GBNF, "root ::= (\"a\"", "unclosed group");
     expect_error(KILN_GRAMMAR_GBNF, "root ::= \"a\"\nroot ::= \"b\"", "defined twice");
