@@ -212,6 +212,15 @@ int kiln_cmd_fit(int argc, char **argv) {
         rc = cli_fail(&err);
         goto done;
     }
+    {   /* the formats must hold this model's rows, as the engine checks (engine.c) */
+        const kiln_kv_geom g = {(int64_t)cfg->n_head_kv * cfg->head_dim, cfg->n_head_kv,
+                                cfg->head_dim};
+        if (kiln_kv_format_check(kv_k, &g, "--kv-type-k", &err) ||
+            kiln_kv_format_check(kv_v, &g, "--kv-type-v", &err)) {
+            rc = cli_fail(&err);
+            goto done;
+        }
+    }
     const char *mem_src = "--memory";
     if (!memory) {
         memory = mem_available();
