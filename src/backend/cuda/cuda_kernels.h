@@ -80,11 +80,9 @@ typedef struct cu_mm_out {
  * aligned, lane l of the warp owning o sums the 8-element chunks k = 8l + 256j .. +7 in one
  * fmaf chain from +0 in ascending k; otherwise the elements k = l + 32j likewise; then the 32
  * lane sums are added by the xor butterfly (offsets 16, 8, 4, 2, 1). Q8_0 / Q4_0 weights
- * (n_in % 32 == 0) are dequantized in registers (the quants as exact f32 integers, the
- * block's f16 scale d applied once per block) by cuda_matmul.cu k_matmul_q, whose order is:
- * lane l takes the blocks
- * b = 2l + 64i and 2l + 1 + 64i in ascending i, each block's s = the fmaf chain from +0 of
- * q_j x[t, 32b + j] (j ascending), then acc = fmaf(d, s, acc) from +0; then the same
+ * (n_in % 32 == 0) are dequantized in registers, exactly (w = q d, an f32 product of the
+ * block's f16 scale d), by cuda_matmul.cu k_matmul_q, whose order is: lane l sums w x over
+ * k = 4l + 128g + e (g ascending, e = 0..3) in one fmaf chain from +0; then the same
  * butterfly. Each y[t, o] is that fixed function of row t of x and row o of w, whatever n_tok,
  * the rows a block holds (1, 2, 4 or 8: the decode path is the same kernel), or the other
  * weights of the call.

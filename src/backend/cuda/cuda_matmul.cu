@@ -260,81 +260,48 @@ __global__ void __launch_bounds__(WARPS * 32) k_matmul(mm_args a) {
 
 /* A block of 32 weights: Q8_0 an f16 scale d and 32 int8 q (34 bytes), w = q d; Q4_0 an f16 d
  * and 16 bytes of nibbles (18 bytes), element j < 16 the low nibble of byte j, j >= 16 the
- * high nibble of byte j - 16, w = (nibble - 8) d. A row of n_in weights is n_in / 32 blocks.
- * A warp owns MM_OPW rows; it walks them in tiles of 64 blocks (Q8_0 2176 bytes, Q4_0 1152),
- * each tile loaded by the whole warp with coalesced 16-byte streaming loads (or 2-byte loads
- * when the rows are not 16-byte multiples) into the warp's shared memory, the next tile's
- * loads in flight while this one is summed; lane l then sums blocks 2l and 2l + 1 of the tile
- * from shared memory (17 or 9 words at a stride of 17 or 9 words: no bank conflicts). */
+ * high nibble of byte j - 16, w = (nibble - 8) d. Both products are exact in f32 (an 11-bit
+ * by an 8-bit significand), so w is tensor/dtype.c to_float's value. A row of n_in weights is
+ * n_in / 32 blocks. A warp owns MM_OPW rows; it walks them in tiles of 64 blocks (Q8_0 2176
+ * bytes, Q4_0 1152), each tile loaded by the whole warp with coalesced 16-byte streaming
+ * loads (or 2-byte loads when the rows are not 16-byte multiples) into the warp's shared
+ * memory, the next tile's loads in flight while this one is summed. Lane l then takes the
+ * weights k = 4l + 128g + e (e < 4: four consecutive elements of block 4g + l / 8) of the
+ * tile's 16 groups g, so the warp's x loads are one coalesced 512-byte float4 row segment. */
 template <int Q> struct qfmt {
     static constexpr int BS = Q == CU_Q8_0 ? 34 : 18; /* bytes per block */
     static constexpr int TB = 64 * BS;                /* bytes per tile */
     static constexpr int TU = TB / 16;                /* 16-byte units per tile: 136, 72 */
     static constexpr int NU = (TU + 31) / 32;         /* units per lane: 5, 3 */
-    static constexpr int LW = 2 * BS / 4;             /* a lane's words per tile: 17, 9 */
 };
 
-/* 4 quants of a word as exact f32: Q8_0 the signed bytes; Q4_0 nibbles (hi: the high ones)
- * minus 8. Each byte b becomes the f32 2^23 + b (bits 0x4B0000bb), from which 2^23 (+ the
- * bias) is subtracted exactly: no int-to-float conversion instruction. */
-template <int Q, bool HI> __device__ __forceinline__ void q_word(uint32_t v, float *f) {
+/* the 4 weights of elements 4m .. 4m + 3 (m < 8) of the block at p (shared memory, 2-byte
+ * aligned), exactly: each quant byte b becomes the f32 2^23 + b (bits 0x4B0000bb), from which
+ * 2^23 + the bias (Q8_0: 128 after the sign flip, Q4_0: 8) is subtracted exactly, then times
+ * d (no int-to-float conversion instruction) */
+template <int Q> __device__ __forceinline__ void q_four(const unsigned char *p, int m, float *w) {
+    const float d = __half2float(__ushort_as_half(*(const unsigned short *)p));
+    const int off = Q == CU_Q8_0 ? 2 + 4 * m : 2 + 4 * (m & 3);
+    uint32_t v = (uint32_t) * (const unsigned short *)(p + off) |
+                 (uint32_t) * (const unsigned short *)(p + off + 2) << 16;
     float bias;
     if constexpr (Q == CU_Q8_0) {
         v ^= 0x80808080u; /* q + 128 as u8 */
         bias = 8388608.0f + 128.0f;
     } else {
-        v = (HI ? v >> 4 : v) & 0x0F0F0F0Fu;
+        v = (m >= 4 ? v >> 4 : v) & 0x0F0F0F0Fu; /* elements 16.. are the high nibbles */
         bias = 8388608.0f + 8.0f;
     }
 #pragma unroll
-    for (int e = 0; e < 4; e++) f[e] = __int_as_float(__byte_perm(v, 0x4B000000u, 0x7440 + e)) - bias;
-}
-
-/* block g (0, 1) of a lane's two blocks, whose words are w[0 .. LW): its scale and 32 weights */
-template <int Q> __device__ __forceinline__ float q_block(const uint32_t *w, int g, float *q) {
-    if constexpr (Q == CU_Q8_0) {
-        /* block 0: scale at bytes 0-1, quants at 2..33; block 1: scale 34-35, quants 36..67 */
-        uint32_t qw[8];
-        uint32_t h;
-        if (g == 0) {
-            h = w[0] & 0xffffu;
-#pragma unroll
-            for (int m = 0; m < 8; m++) qw[m] = __byte_perm(w[m], w[m + 1], 0x5432);
-        } else {
-            h = w[8] >> 16;
-#pragma unroll
-            for (int m = 0; m < 8; m++) qw[m] = w[9 + m];
-        }
-#pragma unroll
-        for (int m = 0; m < 8; m++) q_word<Q, false>(qw[m], q + 4 * m);
-        return __half2float(__ushort_as_half((unsigned short)h));
-    } else {
-        /* block 0: scale at bytes 0-1, nibbles at 2..17; block 1: scale 18-19, nibbles 20..35 */
-        uint32_t qw[4];
-        uint32_t h;
-        if (g == 0) {
-            h = w[0] & 0xffffu;
-#pragma unroll
-            for (int m = 0; m < 4; m++) qw[m] = __byte_perm(w[m], w[m + 1], 0x5432);
-        } else {
-            h = w[4] >> 16;
-#pragma unroll
-            for (int m = 0; m < 4; m++) qw[m] = w[5 + m];
-        }
-#pragma unroll
-        for (int m = 0; m < 4; m++) {
-            q_word<Q, false>(qw[m], q + 4 * m);
-            q_word<Q, true>(qw[m], q + 16 + 4 * m);
-        }
-        return __half2float(__ushort_as_half((unsigned short)h));
-    }
+    for (int e = 0; e < 4; e++)
+        w[e] = (__int_as_float(__byte_perm(v, 0x4B000000u, 0x7440 + e)) - bias) * d;
 }
 
 /* The order of every y[t, o] (for any n_tok, any row tile R, any grid): lane l of the warp
- * owning o takes blocks b = 2l + 64i and 2l + 1 + 64i (i = 0, 1, ..., b < n_in / 32) in that
- * order; for each, s = the fmaf chain from +0 of q_j x[t, 32b + j], j ascending, then
- * acc = fmaf(d, s, acc) from acc = +0; then the xor butterfly over the lanes. The rows a block
- * holds (R) change only how many accumulators a lane keeps. */
+ * owning o sums w[o, k] x[t, k] over k = 4l + 128g + e (g ascending, e = 0..3, k < n_in) in one
+ * fmaf chain from +0, w the exact dequantized weight; then the xor butterfly over the lanes:
+ * the CUDA-core kernel's order with chunks of 4. The rows a block holds (R) change only how
+ * many accumulators a lane keeps. */
 template <int Q, int R, int MODE>
 __global__ void __launch_bounds__(MM_WARPS * 32) k_matmul_q(mm_args a) {
     using F = qfmt<Q>;
@@ -399,40 +366,37 @@ __global__ void __launch_bounds__(MM_WARPS * 32) k_matmul_q(mm_args a) {
             }
         }
         __syncwarp();
+        /* the tile's groups of 4 blocks; a group past the row's end stops the warp, a block
+         * past it idles its 8 lanes */
+        const int sub = lane & 7, bq = lane >> 3;
+#pragma unroll 4
+        for (int g = 0; g < 16; g++) {
+            const int64_t b = t * 64 + 4 * g + bq;
+            if (t * 64 + 4 * g >= nb) break;
+            if (b >= nb) continue;
+            float xv[R][4];
 #pragma unroll
-        for (int i = 0; i < OPW; i++) {
-            if (!valid[i]) continue;
-            uint32_t w[F::LW];
-            const uint32_t *p = (const uint32_t *)((const char *)sm[warp][i] + lane * 2 * F::BS);
+            for (int r = 0; r < R; r++)
+                if (r < nr) {
+                    const float *xk = xr + r * n_in + 32 * b + 4 * sub;
+                    if (vec) {
+                        const float4 v4 = __ldg((const float4 *)xk);
+                        xv[r][0] = v4.x, xv[r][1] = v4.y, xv[r][2] = v4.z, xv[r][3] = v4.w;
+                    } else {
 #pragma unroll
-            for (int m = 0; m < F::LW; m++) w[m] = p[m];
+                        for (int e = 0; e < 4; e++) xv[r][e] = xk[e];
+                    }
+                }
 #pragma unroll
-            for (int g = 0; g < 2; g++) {
-                const int64_t b = t * 64 + 2 * lane + g;
-                if (b >= nb) break;
-                float q[32];
-                const float d = q_block<Q>(w, g, q);
+            for (int i = 0; i < OPW; i++) {
+                if (!valid[i]) continue;
+                float w[4];
+                q_four<Q>((const unsigned char *)sm[warp][i] + (4 * g + bq) * F::BS, sub, w);
 #pragma unroll
                 for (int r = 0; r < R; r++)
-                    if (r < nr) {
-                        const float *xb = xr + r * n_in + 32 * b;
-                        float xv[32];
-                        if (vec) {
+                    if (r < nr)
 #pragma unroll
-                            for (int e = 0; e < 8; e++) {
-                                const float4 v = __ldg((const float4 *)xb + e);
-                                xv[4 * e] = v.x, xv[4 * e + 1] = v.y, xv[4 * e + 2] = v.z,
-                                       xv[4 * e + 3] = v.w;
-                            }
-                        } else {
-#pragma unroll
-                            for (int e = 0; e < 32; e++) xv[e] = xb[e];
-                        }
-                        float s = 0.0f;
-#pragma unroll
-                        for (int e = 0; e < 32; e++) s = fmaf(q[e], xv[e], s);
-                        acc[i][r] = fmaf(d, s, acc[i][r]);
-                    }
+                        for (int e = 0; e < 4; e++) acc[i][r] = fmaf(w[e], xv[r][e], acc[i][r]);
             }
         }
     }
