@@ -23,6 +23,7 @@
 
 #include "tokenizer/hf_internal.h"
 #include "tokenizer/pretokenize.h"
+#include "tokenizer/vocab.h"
 #include "util/error.h"
 
 typedef enum dec_kind {
@@ -224,24 +225,9 @@ kiln_status hf_decoder_parse(const json_t *j, const hf_where *w, hf_decoder **ou
 
 /* ---- decoding ------------------------------------------------------------------------------ */
 
+/* "<0xNN>" (tokenizer/vocab.h's reading) */
 static bool byte_token(const char *s, size_t n, uint8_t *b) {
-    if (n != 6 || memcmp(s, "<0x", 3) != 0 || s[5] != '>') return false;
-    unsigned v = 0;
-    for (int i = 3; i < 5; i++) {
-        char c = s[i];
-        unsigned d;
-        if (c >= '0' && c <= '9')
-            d = (unsigned)(c - '0');
-        else if (c >= 'A' && c <= 'F')
-            d = (unsigned)(c - 'A' + 10);
-        else if (c >= 'a' && c <= 'f')
-            d = (unsigned)(c - 'a' + 10);
-        else
-            return false;
-        v = v * 16 + d;
-    }
-    *b = (uint8_t)v;
-    return true;
+    return n == 6 && kiln_vocab_byte_piece(s, (uint32_t)n, b);
 }
 
 /*

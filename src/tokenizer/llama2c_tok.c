@@ -14,27 +14,6 @@
 #include "util/error.h"
 #include "util/utf8.h"
 
-static bool parse_byte_piece(const char *s, uint32_t n, uint8_t *b) {
-    /* exactly "<0xNN>" with hex digits */
-    if (n != 6 || s[0] != '<' || s[1] != '0' || s[2] != 'x' || s[5] != '>') return false;
-    unsigned v = 0;
-    for (int i = 3; i < 5; i++) {
-        char c = s[i];
-        unsigned d;
-        if (c >= '0' && c <= '9')
-            d = (unsigned)(c - '0');
-        else if (c >= 'A' && c <= 'F')
-            d = (unsigned)(c - 'A' + 10);
-        else if (c >= 'a' && c <= 'f')
-            d = (unsigned)(c - 'a' + 10);
-        else
-            return false;
-        v = v * 16 + d;
-    }
-    *b = (uint8_t)v;
-    return true;
-}
-
 kiln_status kiln_llama2c_vocab_load(const char *path, int32_t n_vocab, kiln_vocab *v,
                                     kiln_error *err) {
     if (n_vocab < 1)
@@ -69,7 +48,7 @@ kiln_status kiln_llama2c_vocab_load(const char *path, int32_t n_vocab, kiln_voca
             v->token_type[i] = KILN_TOKEN_UNKNOWN;
         else if (i == 1 || i == 2)
             v->token_type[i] = KILN_TOKEN_CONTROL;
-        else if (parse_byte_piece(v->text[i], v->text_len[i], &b))
+        else if (kiln_vocab_byte_piece(v->text[i], v->text_len[i], &b))
             v->token_type[i] = KILN_TOKEN_BYTE;
         else
             v->token_type[i] = KILN_TOKEN_NORMAL;
